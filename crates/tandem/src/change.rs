@@ -1,0 +1,699 @@
+//! The change algebra: what a transaction does to one document, and its guards.
+//!
+//! A [`DocumentChange`] names one document (store, namespace, `_id`) and either
+//! updates it with [`FieldOp`]s, inserts it, or deletes it, under [`Guard`]s.
+//! Compensation is derived, never written by hand:
+//!
+//! | change            | compensation                                          |
+//! |-------------------|-------------------------------------------------------|
+//! | `inc(f, n)`       | `inc(f, -n)`                                          |
+//! | `set(f, v)`       | restore `f` from the before-image (or unset it)       |
+//! | `unset(f)`        | restore `f` from the before-image                     |
+//! | `push` / `pull`   | restore the array from the before-image               |
+//! | insert            | remove the document (leaving a fenced placeholder)    |
+//! | delete            | keep the document (it is only removed at commit)      |
+//!
+//! Increments commute, so concurrent transactions may increment one document
+//! at once (when their guards are lower bounds such as `balance >= 100`).
+//! Negative increments are reserved when applied; positive ones take effect
+//! only at commit, so a guard never counts money that may still be taken back.
+//! Every other change holds the document exclusively until its transaction
+//! ends; another transaction touching it gets
+//! [`StepError::Conflict`](crate::StepError::Conflict).
+//!
+//! Field paths and namespace names are checked, so names that come from user
+//! input cannot inject query operators.
+
+use std::fmt;
+
+use bson::{Bson, Document};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ChangeError;
+use crate::store::Namespace;
+
+/// The default name of the marker array on participant documents.
+pub const DEFAULT_MARKER: &str = "pendingTransactions";
+
+/// The sub-document tandem keeps on participant documents (lock, tombstones).
+pub const META_FIELD: &str = "_tandem";
+
+/// Checks one dotted field path: non-empty segments, none starting with `$`, no NUL.
+pub fn check_path(path: &str) -> Result<(), ChangeError> {
+    let bad = |reason| {
+        Err(ChangeError::InvalidPath {
+            path: path.to_owned(),
+            reason,
+        })
+    };
+    if path.is_empty() {
+        return bad("empty");
+    }
+    if path.contains('\0') {
+        return bad("contains NUL");
+    }
+    for seg in path.split('.') {
+        if seg.is_empty() {
+            return bad("empty segment");
+        }
+        if seg.starts_with('$') {
+            return bad("segment starts with '$'");
+        }
+    }
+    Ok(())
+}
+
+/// Checks a namespace: names non-empty, no NUL; no `$`; no `.` in the database name.
+pub fn check_namespace(ns: &Namespace) -> Result<(), ChangeError> {
+    let bad = |name: &str, reason| {
+        Err(ChangeError::InvalidNamespace {
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    for (name, is_db) in [(&ns.db, true), (&ns.collection, false)] {
+        if name.is_empty() {
+            return bad(name, "empty");
+        }
+        if name.contains('\0') {
+            return bad(name, "contains NUL");
+        }
+        if name.contains('$') {
+            return bad(name, "contains '$'");
+        }
+        if is_db && (name.contains('.') || name.contains('/') || name.contains(' ')) {
+            return bad(name, "database names cannot contain '.', '/' or ' '");
+        }
+        if !is_db && name.starts_with('.') {
+            return bad(name, "collection names cannot start with '.'");
+        }
+    }
+    Ok(())
+}
+
+/// One change of one field.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum FieldOp {
+    /// Sets the field to a value.
+    Set {
+        /// The dotted path.
+        path: String,
+        /// The new value.
+        value: Bson,
+    },
+    /// Removes the field.
+    Unset {
+        /// The dotted path.
+        path: String,
+    },
+    /// Adds a number (Int32, Int64 or Double) to the field.
+    Inc {
+        /// The dotted path.
+        path: String,
+        /// The amount.
+        by: Bson,
+    },
+    /// Appends a value to an array field.
+    Push {
+        /// The dotted path.
+        path: String,
+        /// The value.
+        value: Bson,
+    },
+    /// Removes every element equal to a value from an array field.
+    Pull {
+        /// The dotted path.
+        path: String,
+        /// The value.
+        value: Bson,
+    },
+}
+
+impl FieldOp {
+    /// The field this changes.
+    pub fn path(&self) -> &str {
+        match self {
+            FieldOp::Set { path, .. }
+            | FieldOp::Unset { path }
+            | FieldOp::Inc { path, .. }
+            | FieldOp::Push { path, .. }
+            | FieldOp::Pull { path, .. } => path,
+        }
+    }
+
+    /// Whether concurrent transactions may apply this to one document (increments only).
+    pub fn commutes(&self) -> bool {
+        matches!(self, FieldOp::Inc { .. })
+    }
+}
+
+/// A comparison a guard makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum GuardOp {
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `>`
+    Gt,
+    /// `>=`
+    Gte,
+    /// `<`
+    Lt,
+    /// `<=`
+    Lte,
+    /// The field exists.
+    Exists,
+    /// The field does not exist.
+    Missing,
+}
+
+impl GuardOp {
+    fn symbol(self) -> &'static str {
+        match self {
+            GuardOp::Eq => "==",
+            GuardOp::Ne => "!=",
+            GuardOp::Gt => ">",
+            GuardOp::Gte => ">=",
+            GuardOp::Lt => "<",
+            GuardOp::Lte => "<=",
+            GuardOp::Exists => "exists",
+            GuardOp::Missing => "is missing",
+        }
+    }
+}
+
+/// A precondition on one field, checked atomically with the change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Guard {
+    /// The dotted path.
+    pub path: String,
+    /// The comparison.
+    pub op: GuardOp,
+    /// The value compared with (ignored by `Exists` / `Missing`).
+    #[serde(default)]
+    pub value: Bson,
+}
+
+impl Guard {
+    /// The guard as a query filter.
+    pub fn to_filter(&self) -> Document {
+        let cond = match self.op {
+            GuardOp::Eq => bson::doc! { "$eq": self.value.clone() },
+            GuardOp::Ne => bson::doc! { "$ne": self.value.clone() },
+            GuardOp::Gt => bson::doc! { "$gt": self.value.clone() },
+            GuardOp::Gte => bson::doc! { "$gte": self.value.clone() },
+            GuardOp::Lt => bson::doc! { "$lt": self.value.clone() },
+            GuardOp::Lte => bson::doc! { "$lte": self.value.clone() },
+            GuardOp::Exists => bson::doc! { "$exists": true },
+            GuardOp::Missing => bson::doc! { "$exists": false },
+        };
+        let mut d = Document::new();
+        d.insert(self.path.clone(), cond);
+        d
+    }
+}
+
+impl fmt::Display for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.op {
+            GuardOp::Exists | GuardOp::Missing => write!(f, "{} {}", self.path, self.op.symbol()),
+            op => write!(f, "{} {} {}", self.path, op.symbol(), self.value),
+        }
+    }
+}
+
+/// What a [`DocumentChange`] does to its document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum DocumentOp {
+    /// Changes fields of an existing document.
+    Update {
+        /// The field changes.
+        ops: Vec<FieldOp>,
+    },
+    /// Inserts a new document (its `_id` is the change's id).
+    Insert {
+        /// The document, without `_id`.
+        doc: Document,
+    },
+    /// Deletes the document when the transaction commits.
+    Delete,
+}
+
+/// A change of one document: the unit a transaction is made of.
+///
+/// Build one with [`DocumentChange::update`], [`DocumentChange::insert`] or
+/// [`DocumentChange::delete`], then chain field changes and guards. Mistakes
+/// (bad paths, values that cannot be stored) are collected and reported by
+/// [`DocumentChange::validate`] when the transaction runs, before anything is written.
+///
+/// ```
+/// use tandem::{DocumentChange, Namespace};
+///
+/// let debit = DocumentChange::update(Namespace::new("bank", "accounts"), "A")
+///     .inc("balance", -100_i64)
+///     .require_gte("balance", 100_i64);
+/// assert!(debit.validate().is_ok());
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DocumentChange {
+    /// The named store the document lives in; `None` for the coordinator's default store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
+    /// Database and collection.
+    pub namespace: Namespace,
+    /// The document's `_id`.
+    pub id: Bson,
+    /// The marker array's field name.
+    pub marker: String,
+    /// What to do.
+    pub op: DocumentOp,
+    /// Preconditions.
+    #[serde(default)]
+    pub guards: Vec<Guard>,
+    /// Mistakes found while building, reported by `validate`.
+    #[serde(skip)]
+    errors: Vec<ChangeError>,
+}
+
+impl DocumentChange {
+    fn with_op(namespace: Namespace, id: impl Into<Bson>, op: DocumentOp) -> Self {
+        DocumentChange {
+            store: None,
+            namespace,
+            id: id.into(),
+            marker: DEFAULT_MARKER.to_owned(),
+            op,
+            guards: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// A change of fields of the existing document `id`.
+    pub fn update(namespace: Namespace, id: impl Into<Bson>) -> Self {
+        Self::with_op(namespace, id, DocumentOp::Update { ops: Vec::new() })
+    }
+
+    /// The insertion of `doc` under `id`. Any `_id` inside `doc` is replaced by `id`.
+    pub fn insert(namespace: Namespace, id: impl Into<Bson>, mut doc: Document) -> Self {
+        doc.remove("_id");
+        Self::with_op(namespace, id, DocumentOp::Insert { doc })
+    }
+
+    /// The insertion of a serializable value; its `_id` field is the document id.
+    pub fn insert_serialized<T: Serialize>(namespace: Namespace, value: &T) -> Self {
+        match bson::to_document(value) {
+            Ok(mut doc) => {
+                let id = doc.remove("_id").unwrap_or(Bson::Null);
+                let mut change = Self::insert(namespace, id.clone(), doc);
+                if id == Bson::Null {
+                    change.errors.push(ChangeError::InvalidPath {
+                        path: "_id".into(),
+                        reason: "the document to insert has no _id",
+                    });
+                }
+                change
+            }
+            Err(e) => {
+                let mut change = Self::insert(namespace, Bson::Null, Document::new());
+                change.errors.push(ChangeError::Unserializable {
+                    path: "(document)".into(),
+                    message: e.to_string(),
+                });
+                change
+            }
+        }
+    }
+
+    /// The deletion of document `id` (it disappears when the transaction commits).
+    pub fn delete(namespace: Namespace, id: impl Into<Bson>) -> Self {
+        Self::with_op(namespace, id, DocumentOp::Delete)
+    }
+
+    /// Uses a named store of the coordinator instead of its default store.
+    pub fn in_store(mut self, store: impl Into<String>) -> Self {
+        self.store = Some(store.into());
+        self
+    }
+
+    /// Uses another marker field name than `pendingTransactions`.
+    pub fn marker(mut self, field: impl Into<String>) -> Self {
+        self.marker = field.into();
+        self
+    }
+
+    fn push_op(mut self, op: FieldOp) -> Self {
+        match &mut self.op {
+            DocumentOp::Update { ops } => ops.push(op),
+            _ => self.errors.push(ChangeError::InvalidPath {
+                path: op.path().to_owned(),
+                reason: "field changes apply to updates, not to inserts or deletes",
+            }),
+        }
+        self
+    }
+
+    fn value_of<T: Serialize>(&mut self, path: &str, value: T) -> Bson {
+        match bson::to_bson(&value) {
+            Ok(v) => v,
+            Err(e) => {
+                self.errors.push(ChangeError::Unserializable {
+                    path: path.to_owned(),
+                    message: e.to_string(),
+                });
+                Bson::Null
+            }
+        }
+    }
+
+    /// Sets `path` to `value`.
+    pub fn set<T: Serialize>(mut self, path: impl Into<String>, value: T) -> Self {
+        let path = path.into();
+        let value = self.value_of(&path, value);
+        self.push_op(FieldOp::Set { path, value })
+    }
+
+    /// Removes `path`.
+    pub fn unset(self, path: impl Into<String>) -> Self {
+        self.push_op(FieldOp::Unset { path: path.into() })
+    }
+
+    /// Adds `by` (an i32, i64 or f64) to `path`.
+    pub fn inc<T: Serialize>(mut self, path: impl Into<String>, by: T) -> Self {
+        let path = path.into();
+        let by = self.value_of(&path, by);
+        self.push_op(FieldOp::Inc { path, by })
+    }
+
+    /// Appends `value` to the array `path`.
+    pub fn push<T: Serialize>(mut self, path: impl Into<String>, value: T) -> Self {
+        let path = path.into();
+        let value = self.value_of(&path, value);
+        self.push_op(FieldOp::Push { path, value })
+    }
+
+    /// Removes every element equal to `value` from the array `path`.
+    pub fn pull<T: Serialize>(mut self, path: impl Into<String>, value: T) -> Self {
+        let path = path.into();
+        let value = self.value_of(&path, value);
+        self.push_op(FieldOp::Pull { path, value })
+    }
+
+    /// Adds a guard `path <op> value`.
+    pub fn require<T: Serialize>(mut self, path: impl Into<String>, op: GuardOp, value: T) -> Self {
+        let path = path.into();
+        let value = self.value_of(&path, value);
+        self.guards.push(Guard { path, op, value });
+        self
+    }
+
+    /// Guard: `path == value`.
+    pub fn require_eq<T: Serialize>(self, path: impl Into<String>, value: T) -> Self {
+        self.require(path, GuardOp::Eq, value)
+    }
+
+    /// Guard: `path != value`.
+    pub fn require_ne<T: Serialize>(self, path: impl Into<String>, value: T) -> Self {
+        self.require(path, GuardOp::Ne, value)
+    }
+
+    /// Guard: `path > value`.
+    pub fn require_gt<T: Serialize>(self, path: impl Into<String>, value: T) -> Self {
+        self.require(path, GuardOp::Gt, value)
+    }
+
+    /// Guard: `path >= value`.
+    pub fn require_gte<T: Serialize>(self, path: impl Into<String>, value: T) -> Self {
+        self.require(path, GuardOp::Gte, value)
+    }
+
+    /// Guard: `path < value`.
+    pub fn require_lt<T: Serialize>(self, path: impl Into<String>, value: T) -> Self {
+        self.require(path, GuardOp::Lt, value)
+    }
+
+    /// Guard: `path <= value`.
+    pub fn require_lte<T: Serialize>(self, path: impl Into<String>, value: T) -> Self {
+        self.require(path, GuardOp::Lte, value)
+    }
+
+    /// Guard: `path` exists.
+    pub fn require_exists(self, path: impl Into<String>) -> Self {
+        self.require(path, GuardOp::Exists, Bson::Null)
+    }
+
+    /// Guard: `path` does not exist.
+    pub fn require_missing(self, path: impl Into<String>) -> Self {
+        self.require(path, GuardOp::Missing, Bson::Null)
+    }
+
+    /// Records a mistake found by a typed builder layered on top of this one.
+    pub fn push_error(&mut self, error: ChangeError) {
+        self.errors.push(error);
+    }
+
+    /// A readable label: `db.collection/id`.
+    pub fn label(&self) -> String {
+        let id = match &self.id {
+            Bson::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        match &self.store {
+            Some(store) => format!("{store}:{}/{id}", self.namespace),
+            None => format!("{}/{id}", self.namespace),
+        }
+    }
+
+    /// Whether this change holds its document exclusively.
+    ///
+    /// Only increments under lower-bound or existence guards share a document;
+    /// any other change, or a guard that a concurrent increment could falsify
+    /// when it is undone (`==`, `!=`, `<`, `<=`), holds it alone.
+    pub fn is_exclusive(&self) -> bool {
+        let guards_shared = self.guards.iter().all(|g| {
+            matches!(g.op, GuardOp::Gte | GuardOp::Gt | GuardOp::Exists | GuardOp::Missing)
+        });
+        match &self.op {
+            DocumentOp::Update { ops } => !guards_shared || ops.iter().any(|op| !op.commutes()),
+            DocumentOp::Insert { .. } | DocumentOp::Delete => true,
+        }
+    }
+
+    /// Whether `op` takes effect at apply (`true`) or only at commit, when the marker is cleared.
+    ///
+    /// On a shared document, a positive increment waits for the commit, so that
+    /// no guard of another transaction can rely on money that may still be
+    /// taken back; a negative one is reserved at once. Undoing a reservation
+    /// only raises the value, so lower-bound guards stay true.
+    pub fn applies_early(&self, op: &FieldOp) -> bool {
+        match op {
+            FieldOp::Inc { by, .. } if !self.is_exclusive() => match by {
+                Bson::Int32(i) => *i < 0,
+                Bson::Int64(i) => *i < 0,
+                Bson::Double(d) => *d < 0.0,
+                _ => true,
+            },
+            _ => true,
+        }
+    }
+
+    /// Checks the whole change, reporting the first mistake.
+    pub fn validate(&self) -> Result<(), ChangeError> {
+        if let Some(e) = self.errors.first() {
+            return Err(e.clone());
+        }
+        check_namespace(&self.namespace)?;
+        check_path(&self.marker)?;
+        if self.marker.contains('.') || self.marker == META_FIELD || self.marker == "_id" {
+            return Err(ChangeError::ReservedField {
+                path: self.marker.clone(),
+            });
+        }
+        if self.id == Bson::Null {
+            return Err(ChangeError::InvalidPath {
+                path: "_id".into(),
+                reason: "the document id is null",
+            });
+        }
+        let reserved = |path: &str| {
+            let root = path.split('.').next().unwrap_or(path);
+            root == "_id" || root == META_FIELD || root == self.marker
+        };
+        for guard in &self.guards {
+            check_path(&guard.path)?;
+        }
+        match &self.op {
+            DocumentOp::Update { ops } => {
+                if ops.is_empty() {
+                    return Err(ChangeError::Empty {
+                        participant: self.label(),
+                    });
+                }
+                for (i, op) in ops.iter().enumerate() {
+                    let path = op.path();
+                    check_path(path)?;
+                    if reserved(path) {
+                        return Err(ChangeError::ReservedField {
+                            path: path.to_owned(),
+                        });
+                    }
+                    if let FieldOp::Inc { by, .. } = op {
+                        check_amount(path, by)?;
+                    }
+                    for other in &ops[..i] {
+                        if overlaps(path, other.path()) {
+                            return Err(ChangeError::OverlappingPaths {
+                                first: other.path().to_owned(),
+                                second: path.to_owned(),
+                            });
+                        }
+                    }
+                }
+            }
+            DocumentOp::Insert { doc } => {
+                for key in doc.keys() {
+                    check_path(key)?;
+                    if key.contains('.') {
+                        return Err(ChangeError::InvalidPath {
+                            path: key.clone(),
+                            reason: "inserted field names cannot contain '.'",
+                        });
+                    }
+                    if reserved(key) {
+                        return Err(ChangeError::ReservedField { path: key.clone() });
+                    }
+                }
+            }
+            DocumentOp::Delete => {}
+        }
+        Ok(())
+    }
+}
+
+fn check_amount(path: &str, by: &Bson) -> Result<(), ChangeError> {
+    let bad = |reason| {
+        Err(ChangeError::InvalidAmount {
+            path: path.to_owned(),
+            reason,
+        })
+    };
+    match by {
+        Bson::Int32(0) | Bson::Int64(0) => bad("zero"),
+        Bson::Double(d) if *d == 0.0 => bad("zero"),
+        Bson::Double(d) if !d.is_finite() => bad("not a finite number"),
+        Bson::Int32(i32::MIN) | Bson::Int64(i64::MIN) => bad("cannot be negated for compensation"),
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => Ok(()),
+        _ => bad("not an i32, i64 or f64"),
+    }
+}
+
+/// Whether two dotted paths are equal or one lies inside the other.
+fn overlaps(a: &str, b: &str) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    long == short || (long.starts_with(short) && long.as_bytes()[short.len()] == b'.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ns() -> Namespace {
+        Namespace::new("bank", "accounts")
+    }
+
+    #[test]
+    fn paths_with_operators_are_rejected() {
+        for bad in ["", "$set", "a.$where", "a..b", ".a", "a\0b"] {
+            let err = DocumentChange::update(ns(), "A")
+                .set(bad, 1)
+                .validate()
+                .unwrap_err();
+            assert!(matches!(err, ChangeError::InvalidPath { .. }), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn namespaces_with_operators_are_rejected() {
+        for (db, coll) in [("", "c"), ("a.b", "c"), ("d", "$cmd"), ("d", "")] {
+            let err = DocumentChange::update(Namespace::new(db, coll), "A")
+                .inc("n", 1)
+                .validate()
+                .unwrap_err();
+            assert!(matches!(err, ChangeError::InvalidNamespace { .. }), "{db}.{coll}");
+        }
+    }
+
+    #[test]
+    fn reserved_and_overlapping_fields_are_rejected() {
+        let err = DocumentChange::update(ns(), "A").set("pendingTransactions", 1).validate();
+        assert!(matches!(err, Err(ChangeError::ReservedField { .. })));
+        let err = DocumentChange::update(ns(), "A").set("_tandem.lock", 1).validate();
+        assert!(matches!(err, Err(ChangeError::ReservedField { .. })));
+        let err = DocumentChange::update(ns(), "A")
+            .set("a", 1)
+            .inc("a.b", 1)
+            .validate();
+        assert!(matches!(err, Err(ChangeError::OverlappingPaths { .. })));
+        assert!(DocumentChange::update(ns(), "A")
+            .set("ab", 1)
+            .inc("a.b", 1)
+            .validate()
+            .is_ok());
+    }
+
+    #[test]
+    fn bad_amounts_are_rejected() {
+        for by in [Bson::Int64(0), Bson::Int32(0), Bson::Double(f64::NAN), Bson::Int64(i64::MIN)] {
+            let err = DocumentChange::update(ns(), "A").inc("n", by.clone()).validate();
+            assert!(matches!(err, Err(ChangeError::InvalidAmount { .. })), "{by:?}");
+        }
+        let err = DocumentChange::update(ns(), "A").inc("n", "ten").validate();
+        assert!(matches!(err, Err(ChangeError::InvalidAmount { .. })));
+    }
+
+    #[test]
+    fn exclusivity_follows_the_operators() {
+        assert!(!DocumentChange::update(ns(), "A").inc("n", 1).is_exclusive());
+        assert!(DocumentChange::update(ns(), "A").inc("n", 1).set("s", 1).is_exclusive());
+        assert!(DocumentChange::delete(ns(), "A").is_exclusive());
+        assert!(!DocumentChange::update(ns(), "A").inc("n", -1).require_gte("n", 1).is_exclusive());
+        assert!(DocumentChange::update(ns(), "A").inc("n", -1).require_lte("n", 9).is_exclusive());
+    }
+
+    #[test]
+    fn credits_wait_for_the_commit_on_shared_documents() {
+        let shared = DocumentChange::update(ns(), "A").inc("a", 5).inc("b", -5);
+        let DocumentOp::Update { ops } = &shared.op else { unreachable!() };
+        assert!(!shared.applies_early(&ops[0]));
+        assert!(shared.applies_early(&ops[1]));
+        let exclusive = DocumentChange::update(ns(), "A").inc("a", 5).set("s", 1);
+        let DocumentOp::Update { ops } = &exclusive.op else { unreachable!() };
+        assert!(exclusive.applies_early(&ops[0]));
+    }
+
+    #[test]
+    fn guards_render_as_filters_and_text() {
+        let g = Guard {
+            path: "balance".into(),
+            op: GuardOp::Gte,
+            value: Bson::Int64(100),
+        };
+        assert_eq!(g.to_filter(), bson::doc! { "balance": { "$gte": 100_i64 } });
+        assert_eq!(g.to_string(), "balance >= 100");
+    }
+
+    #[test]
+    fn a_change_round_trips_through_bson() {
+        let change = DocumentChange::update(ns(), "A")
+            .inc("balance", -5_i64)
+            .set("state", "Paid")
+            .require_eq("state", "UnPaid");
+        let doc = bson::to_document(&change).unwrap();
+        let back: DocumentChange = bson::from_document(doc).unwrap();
+        assert_eq!(back, change);
+    }
+}

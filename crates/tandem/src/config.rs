@@ -1,0 +1,108 @@
+//! Settings of a coordinator and of the recovery worker.
+
+use std::time::Duration;
+
+/// Where [`Coordinator::run`](crate::Coordinator::run) returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CommitPoint {
+    /// Return at `applied` (the commit point); clearing markers and `done` finish in the background.
+    #[default]
+    Applied,
+    /// Return only once the record is `done` and every marker is cleared.
+    Done,
+}
+
+/// What a transaction does when a document it needs is held by another transaction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConflictPolicy {
+    /// Cancel at once with [`StepError::Conflict`](crate::StepError::Conflict).
+    #[default]
+    Fail,
+    /// Retry the apply with backoff for up to `timeout`, then cancel with `Conflict`.
+    Wait {
+        /// How long to keep trying.
+        timeout: Duration,
+    },
+}
+
+/// What recovery does with a transaction found stuck in `pending`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PendingPolicy {
+    /// Undo it (the default: the caller never got an answer, so nobody relies on it).
+    #[default]
+    RollBack,
+    /// Apply what is missing and commit it, canceling only if a participant refuses.
+    RollForward,
+}
+
+/// Settings of a [`Coordinator`](crate::Coordinator).
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    /// Database of the transaction records, and of document changes that name no database.
+    pub database: String,
+    /// Collection of the transaction records.
+    pub collection: String,
+    /// This worker's name, recorded as the owner of its transactions. Unique per process by default.
+    pub owner: String,
+    /// How long a transaction may go without progress before recovery may take it over.
+    pub lease: Duration,
+    /// Where `run` returns.
+    pub commit_point: CommitPoint,
+    /// What to do on a conflict.
+    pub conflict: ConflictPolicy,
+    /// The most participants one transaction may have.
+    pub max_participants: usize,
+    /// How many times a step failing transiently is repeated.
+    pub step_retries: u32,
+    /// The first backoff delay between repeats.
+    pub retry_delay: Duration,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            database: "tandem".into(),
+            collection: "transactions".into(),
+            owner: default_owner(),
+            lease: Duration::from_secs(30),
+            commit_point: CommitPoint::default(),
+            conflict: ConflictPolicy::default(),
+            max_participants: 64,
+            step_retries: 3,
+            retry_delay: Duration::from_millis(20),
+        }
+    }
+}
+
+/// Settings of a [`RecoveryWorker`](crate::RecoveryWorker).
+#[derive(Clone, Debug)]
+pub struct RecoveryConfig {
+    /// What to do with stuck `pending` transactions.
+    pub pending: PendingPolicy,
+    /// The most transactions claimed per pass.
+    pub batch: usize,
+    /// How many claimed transactions are driven at once.
+    pub concurrency: usize,
+    /// The pause between passes of [`RecoveryWorker::run_until`](crate::RecoveryWorker::run_until).
+    pub interval: Duration,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        RecoveryConfig {
+            pending: PendingPolicy::default(),
+            batch: 1000,
+            concurrency: 16,
+            interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A worker name unique to this process: `tandem-<pid>-<objectid>`.
+pub fn default_owner() -> String {
+    format!(
+        "tandem-{}-{}",
+        std::process::id(),
+        bson::oid::ObjectId::new().to_hex()
+    )
+}

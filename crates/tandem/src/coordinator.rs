@@ -1,0 +1,518 @@
+//! The [`Coordinator`]: runs a [`Transaction`] to `done`, or cancels it.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bson::doc;
+use futures::future::join_all;
+use tokio::task::JoinHandle;
+
+use crate::change::DocumentChange;
+use crate::config::{CommitPoint, ConflictPolicy, CoordinatorConfig, RecoveryConfig};
+use crate::engine::{history, Engine, Live, Party};
+use crate::error::{ChangeError, StepError, TxError};
+use crate::event::{EventSink, TxEvent};
+use crate::participant::{Participant, ParticipantKinds, StepContext, Stores};
+use crate::record::{ParticipantEntry, TxRecord, TxState};
+use crate::recovery::RecoveryWorker;
+use crate::store::{IndexSpec, Store, StoreError, StoreErrorKind};
+use crate::TxId;
+
+enum Item {
+    Document(DocumentChange),
+    Custom(Box<dyn Participant>),
+}
+
+/// A set of changes to run all-or-nothing.
+///
+/// ```
+/// use tandem::{DocumentChange, Namespace, Transaction};
+///
+/// let accounts = Namespace::new("bank", "accounts");
+/// let tx = Transaction::new()
+///     .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -100_i64).require_gte("balance", 100_i64))
+///     .change(DocumentChange::update(accounts, "B").inc("balance", 100_i64));
+/// assert_eq!(tx.len(), 2);
+/// ```
+#[derive(Default)]
+pub struct Transaction {
+    id: Option<TxId>,
+    items: Vec<Item>,
+    errors: Vec<ChangeError>,
+}
+
+impl Transaction {
+    /// An empty transaction with a generated id.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty transaction with a chosen id (e.g. an idempotency key).
+    pub fn with_id(id: impl Into<String>) -> Self {
+        let mut tx = Self::default();
+        match TxId::new(id) {
+            Ok(id) => tx.id = Some(id),
+            Err(e) => tx.errors.push(e),
+        }
+        tx
+    }
+
+    /// Adds a document change (or a typed change from `#[participant]`).
+    pub fn change(mut self, change: impl Into<DocumentChange>) -> Self {
+        self.items.push(Item::Document(change.into()));
+        self
+    }
+
+    /// Adds a hand-written participant. Its kind must be registered with the coordinator.
+    pub fn participant(mut self, participant: impl Participant + 'static) -> Self {
+        self.items.push(Item::Custom(Box::new(participant)));
+        self
+    }
+
+    /// How many participants it has.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether it has no participants.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The chosen id, if any.
+    pub fn id(&self) -> Option<&TxId> {
+        self.id.as_ref()
+    }
+}
+
+impl std::fmt::Debug for Transaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction")
+            .field("id", &self.id)
+            .field("participants", &self.items.len())
+            .finish()
+    }
+}
+
+/// What a committed transaction reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    /// The transaction id.
+    pub id: TxId,
+    /// `Applied` (committed; cleanup continues in the background) or `Done`.
+    pub state: TxState,
+    /// Sequential round trips to the stores until `run` returned.
+    pub round_trips: u32,
+}
+
+/// Builds a [`Coordinator`].
+pub struct CoordinatorBuilder {
+    stores: Stores,
+    kinds: ParticipantKinds,
+    config: CoordinatorConfig,
+    events: Option<EventSink>,
+}
+
+impl CoordinatorBuilder {
+    /// Adds a named store that participants can live in (another database or cluster).
+    pub fn store(mut self, name: impl Into<String>, store: impl Store) -> Self {
+        self.stores.insert(name, Arc::new(store));
+        self
+    }
+
+    /// Registers a hand-written participant kind so recovery can rebuild it.
+    pub fn kind<F>(mut self, kind: impl Into<String>, factory: F) -> Self
+    where
+        F: Fn(&bson::Document) -> Result<Box<dyn Participant>, ChangeError> + Send + Sync + 'static,
+    {
+        self.kinds.register(kind, factory);
+        self
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: CoordinatorConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The database of the records (and of changes naming no database).
+    pub fn database(mut self, db: impl Into<String>) -> Self {
+        self.config.database = db.into();
+        self
+    }
+
+    /// This worker's owner name.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.config.owner = owner.into();
+        self
+    }
+
+    /// The lease after which recovery may take a silent transaction over.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
+        self
+    }
+
+    /// Where `run` returns.
+    pub fn commit_point(mut self, point: CommitPoint) -> Self {
+        self.config.commit_point = point;
+        self
+    }
+
+    /// What to do on conflicts.
+    pub fn conflict(mut self, policy: ConflictPolicy) -> Self {
+        self.config.conflict = policy;
+        self
+    }
+
+    /// The most participants per transaction.
+    pub fn max_participants(mut self, n: usize) -> Self {
+        self.config.max_participants = n;
+        self
+    }
+
+    /// Receives every progress event.
+    pub fn on_event(mut self, sink: impl Fn(&TxEvent) + Send + Sync + 'static) -> Self {
+        self.events = Some(Arc::new(sink));
+        self
+    }
+
+    /// The coordinator.
+    pub fn build(self) -> Coordinator {
+        Coordinator {
+            engine: Arc::new(Engine {
+                stores: self.stores,
+                kinds: self.kinds,
+                config: self.config,
+                events: self.events,
+            }),
+            background: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+}
+
+/// Runs transactions: the two-phase protocol over single-document steps.
+///
+/// ```
+/// # async fn demo() -> Result<(), tandem::TxError> {
+/// use tandem::{Coordinator, DocumentChange, MemoryStore, Namespace, Transaction};
+///
+/// let store = MemoryStore::new();
+/// let coordinator = Coordinator::new(store);
+/// let tx = Transaction::new()
+///     .change(DocumentChange::insert(Namespace::new("shop", "orders"), "o1", bson::doc! { "state": "UnPaid" }));
+/// let receipt = coordinator.run(tx).await?;
+/// coordinator.drain().await;
+/// # let _ = receipt; Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Coordinator {
+    engine: Arc<Engine>,
+    background: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("stores", &self.engine.stores)
+            .field("config", &self.engine.config)
+            .finish()
+    }
+}
+
+impl Coordinator {
+    /// A coordinator with default settings whose records and documents live in `store`.
+    pub fn new(store: impl Store) -> Self {
+        Self::builder(store).build()
+    }
+
+    /// A builder whose default store (records, and documents naming no store) is `store`.
+    pub fn builder(store: impl Store) -> CoordinatorBuilder {
+        Self::builder_shared(Arc::new(store))
+    }
+
+    /// Like [`builder`](Self::builder), for a store already behind an `Arc`.
+    pub fn builder_shared(store: Arc<dyn Store>) -> CoordinatorBuilder {
+        CoordinatorBuilder {
+            stores: Stores::new(store),
+            kinds: ParticipantKinds::new(),
+            config: CoordinatorConfig::default(),
+            events: None,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &CoordinatorConfig {
+        &self.engine.config
+    }
+
+    /// The stores.
+    pub fn stores(&self) -> &Stores {
+        &self.engine.stores
+    }
+
+    /// A recovery worker sharing this coordinator's stores, kinds and events, under its own owner name.
+    pub fn recovery(&self, config: RecoveryConfig) -> RecoveryWorker {
+        let mut engine_config = self.engine.config.clone();
+        engine_config.owner = format!("{}-recovery-{}", engine_config.owner, bson::oid::ObjectId::new().to_hex());
+        RecoveryWorker::new(
+            Arc::new(Engine {
+                stores: self.engine.stores.clone(),
+                kinds: self.engine.kinds.clone(),
+                config: engine_config,
+                events: self.engine.events.clone(),
+            }),
+            config,
+        )
+    }
+
+    /// Creates the indexes the protocol relies on (idempotent): records by state and age.
+    pub async fn ensure_indexes(&self) -> Result<(), StoreError> {
+        let ns = self.engine.records_ns();
+        self.engine
+            .records()
+            .ensure_index(
+                &ns,
+                IndexSpec {
+                    name: "tandem_state_lastModified".into(),
+                    keys: doc! { "state": 1, "lastModified": 1 },
+                    expire_after_secs: None,
+                    partial_filter: None,
+                },
+            )
+            .await
+    }
+
+    /// Reads a transaction record.
+    pub async fn record(&self, id: &TxId) -> Result<Option<TxRecord>, StoreError> {
+        self.engine.load(id).await
+    }
+
+    /// Waits until every background finishing task (markers, `done`) has ended.
+    pub async fn drain(&self) {
+        let handles = std::mem::take(&mut *self.background.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in handles {
+            let _ = h.await;
+        }
+    }
+
+    fn prepare_items(&self, tx: Transaction) -> Result<(TxId, Vec<Box<dyn Participant>>), ChangeError> {
+        if let Some(e) = tx.errors.into_iter().next() {
+            return Err(e);
+        }
+        let config = &self.engine.config;
+        if tx.items.is_empty() {
+            return Err(ChangeError::NoParticipants);
+        }
+        if tx.items.len() > config.max_participants {
+            return Err(ChangeError::TooManyParticipants {
+                count: tx.items.len(),
+                limit: config.max_participants,
+            });
+        }
+        let mut seen = HashSet::new();
+        let mut parties: Vec<Box<dyn Participant>> = Vec::with_capacity(tx.items.len());
+        for item in tx.items {
+            let p: Box<dyn Participant> = match item {
+                Item::Document(mut change) => {
+                    if change.namespace.db.is_empty() {
+                        change.namespace.db = config.database.clone();
+                    }
+                    if let Some(name) = &change.store {
+                        if self.engine.stores.get(Some(name)).is_none() {
+                            return Err(ChangeError::UnknownStore {
+                                participant: change.label(),
+                                store: name.clone(),
+                            });
+                        }
+                    }
+                    Box::new(change)
+                }
+                Item::Custom(p) => {
+                    // Recovery must be able to rebuild it.
+                    self.engine.kinds.build(p.kind(), &p.spec()?)?;
+                    p
+                }
+            };
+            p.validate()?;
+            if !seen.insert(p.resource()) {
+                return Err(ChangeError::DuplicateParticipant {
+                    participant: p.label(),
+                });
+            }
+            parties.push(p);
+        }
+        Ok((tx.id.unwrap_or_else(TxId::generate), parties))
+    }
+
+    /// Runs a transaction: every change is applied, or none is.
+    ///
+    /// Returns at the commit point ([`CommitPoint`]). On refusal (a guard, a
+    /// missing document, a conflict) every applied change is undone and
+    /// [`TxError::Canceled`] says why. If the store fails mid-way the record is
+    /// left for the recovery worker and [`TxError::Interrupted`] says where.
+    pub async fn run(&self, tx: Transaction) -> Result<Receipt, TxError> {
+        let (id, participants) = self.prepare_items(tx)?;
+        let engine = &self.engine;
+        let mut round_trips = 0;
+
+        // Before-images, read before anything is written.
+        let epoch = 0;
+        let images = {
+            let stores = &engine.stores;
+            let id = &id;
+            join_all(participants.iter().map(|p| {
+                p.prepare(StepContext {
+                    tx: id,
+                    epoch,
+                    before: None,
+                    stores,
+                })
+            }))
+            .await
+        };
+        let mut parties = Vec::with_capacity(participants.len());
+        let mut entries = Vec::with_capacity(participants.len());
+        for (participant, image) in participants.into_iter().zip(images) {
+            let before = match image {
+                Ok(b) => b,
+                Err(StepError::Store { source, .. }) => {
+                    return Err(TxError::Interrupted {
+                        id,
+                        state: None,
+                        source,
+                    })
+                }
+                Err(cause) => return Err(TxError::Canceled { id, cause }),
+            };
+            entries.push(ParticipantEntry {
+                kind: participant.kind().to_owned(),
+                label: participant.label(),
+                spec: participant.spec()?,
+                before: before.clone(),
+            });
+            parties.push(Party {
+                participant,
+                before,
+            });
+        }
+        if parties.iter().any(|p| p.before.is_some()) {
+            round_trips += 1;
+        }
+        let live = Live {
+            id: id.clone(),
+            epoch,
+            parties,
+        };
+
+        self.create_record(&live, entries).await?;
+        round_trips += 1;
+        engine
+            .transition(&live, TxState::Initial, TxState::Pending, None)
+            .await?;
+        round_trips += 1;
+        let applied = engine.apply_or_cancel(&live).await;
+        round_trips += 2;
+        applied?;
+
+        match engine.config.commit_point {
+            CommitPoint::Done => {
+                engine.finish_applied(&live).await?;
+                round_trips += 2;
+                Ok(Receipt {
+                    id,
+                    state: TxState::Done,
+                    round_trips,
+                })
+            }
+            CommitPoint::Applied => {
+                let engine = Arc::clone(&self.engine);
+                let handle = tokio::spawn(async move {
+                    if let Err(e) = engine.finish_applied(&live).await {
+                        tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", live.id);
+                    }
+                });
+                let mut bg = self.background.lock().unwrap_or_else(|e| e.into_inner());
+                bg.retain(|h| !h.is_finished());
+                bg.push(handle);
+                Ok(Receipt {
+                    id,
+                    state: TxState::Applied,
+                    round_trips,
+                })
+            }
+        }
+    }
+
+    /// Writes the record in state `initial`, with timestamps from the store's clock.
+    async fn create_record(&self, live: &Live, entries: Vec<ParticipantEntry>) -> Result<(), TxError> {
+        let engine = &self.engine;
+        let config = &engine.config;
+        let ns = engine.records_ns();
+        let participants = bson::to_bson(&entries).map_err(|e| {
+            TxError::Invalid(ChangeError::Unserializable {
+                path: "participants".into(),
+                message: e.to_string(),
+            })
+        })?;
+        let lease_millis = i64::try_from(config.lease.as_millis()).unwrap_or(i64::MAX);
+        // `state: {$in: []}` matches nothing, so an existing record is never touched:
+        // the upsert then collides with its `_id` and fails with a duplicate key.
+        let filter = doc! { "_id": live.id.as_str(), "state": { "$in": [] } };
+        let update = doc! {
+            "$setOnInsert": {
+                "state": TxState::Initial,
+                "participants": participants,
+                "owner": &config.owner,
+                "epoch": live.epoch,
+                "leaseMillis": lease_millis,
+                "attempts": 0,
+                "history": [history(TxState::Initial, &config.owner, live.epoch, "create")],
+            },
+            "$currentDate": { "created": true, "lastModified": true },
+        };
+        let result = engine
+            .retry(|| engine.records().update_one(&ns, filter.clone(), update.clone(), true))
+            .await;
+        match result {
+            Ok(_) => {}
+            Err(e) if e.kind == StoreErrorKind::DuplicateKey => {
+                // Ours, if an earlier attempt landed before its answer was lost.
+                let existing = engine.load(&live.id).await.map_err(|source| TxError::Interrupted {
+                    id: live.id.clone(),
+                    state: None,
+                    source,
+                })?;
+                let ours = existing.is_some_and(|r| {
+                    r.owner == config.owner && r.epoch == live.epoch && r.state == TxState::Initial
+                });
+                if !ours {
+                    return Err(TxError::Duplicate { id: live.id.clone() });
+                }
+            }
+            Err(source) => {
+                return Err(TxError::Interrupted {
+                    id: live.id.clone(),
+                    state: None,
+                    source,
+                })
+            }
+        }
+        engine.emit(TxEvent::Created {
+            id: live.id.clone(),
+            participants: live.parties.len(),
+        });
+        Ok(())
+    }
+
+    /// Cancels a transaction that is still `pending` (or finishes canceling one that is `canceling`).
+    ///
+    /// The caller takes the record over (raising its epoch), so a coordinator
+    /// still working on it is fenced off.
+    pub async fn cancel(&self, id: &TxId, reason: &str) -> Result<TxState, TxError> {
+        let worker = self.recovery(RecoveryConfig::default());
+        worker.cancel(id, reason).await
+    }
+}

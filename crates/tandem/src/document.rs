@@ -1,0 +1,569 @@
+//! [`DocumentChange`] as a [`Participant`]: the guarded single-document steps.
+//!
+//! Every participant document carries, next to its own fields:
+//!
+//! * the marker array (default `pendingTransactions`): the ids of the
+//!   transactions whose change is applied but not yet committed or undone;
+//! * `_tandem.lock`: the id of the transaction holding the document exclusively;
+//! * `_tandem.tombstones`: ids of transactions that are finished with this
+//!   document. A tombstone fences off a late apply by a stalled worker, which
+//!   the marker alone cannot do once it has been pulled. Tombstones are removed
+//!   when the transaction record is garbage-collected;
+//! * `_tandem.deleting`: set while a delete waits for its commit;
+//! * `_tandem.ghost`: marks the placeholder left where an insert was undone.
+
+use async_trait::async_trait;
+use bson::{doc, Bson, Document};
+
+use crate::change::{DocumentChange, DocumentOp, FieldOp, GuardOp, META_FIELD};
+use crate::error::{ChangeError, StepError};
+use crate::participant::{Participant, StepContext};
+use crate::query;
+use crate::store::{Store, StoreError, StoreErrorKind};
+
+/// The participant kind of document changes.
+pub(crate) const KIND: &str = "document";
+
+const LOCK: &str = "_tandem.lock";
+const TOMBSTONES: &str = "_tandem.tombstones";
+const DELETING: &str = "_tandem.deleting";
+const GHOST: &str = "_tandem.ghost";
+
+/// A before-image: the value of each exclusively changed field, or its absence.
+fn image_to_doc(fields: Vec<(String, Option<Bson>)>) -> Document {
+    let list: Vec<Bson> = fields
+        .into_iter()
+        .map(|(path, value)| match value {
+            Some(v) => Bson::Document(doc! { "path": path, "value": v }),
+            None => Bson::Document(doc! { "path": path }),
+        })
+        .collect();
+    doc! { "fields": list }
+}
+
+fn image_from_doc(doc: &Document) -> Vec<(String, Option<Bson>)> {
+    doc.get_array("fields")
+        .map(|list| {
+            list.iter()
+                .filter_map(|b| b.as_document())
+                .filter_map(|d| {
+                    let path = d.get_str("path").ok()?.to_owned();
+                    Some((path, d.get("value").cloned()))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl DocumentChange {
+    fn store<'a>(&self, ctx: &StepContext<'a>) -> Result<&'a std::sync::Arc<dyn Store>, StepError> {
+        ctx.stores.get(self.store.as_deref()).ok_or_else(|| StepError::Store {
+            participant: self.label(),
+            source: StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!("unknown store {:?}", self.store.as_deref().unwrap_or("")),
+            ),
+        })
+    }
+
+    fn store_err(&self, e: StoreError) -> StepError {
+        let participant = self.label();
+        match e.kind {
+            StoreErrorKind::TypeMismatch => StepError::TypeMismatch {
+                participant,
+                path: self.first_path().to_owned(),
+                message: e.message,
+            },
+            StoreErrorKind::DocumentTooLarge => StepError::TooLarge { participant },
+            StoreErrorKind::Overflow => StepError::Overflow {
+                participant,
+                message: e.message,
+            },
+            _ => StepError::Store {
+                participant,
+                source: e,
+            },
+        }
+    }
+
+    fn first_path(&self) -> &str {
+        match &self.op {
+            DocumentOp::Update { ops } => ops.first().map(|o| o.path()).unwrap_or(""),
+            _ => "",
+        }
+    }
+
+    /// The paths whose before-image compensation needs.
+    fn imaged_paths(&self) -> Vec<&str> {
+        match &self.op {
+            DocumentOp::Update { ops } => ops
+                .iter()
+                .filter(|op| !op.commutes())
+                .map(|op| op.path())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The before-image, when every imaged path is pinned by an equality guard.
+    fn image_from_guards(&self) -> Option<Vec<(String, Option<Bson>)>> {
+        self.imaged_paths()
+            .into_iter()
+            .map(|path| {
+                self.guards
+                    .iter()
+                    .find(|g| g.path == path)
+                    .and_then(|g| match g.op {
+                        GuardOp::Eq => Some((path.to_owned(), Some(g.value.clone()))),
+                        GuardOp::Missing => Some((path.to_owned(), None)),
+                        _ => None,
+                    })
+            })
+            .collect()
+    }
+
+    /// The conditions every apply carries: not yet applied, not fenced, not a ghost, not held.
+    fn apply_filter(&self, ctx: &StepContext<'_>) -> Document {
+        let tx = ctx.tx.as_str();
+        let mut filter = doc! {
+            "_id": self.id.clone(),
+            self.marker.clone(): { "$ne": tx },
+            TOMBSTONES: { "$ne": tx },
+            LOCK: Bson::Null,
+            GHOST: { "$exists": false },
+        };
+        if self.is_exclusive() {
+            // Nobody else may have a change pending on a document we change exclusively.
+            filter.insert(format!("{}.0", self.marker), doc! { "$exists": false });
+        }
+        let mut conds: Vec<Bson> = self.guards.iter().map(|g| Bson::Document(g.to_filter())).collect();
+        if let Some(before) = ctx.before {
+            // The document must still be as it was read, or the image would be stale.
+            for (path, value) in image_from_doc(before) {
+                let cond = match value {
+                    Some(v) => doc! { path: { "$eq": v } },
+                    None => doc! { path: { "$exists": false } },
+                };
+                conds.push(Bson::Document(cond));
+            }
+        }
+        if !conds.is_empty() {
+            filter.insert("$and", conds);
+        }
+        filter
+    }
+
+    fn apply_update(&self, ctx: &StepContext<'_>, ops: &[FieldOp]) -> Document {
+        let mut set = Document::new();
+        let mut unset = Document::new();
+        let mut inc = Document::new();
+        let mut push = Document::new();
+        let mut pull = Document::new();
+        for op in ops {
+            match op {
+                FieldOp::Set { path, value } => {
+                    set.insert(path.clone(), value.clone());
+                }
+                FieldOp::Unset { path } => {
+                    unset.insert(path.clone(), "");
+                }
+                FieldOp::Inc { path, by } => {
+                    // A deferred credit adds zero now: the store still checks the field's type,
+                    // so a credit can never fail later, at commit.
+                    let now = if self.applies_early(op) { by.clone() } else { zero_like(by) };
+                    inc.insert(path.clone(), now);
+                }
+                FieldOp::Push { path, value } => {
+                    push.insert(path.clone(), value.clone());
+                }
+                FieldOp::Pull { path, value } => {
+                    pull.insert(path.clone(), value.clone());
+                }
+            }
+        }
+        push.insert(self.marker.clone(), ctx.tx.as_str());
+        if self.is_exclusive() {
+            set.insert(LOCK, ctx.tx.as_str());
+        }
+        let mut update = Document::new();
+        for (op, body) in [("$set", set), ("$unset", unset), ("$inc", inc), ("$push", push), ("$pull", pull)] {
+            if !body.is_empty() {
+                update.insert(op, body);
+            }
+        }
+        update
+    }
+
+    /// Works out why a guarded apply matched nothing.
+    async fn diagnose(&self, store: &dyn Store, ctx: &StepContext<'_>) -> Result<(), StepError> {
+        let ns = &self.namespace;
+        let participant = self.label();
+        let current = store
+            .find_one(ns, doc! { "_id": self.id.clone() })
+            .await
+            .map_err(|e| self.store_err(e))?;
+        let Some(current) = current else {
+            return Err(StepError::NotFound { participant });
+        };
+        let tx = Bson::String(ctx.tx.as_str().to_owned());
+        let has = |path: &str| {
+            query::matches(&current, &doc! { path: tx.clone() }).unwrap_or(false)
+        };
+        if has(&self.marker) {
+            return Ok(()); // applied already, by us or by another worker of this transaction
+        }
+        if has(TOMBSTONES) {
+            return Err(StepError::Fenced { participant });
+        }
+        if query::lookup(&current, GHOST).is_some() {
+            return Err(StepError::NotFound { participant });
+        }
+        if let Some(holder) = query::lookup(&current, LOCK).filter(|b| **b != Bson::Null) {
+            return Err(StepError::Conflict {
+                participant,
+                holder: holder_text(holder),
+            });
+        }
+        if self.is_exclusive() {
+            if let Some(Bson::Array(pending)) = query::lookup(&current, &self.marker) {
+                if let Some(first) = pending.first() {
+                    return Err(StepError::Conflict {
+                        participant,
+                        holder: holder_text(first),
+                    });
+                }
+            }
+        }
+        for guard in &self.guards {
+            if query::matches(&current, &guard.to_filter()).unwrap_or(false) {
+                continue;
+            }
+            let found = query::lookup(&current, &guard.path);
+            if let (Some(found), false) = (found, matches!(guard.op, GuardOp::Exists | GuardOp::Missing)) {
+                if query::compare(found, &guard.value).is_none() && guard.value != Bson::Null {
+                    return Err(StepError::TypeMismatch {
+                        participant,
+                        path: guard.path.clone(),
+                        message: format!(
+                            "stored {} {found}, guard compares with {} {}",
+                            type_name(found),
+                            type_name(&guard.value),
+                            guard.value
+                        ),
+                    });
+                }
+            }
+            let found = found.map(|b| b.to_string()).unwrap_or_else(|| "nothing".into());
+            return Err(StepError::GuardFailed {
+                participant,
+                guard: format!("{guard} (found {found})"),
+            });
+        }
+        if let DocumentOp::Update { ops } = &self.op {
+            for op in ops {
+                if let FieldOp::Inc { path, .. } = op {
+                    if let Some(v) = query::lookup(&current, path) {
+                        if !matches!(v, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_)) {
+                            return Err(StepError::TypeMismatch {
+                                participant,
+                                path: path.clone(),
+                                message: format!("cannot increment a stored {} {v}", type_name(v)),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        // The before-image no longer holds: somebody wrote the document since it was read.
+        Err(StepError::Conflict {
+            participant,
+            holder: "(concurrent write)".into(),
+        })
+    }
+
+    /// Puts the tombstone on first, so no apply can land after this point.
+    async fn fence(&self, store: &dyn Store, ctx: &StepContext<'_>) -> Result<(), StepError> {
+        let insert = matches!(self.op, DocumentOp::Insert { .. });
+        let mut update = doc! { "$addToSet": { TOMBSTONES: ctx.tx.as_str() } };
+        if insert {
+            // The document may never have been inserted: leave a fenced placeholder.
+            update.insert("$setOnInsert", doc! { GHOST: true });
+        }
+        store
+            .update_one(&self.namespace, doc! { "_id": self.id.clone() }, update, insert)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.store_err(e))
+    }
+}
+
+fn holder_text(b: &Bson) -> String {
+    match b {
+        Bson::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn type_name(b: &Bson) -> &'static str {
+    match b {
+        Bson::String(_) => "string",
+        Bson::Int32(_) => "int",
+        Bson::Int64(_) => "long",
+        Bson::Double(_) => "double",
+        Bson::Boolean(_) => "bool",
+        Bson::Array(_) => "array",
+        Bson::Document(_) => "object",
+        Bson::Null => "null",
+        Bson::DateTime(_) => "date",
+        Bson::ObjectId(_) => "objectId",
+        _ => "value",
+    }
+}
+
+#[async_trait]
+impl Participant for DocumentChange {
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    fn spec(&self) -> Result<Document, ChangeError> {
+        bson::to_document(self).map_err(|e| ChangeError::Unserializable {
+            path: "(change)".into(),
+            message: e.to_string(),
+        })
+    }
+
+    fn label(&self) -> String {
+        DocumentChange::label(self)
+    }
+
+    fn resource(&self) -> String {
+        let id = bson::to_vec(&doc! { "id": self.id.clone() }).unwrap_or_default();
+        format!("{}|{}|{:?}", self.store.as_deref().unwrap_or(""), self.namespace, id)
+    }
+
+    fn validate(&self) -> Result<(), ChangeError> {
+        DocumentChange::validate(self)
+    }
+
+    async fn prepare(&self, ctx: StepContext<'_>) -> Result<Option<Document>, StepError> {
+        let paths = self.imaged_paths();
+        if paths.is_empty() {
+            return Ok(None);
+        }
+        if let Some(image) = self.image_from_guards() {
+            return Ok(Some(image_to_doc(image)));
+        }
+        let store = self.store(&ctx)?;
+        let current = store
+            .find_one(&self.namespace, doc! { "_id": self.id.clone() })
+            .await
+            .map_err(|e| self.store_err(e))?
+            .ok_or_else(|| StepError::NotFound {
+                participant: self.label(),
+            })?;
+        let image = paths
+            .into_iter()
+            .map(|p| (p.to_owned(), query::lookup(&current, p).cloned()))
+            .collect();
+        Ok(Some(image_to_doc(image)))
+    }
+
+    async fn apply(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
+        let store = self.store(&ctx)?;
+        let tx = ctx.tx.as_str();
+        match &self.op {
+            DocumentOp::Insert { doc } => {
+                let mut full = doc! { "_id": self.id.clone() };
+                full.extend(doc.clone());
+                full.insert(self.marker.clone(), vec![tx]);
+                full.insert(META_FIELD, doc! { "lock": tx });
+                match store.insert_one(&self.namespace, full).await {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.kind == StoreErrorKind::DuplicateKey => {
+                        match self.diagnose(store.as_ref(), &ctx).await {
+                            Ok(()) => Ok(()),
+                            Err(StepError::Fenced { participant }) => {
+                                Err(StepError::Fenced { participant })
+                            }
+                            Err(_) => Err(StepError::AlreadyExists {
+                                participant: self.label(),
+                            }),
+                        }
+                    }
+                    Err(e) => Err(self.store_err(e)),
+                }
+            }
+            DocumentOp::Update { ops } => {
+                let filter = self.apply_filter(&ctx);
+                let update = self.apply_update(&ctx, ops);
+                let outcome = store
+                    .update_one(&self.namespace, filter, update, false)
+                    .await
+                    .map_err(|e| self.store_err(e))?;
+                if outcome.matched == 1 {
+                    Ok(())
+                } else {
+                    self.diagnose(store.as_ref(), &ctx).await
+                }
+            }
+            DocumentOp::Delete => {
+                let filter = self.apply_filter(&ctx);
+                let update = doc! {
+                    "$set": { LOCK: tx, DELETING: true },
+                    "$push": { self.marker.clone(): tx },
+                };
+                let outcome = store
+                    .update_one(&self.namespace, filter, update, false)
+                    .await
+                    .map_err(|e| self.store_err(e))?;
+                if outcome.matched == 1 {
+                    Ok(())
+                } else {
+                    self.diagnose(store.as_ref(), &ctx).await
+                }
+            }
+        }
+    }
+
+    async fn compensate(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
+        let store = self.store(&ctx)?;
+        self.fence(store.as_ref(), &ctx).await?;
+        let tx = ctx.tx.as_str();
+        let applied = doc! { "_id": self.id.clone(), self.marker.clone(): tx };
+        let result = match &self.op {
+            DocumentOp::Insert { .. } => store
+                .replace_one(
+                    &self.namespace,
+                    applied,
+                    doc! { META_FIELD: { "ghost": true, "tombstones": [tx] } },
+                )
+                .await
+                .map(|_| ()),
+            DocumentOp::Delete => store
+                .update_one(
+                    &self.namespace,
+                    applied,
+                    doc! {
+                        "$unset": { LOCK: "", DELETING: "" },
+                        "$pull": { self.marker.clone(): tx },
+                    },
+                    false,
+                )
+                .await
+                .map(|_| ()),
+            DocumentOp::Update { ops } => {
+                let mut set = Document::new();
+                let mut unset = Document::new();
+                let mut inc = Document::new();
+                for op in ops {
+                    if let FieldOp::Inc { path, by } = op {
+                        if self.applies_early(op) {
+                            inc.insert(path.clone(), negate(by));
+                        }
+                    }
+                }
+                if let Some(before) = ctx.before {
+                    for (path, value) in image_from_doc(before) {
+                        match value {
+                            Some(v) => set.insert(path, v),
+                            None => unset.insert(path, ""),
+                        };
+                    }
+                }
+                unset.insert(LOCK, "");
+                let mut update = doc! { "$pull": { self.marker.clone(): tx }, "$unset": unset };
+                if !set.is_empty() {
+                    update.insert("$set", set);
+                }
+                if !inc.is_empty() {
+                    update.insert("$inc", inc);
+                }
+                store
+                    .update_one(&self.namespace, applied, update, false)
+                    .await
+                    .map(|_| ())
+            }
+        };
+        result.map_err(|e| self.store_err(e))
+    }
+
+    async fn clear_marker(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
+        let store = self.store(&ctx)?;
+        let tx = ctx.tx.as_str();
+        let applied = doc! { "_id": self.id.clone(), self.marker.clone(): tx };
+        let result = match &self.op {
+            DocumentOp::Delete => store.delete_one(&self.namespace, applied).await.map(|_| ()),
+            op => {
+                let mut update = doc! {
+                    "$pull": { self.marker.clone(): tx },
+                    "$unset": { LOCK: "" },
+                    "$addToSet": { TOMBSTONES: tx },
+                };
+                // Credits deferred to the commit land with the marker's removal: exactly once.
+                if let DocumentOp::Update { ops } = op {
+                    let late: Document = ops
+                        .iter()
+                        .filter(|op| !self.applies_early(op))
+                        .filter_map(|op| match op {
+                            FieldOp::Inc { path, by } => Some((path.clone(), by.clone())),
+                            _ => None,
+                        })
+                        .collect();
+                    if !late.is_empty() {
+                        update.insert("$inc", late);
+                    }
+                }
+                store
+                    .update_one(&self.namespace, applied, update, false)
+                    .await
+                    .map(|_| ())
+            }
+        };
+        result.map_err(|e| self.store_err(e))
+    }
+
+    async fn forget(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
+        let store = self.store(&ctx)?;
+        let tx = ctx.tx.as_str();
+        store
+            .update_one(
+                &self.namespace,
+                doc! { "_id": self.id.clone(), TOMBSTONES: tx },
+                doc! { "$pull": { TOMBSTONES: tx } },
+                false,
+            )
+            .await
+            .map_err(|e| self.store_err(e))?;
+        // A placeholder with no tombstone left has nothing more to fence.
+        store
+            .delete_one(
+                &self.namespace,
+                doc! {
+                    "_id": self.id.clone(),
+                    GHOST: true,
+                    format!("{TOMBSTONES}.0"): { "$exists": false },
+                },
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| self.store_err(e))
+    }
+}
+
+fn zero_like(by: &Bson) -> Bson {
+    match by {
+        Bson::Int32(_) => Bson::Int32(0),
+        Bson::Double(_) => Bson::Double(0.0),
+        _ => Bson::Int64(0),
+    }
+}
+
+fn negate(by: &Bson) -> Bson {
+    match by {
+        Bson::Int32(i) => Bson::Int32(-i),
+        Bson::Int64(i) => Bson::Int64(-i),
+        Bson::Double(d) => Bson::Double(-d),
+        other => other.clone(),
+    }
+}

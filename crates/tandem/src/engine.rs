@@ -1,0 +1,319 @@
+//! The protocol steps shared by the coordinator and the recovery worker.
+//!
+//! An [`Engine`] drives one transaction that a worker owns at a given epoch:
+//! guarded state transitions of the record, and concurrent participant steps.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::{doc, Bson, Document};
+use futures::future::join_all;
+
+use crate::config::{ConflictPolicy, CoordinatorConfig};
+use crate::error::{ChangeError, StepError, TxError};
+use crate::event::{EventSink, TxEvent};
+use crate::participant::{Participant, ParticipantKinds, StepContext, Stores};
+use crate::record::{TxRecord, TxState};
+use crate::store::{Namespace, Store, StoreError, StoreErrorKind};
+use crate::TxId;
+
+/// A participant and its recorded before-image.
+pub(crate) struct Party {
+    pub participant: Box<dyn Participant>,
+    pub before: Option<Document>,
+}
+
+/// A transaction as one worker drives it.
+pub(crate) struct Live {
+    pub id: TxId,
+    pub epoch: i64,
+    pub parties: Vec<Party>,
+}
+
+/// Which participant step to run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Step {
+    Apply,
+    Compensate,
+    Clear,
+    Forget,
+}
+
+/// The shared machinery: stores, participant kinds, configuration, events.
+pub(crate) struct Engine {
+    pub stores: Stores,
+    pub kinds: ParticipantKinds,
+    pub config: CoordinatorConfig,
+    pub events: Option<EventSink>,
+}
+
+impl Engine {
+    pub fn records(&self) -> &Arc<dyn Store> {
+        self.stores.default_store()
+    }
+
+    pub fn records_ns(&self) -> Namespace {
+        Namespace::new(&self.config.database, &self.config.collection)
+    }
+
+    pub fn emit(&self, event: TxEvent) {
+        tracing::info!(target: "tandem", "{event}");
+        if let Some(sink) = &self.events {
+            sink(&event);
+        }
+    }
+
+    /// Runs a store call again while it fails transiently, within the configured attempts.
+    pub async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match call().await {
+                Err(e) if e.kind.is_retryable() && attempt < self.config.step_retries => {
+                    attempt += 1;
+                    tokio::time::sleep(backoff(self.config.retry_delay, attempt)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Reads a record.
+    pub async fn load(&self, id: &TxId) -> Result<Option<TxRecord>, StoreError> {
+        let ns = self.records_ns();
+        let found = self
+            .retry(|| self.records().find_one(&ns, doc! { "_id": id.as_str() }))
+            .await?;
+        found
+            .map(|d| {
+                TxRecord::from_document(d).map_err(|e| {
+                    StoreError::new(StoreErrorKind::Other, format!("unreadable record {id}: {e}"))
+                })
+            })
+            .transpose()
+    }
+
+    /// Moves the record from `from` to `to`, guarded by state and epoch.
+    pub async fn transition(
+        &self,
+        live: &Live,
+        from: TxState,
+        to: TxState,
+        last_error: Option<String>,
+    ) -> Result<(), TxError> {
+        debug_assert!(from.can_move_to(to), "{from} -> {to}");
+        let ns = self.records_ns();
+        let filter = doc! { "_id": live.id.as_str(), "state": from, "epoch": live.epoch };
+        let mut set = doc! { "state": to };
+        if let Some(err) = last_error {
+            set.insert("lastError", err);
+        }
+        let update = doc! {
+            "$set": set,
+            "$currentDate": { "lastModified": true },
+            "$push": { "history": {
+                "state": to, "owner": &self.config.owner, "epoch": live.epoch, "event": "move",
+            } },
+        };
+        let interrupted = |source| TxError::Interrupted {
+            id: live.id.clone(),
+            state: Some(from),
+            source,
+        };
+        let outcome = self
+            .retry(|| {
+                self.records()
+                    .update_one(&ns, filter.clone(), update.clone(), false)
+            })
+            .await
+            .map_err(interrupted)?;
+        if outcome.matched == 0 {
+            // Either an earlier attempt of ours landed, or another worker owns the record now.
+            let now = self.load(&live.id).await.map_err(interrupted)?;
+            match now {
+                Some(r) if r.state == to && r.epoch == live.epoch => {}
+                Some(r) => {
+                    return Err(TxError::Superseded {
+                        id: live.id.clone(),
+                        state: Some(r.state),
+                        epoch: r.epoch,
+                    })
+                }
+                None => {
+                    return Err(TxError::Superseded {
+                        id: live.id.clone(),
+                        state: None,
+                        epoch: live.epoch,
+                    })
+                }
+            }
+        }
+        self.emit(TxEvent::StateChanged {
+            id: live.id.clone(),
+            from,
+            to,
+        });
+        Ok(())
+    }
+
+    /// Runs one step on one participant, retrying transient failures (and conflicts, if configured).
+    async fn step(&self, live: &Live, party: &Party, step: Step) -> Result<(), StepError> {
+        let ctx = StepContext {
+            tx: &live.id,
+            epoch: live.epoch,
+            before: party.before.as_ref(),
+            stores: &self.stores,
+        };
+        let p = &party.participant;
+        let mut attempt = 0;
+        let started = tokio::time::Instant::now();
+        loop {
+            let result = match step {
+                Step::Apply => p.apply(ctx).await,
+                Step::Compensate => p.compensate(ctx).await,
+                Step::Clear => p.clear_marker(ctx).await,
+                Step::Forget => p.forget(ctx).await,
+            };
+            attempt += 1;
+            let again = match (&result, self.config.conflict) {
+                (Err(StepError::Store { source, .. }), _) if source.kind.is_retryable() => {
+                    attempt <= self.config.step_retries
+                }
+                (Err(StepError::Conflict { .. }), ConflictPolicy::Wait { timeout }) => {
+                    matches!(step, Step::Apply) && started.elapsed() < timeout
+                }
+                _ => false,
+            };
+            if !again {
+                if let Err(e) = &result {
+                    self.emit(TxEvent::StepFailed {
+                        id: live.id.clone(),
+                        participant: p.label(),
+                        error: e.to_string(),
+                    });
+                }
+                return result;
+            }
+            tokio::time::sleep(backoff(self.config.retry_delay, attempt)).await;
+        }
+    }
+
+    /// Runs one step on every participant at once.
+    pub async fn step_all(&self, live: &Live, step: Step) -> Vec<Result<(), StepError>> {
+        join_all(live.parties.iter().map(|party| self.step(live, party, step))).await
+    }
+
+    /// Runs a step everywhere; the first failure means the store failed mid-way.
+    async fn step_all_or_interrupt(
+        &self,
+        live: &Live,
+        step: Step,
+        state: TxState,
+    ) -> Result<(), TxError> {
+        for result in self.step_all(live, step).await {
+            if let Err(e) = result {
+                let source = match e {
+                    StepError::Store { source, .. } => source,
+                    other => StoreError::new(StoreErrorKind::Other, other.to_string()),
+                };
+                return Err(TxError::Interrupted {
+                    id: live.id.clone(),
+                    state: Some(state),
+                    source,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// From `pending`: apply everything, then commit or cancel.
+    /// Returns `Ok(())` at the commit point (`applied`).
+    pub async fn apply_or_cancel(&self, live: &Live) -> Result<(), TxError> {
+        let results = self.step_all(live, Step::Apply).await;
+        let mut refusals = results.into_iter().filter_map(Result::err).collect::<Vec<_>>();
+        if refusals.is_empty() {
+            return self.transition(live, TxState::Pending, TxState::Applied, None).await;
+        }
+        // A definite refusal explains the cancellation better than a store failure.
+        refusals.sort_by_key(|e| e.is_store_failure());
+        let cause = refusals.swap_remove(0);
+        self.cancel(live, cause).await
+    }
+
+    /// From `pending`: cancel because of `cause`, undoing every participant.
+    pub async fn cancel(&self, live: &Live, cause: StepError) -> Result<(), TxError> {
+        self.transition(
+            live,
+            TxState::Pending,
+            TxState::Canceling,
+            Some(cause.to_string()),
+        )
+        .await?;
+        self.finish_canceling(live).await?;
+        Err(TxError::Canceled {
+            id: live.id.clone(),
+            cause,
+        })
+    }
+
+    /// From `canceling`: undo every participant and move to `canceled`.
+    pub async fn finish_canceling(&self, live: &Live) -> Result<(), TxError> {
+        self.step_all_or_interrupt(live, Step::Compensate, TxState::Canceling)
+            .await?;
+        self.transition(live, TxState::Canceling, TxState::Canceled, None)
+            .await
+    }
+
+    /// From `applied`: clear every marker and move to `done`.
+    pub async fn finish_applied(&self, live: &Live) -> Result<(), TxError> {
+        self.step_all_or_interrupt(live, Step::Clear, TxState::Applied)
+            .await?;
+        self.transition(live, TxState::Applied, TxState::Done, None)
+            .await
+    }
+
+    /// Rebuilds the participants of a stored record.
+    pub fn rebuild(&self, record: &TxRecord, epoch: i64) -> Result<Live, ChangeError> {
+        let parties = record
+            .participants
+            .iter()
+            .map(|entry| {
+                Ok(Party {
+                    participant: self.kinds.build(&entry.kind, &entry.spec)?,
+                    before: entry.before.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, ChangeError>>()?;
+        Ok(Live {
+            id: record.id.clone(),
+            epoch,
+            parties,
+        })
+    }
+}
+
+/// Exponential backoff with jitter: `base * 2^(attempt-1)`, scaled by a random factor in [0.5, 1.5).
+pub(crate) fn backoff(base: Duration, attempt: u32) -> Duration {
+    let exp = base.saturating_mul(1 << attempt.saturating_sub(1).min(10));
+    let jitter = 0.5 + (random_u64() % 1000) as f64 / 1000.0;
+    exp.mul_f64(jitter).min(Duration::from_secs(5))
+}
+
+/// A cheap random number for jitter (not for anything that needs real randomness).
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0));
+    h.finish()
+}
+
+/// The stored form of a history line.
+pub(crate) fn history(state: TxState, owner: &str, epoch: i64, event: &str) -> Bson {
+    Bson::Document(doc! { "state": state, "owner": owner, "epoch": epoch, "event": event })
+}

@@ -1,0 +1,255 @@
+//! Typed errors: what went wrong with a change, a step, or a whole transaction.
+
+use crate::record::TxState;
+use crate::store::StoreError;
+use crate::TxId;
+
+/// A change that is malformed: found before anything is written.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChangeError {
+    /// A field path is empty, has an empty segment, or a segment starting with `$`.
+    #[error("invalid field path {path:?}: {reason}")]
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// Why it is invalid.
+        reason: &'static str,
+    },
+    /// A database or collection name is empty or contains `$`, `.` (collection: `$` only) or NUL.
+    #[error("invalid namespace name {name:?}: {reason}")]
+    InvalidNamespace {
+        /// The name as given.
+        name: String,
+        /// Why it is invalid.
+        reason: &'static str,
+    },
+    /// A change names a field tandem keeps for itself (the marker, `_tandem`, or `_id`).
+    #[error("field {path:?} is reserved by tandem and cannot be changed")]
+    ReservedField {
+        /// The reserved path.
+        path: String,
+    },
+    /// Two changes of one document touch the same field, or a field and one inside it.
+    #[error("changes to {first:?} and {second:?} overlap; change each field once")]
+    OverlappingPaths {
+        /// The first path.
+        first: String,
+        /// The second path.
+        second: String,
+    },
+    /// An increment by zero, or by a value that cannot be negated (i64::MIN).
+    #[error("invalid increment of {path:?}: {reason}")]
+    InvalidAmount {
+        /// The field.
+        path: String,
+        /// Why the amount is invalid.
+        reason: &'static str,
+    },
+    /// A value could not be converted to BSON.
+    #[error("value for {path:?} cannot be stored: {message}")]
+    Unserializable {
+        /// The field.
+        path: String,
+        /// The serializer's message.
+        message: String,
+    },
+    /// A document change with nothing to do.
+    #[error("the change of {participant} has no field changes")]
+    Empty {
+        /// The participant.
+        participant: String,
+    },
+    /// A transaction with no participants.
+    #[error("a transaction needs at least one participant")]
+    NoParticipants,
+    /// More participants than the coordinator allows.
+    #[error("{count} participants exceed the limit of {limit}")]
+    TooManyParticipants {
+        /// How many were given.
+        count: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// Two participants address the same document.
+    #[error("document {participant} appears twice in one transaction")]
+    DuplicateParticipant {
+        /// The participant.
+        participant: String,
+    },
+    /// The transaction id is empty or too long.
+    #[error("invalid transaction id {id:?}: {reason}")]
+    InvalidId {
+        /// The id as given.
+        id: String,
+        /// Why it is invalid.
+        reason: &'static str,
+    },
+    /// A participant names a store the coordinator does not know.
+    #[error("participant {participant} uses unknown store {store:?}")]
+    UnknownStore {
+        /// The participant.
+        participant: String,
+        /// The store name.
+        store: String,
+    },
+    /// A participant kind that no factory is registered for.
+    #[error("no participant kind {kind:?} is registered")]
+    UnknownKind {
+        /// The kind.
+        kind: String,
+    },
+    /// A stored participant specification could not be read back.
+    #[error("participant specification of kind {kind:?} is invalid: {message}")]
+    InvalidSpec {
+        /// The kind.
+        kind: String,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// Why one participant step (apply, compensate, clear) did not succeed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepError {
+    /// The document does not exist.
+    #[error("{participant}: document not found")]
+    NotFound {
+        /// The participant.
+        participant: String,
+    },
+    /// The document to insert exists already.
+    #[error("{participant}: document already exists")]
+    AlreadyExists {
+        /// The participant.
+        participant: String,
+    },
+    /// A guard (precondition) is false.
+    #[error("{participant}: guard failed: {guard}")]
+    GuardFailed {
+        /// The participant.
+        participant: String,
+        /// The guard, e.g. `balance >= 100 (found 40)`.
+        guard: String,
+    },
+    /// A stored field has the wrong type for the change or guard.
+    #[error("{participant}: field {path:?} has the wrong type: {message}")]
+    TypeMismatch {
+        /// The participant.
+        participant: String,
+        /// The field.
+        path: String,
+        /// What was found.
+        message: String,
+    },
+    /// Another transaction holds the document, or changed it since it was read.
+    #[error("{participant}: conflict with transaction {holder}")]
+    Conflict {
+        /// The participant.
+        participant: String,
+        /// The transaction holding the document, or `"(concurrent write)"`.
+        holder: String,
+    },
+    /// This transaction was already finished by another worker: the step is fenced off.
+    #[error("{participant}: fenced: transaction already finished elsewhere")]
+    Fenced {
+        /// The participant.
+        participant: String,
+    },
+    /// The change would make the document exceed the store's size limit.
+    #[error("{participant}: document would exceed the size limit")]
+    TooLarge {
+        /// The participant.
+        participant: String,
+    },
+    /// A numeric change would overflow.
+    #[error("{participant}: {message}")]
+    Overflow {
+        /// The participant.
+        participant: String,
+        /// The store's message.
+        message: String,
+    },
+    /// A hand-written participant refused the step for a business reason.
+    #[error("{participant}: rejected: {reason}")]
+    Rejected {
+        /// The participant.
+        participant: String,
+        /// Why.
+        reason: String,
+    },
+    /// The store failed; the outcome of the step is unknown until it is repeated.
+    #[error("{participant}: store error: {source}")]
+    Store {
+        /// The participant.
+        participant: String,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
+}
+
+impl StepError {
+    /// Whether this error means the store failed (rather than the change being refused).
+    pub fn is_store_failure(&self) -> bool {
+        matches!(self, StepError::Store { .. })
+    }
+}
+
+/// Why a transaction did not commit.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TxError {
+    /// The transaction was malformed; nothing was written.
+    #[error("invalid transaction: {0}")]
+    Invalid(#[from] ChangeError),
+    /// A transaction record with this id exists already; nothing was written.
+    #[error("transaction {id} exists already")]
+    Duplicate {
+        /// The id.
+        id: TxId,
+    },
+    /// A participant refused its change; every applied change was undone.
+    #[error("transaction {id} canceled: {cause}")]
+    Canceled {
+        /// The id.
+        id: TxId,
+        /// The first refusal.
+        cause: StepError,
+    },
+    /// Another worker took the transaction over (its lease had expired); that worker decides the outcome.
+    #[error("transaction {id} was taken over by another worker (now {state:?} at epoch {epoch})")]
+    Superseded {
+        /// The id.
+        id: TxId,
+        /// The state the record is in now, if it still exists.
+        state: Option<TxState>,
+        /// The record's epoch now.
+        epoch: i64,
+    },
+    /// The store failed mid-way; the record stays in `state` and recovery will finish it.
+    #[error("transaction {id} interrupted in state {state:?}: {source}")]
+    Interrupted {
+        /// The id.
+        id: TxId,
+        /// The last state known to be stored, if the record was written.
+        state: Option<TxState>,
+        /// The store error.
+        #[source]
+        source: StoreError,
+    },
+}
+
+impl TxError {
+    /// The transaction id, when one was assigned.
+    pub fn id(&self) -> Option<&TxId> {
+        match self {
+            TxError::Invalid(_) => None,
+            TxError::Duplicate { id }
+            | TxError::Canceled { id, .. }
+            | TxError::Superseded { id, .. }
+            | TxError::Interrupted { id, .. } => Some(id),
+        }
+    }
+}

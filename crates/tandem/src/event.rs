@@ -1,0 +1,83 @@
+//! Progress events: what a coordinator or recovery worker just did.
+//!
+//! Every event is also logged with `tracing`; an [`EventSink`] lets an
+//! application print or count them (the examples print each state change).
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::record::TxState;
+use crate::TxId;
+
+/// Something that happened to a transaction.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum TxEvent {
+    /// The record was written in state `initial`.
+    Created {
+        /// The transaction.
+        id: TxId,
+        /// How many participants it has.
+        participants: usize,
+    },
+    /// The record moved from one state to another.
+    StateChanged {
+        /// The transaction.
+        id: TxId,
+        /// The state before.
+        from: TxState,
+        /// The state after.
+        to: TxState,
+    },
+    /// A recovery worker claimed the record.
+    Claimed {
+        /// The transaction.
+        id: TxId,
+        /// The state it was found in.
+        state: TxState,
+        /// The worker.
+        owner: String,
+        /// The new epoch.
+        epoch: i64,
+    },
+    /// A stale `initial` record (nothing applied) was removed.
+    Removed {
+        /// The transaction.
+        id: TxId,
+    },
+    /// A participant step failed (the transaction will be canceled or left to recovery).
+    StepFailed {
+        /// The transaction.
+        id: TxId,
+        /// The participant.
+        participant: String,
+        /// The error, as text.
+        error: String,
+    },
+}
+
+impl fmt::Display for TxEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TxEvent::Created { id, participants } => {
+                write!(f, "{id}: created with {participants} participants (initial)")
+            }
+            TxEvent::StateChanged { id, from, to } => write!(f, "{id}: {from} -> {to}"),
+            TxEvent::Claimed {
+                id,
+                state,
+                owner,
+                epoch,
+            } => write!(f, "{id}: claimed in state {state} by {owner} (epoch {epoch})"),
+            TxEvent::Removed { id } => write!(f, "{id}: stale initial record removed"),
+            TxEvent::StepFailed {
+                id,
+                participant,
+                error,
+            } => write!(f, "{id}: step on {participant} failed: {error}"),
+        }
+    }
+}
+
+/// A callback receiving every [`TxEvent`].
+pub type EventSink = Arc<dyn Fn(&TxEvent) + Send + Sync>;

@@ -1,0 +1,193 @@
+//! The [`Participant`] trait: one party of a transaction, and how to rebuild it.
+//!
+//! Each step is an idempotent single-document (or single-request) action guarded
+//! by the transaction id, so that running it twice, or after another worker
+//! already ran it, changes nothing:
+//!
+//! * [`apply`](Participant::apply) makes the change and leaves a marker;
+//! * [`compensate`](Participant::compensate) first fences the participant
+//!   against any late apply, then undoes the change if its marker is there;
+//! * [`clear_marker`](Participant::clear_marker) removes the marker once the
+//!   transaction is committed, leaving a tombstone that fences late applies;
+//! * [`forget`](Participant::forget) removes the tombstone when the record is
+//!   garbage-collected.
+//!
+//! Recovery rebuilds participants from their stored [`spec`](Participant::spec)
+//! through a [`ParticipantKinds`] registry, so a participant must be fully
+//! described by its kind and spec.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bson::Document;
+
+use crate::error::{ChangeError, StepError};
+use crate::store::Store;
+use crate::TxId;
+
+/// The stores a coordinator knows: a default one and any number of named ones.
+#[derive(Clone)]
+pub struct Stores {
+    default: Arc<dyn Store>,
+    named: HashMap<String, Arc<dyn Store>>,
+}
+
+impl Stores {
+    /// Stores with just a default.
+    pub fn new(default: Arc<dyn Store>) -> Self {
+        Stores {
+            default,
+            named: HashMap::new(),
+        }
+    }
+
+    /// Adds (or replaces) a named store.
+    pub fn insert(&mut self, name: impl Into<String>, store: Arc<dyn Store>) {
+        self.named.insert(name.into(), store);
+    }
+
+    /// The default store (which also holds the transaction records).
+    pub fn default_store(&self) -> &Arc<dyn Store> {
+        &self.default
+    }
+
+    /// The store named `name`, or the default store for `None`.
+    pub fn get(&self, name: Option<&str>) -> Option<&Arc<dyn Store>> {
+        match name {
+            None => Some(&self.default),
+            Some(n) => self.named.get(n),
+        }
+    }
+}
+
+impl fmt::Debug for Stores {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stores")
+            .field("default", &self.default.name())
+            .field("named", &self.named.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// What a participant step knows about its transaction.
+#[derive(Clone, Copy, Debug)]
+pub struct StepContext<'a> {
+    /// The transaction id (the marker value).
+    pub tx: &'a TxId,
+    /// The epoch of the worker running the step.
+    pub epoch: i64,
+    /// The before-image this participant's [`prepare`](Participant::prepare) returned, as recorded.
+    pub before: Option<&'a Document>,
+    /// The coordinator's stores.
+    pub stores: &'a Stores,
+}
+
+/// One party of a transaction.
+///
+/// Document changes implement it already (see [`DocumentChange`](crate::DocumentChange));
+/// implement it by hand for anything else that can be made idempotent by the
+/// transaction id, such as a remote service called with an idempotency key.
+/// Register the kind with
+/// [`CoordinatorBuilder::kind`](crate::CoordinatorBuilder::kind) so recovery can
+/// rebuild it.
+#[async_trait]
+pub trait Participant: Send + Sync + fmt::Debug {
+    /// The registered kind that rebuilds this participant from its spec.
+    fn kind(&self) -> &str;
+
+    /// Everything needed to rebuild the participant, stored in the transaction record.
+    fn spec(&self) -> Result<Document, ChangeError>;
+
+    /// A readable label for logs and errors.
+    fn label(&self) -> String;
+
+    /// The resource this participant touches, to refuse two participants on one resource.
+    fn resource(&self) -> String {
+        self.label()
+    }
+
+    /// Checks the participant before anything is written.
+    fn validate(&self) -> Result<(), ChangeError> {
+        Ok(())
+    }
+
+    /// Reads what compensation will need, before the record is written. Runs once.
+    async fn prepare(&self, ctx: StepContext<'_>) -> Result<Option<Document>, StepError> {
+        let _ = ctx;
+        Ok(None)
+    }
+
+    /// Applies the change and leaves the marker. Succeeds if it was applied already.
+    async fn apply(&self, ctx: StepContext<'_>) -> Result<(), StepError>;
+
+    /// Fences off late applies, then undoes the change if it was applied. Idempotent.
+    async fn compensate(&self, ctx: StepContext<'_>) -> Result<(), StepError>;
+
+    /// Removes the marker after commit, keeping a tombstone. Idempotent.
+    async fn clear_marker(&self, ctx: StepContext<'_>) -> Result<(), StepError>;
+
+    /// Removes the tombstone once the record is garbage-collected. Idempotent.
+    async fn forget(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
+        let _ = ctx;
+        Ok(())
+    }
+}
+
+/// Builds a participant from its stored spec.
+pub type ParticipantFactory =
+    Arc<dyn Fn(&Document) -> Result<Box<dyn Participant>, ChangeError> + Send + Sync>;
+
+/// The registry of participant kinds recovery can rebuild.
+#[derive(Clone)]
+pub struct ParticipantKinds {
+    factories: HashMap<String, ParticipantFactory>,
+}
+
+impl ParticipantKinds {
+    /// A registry that knows the built-in `"document"` kind.
+    pub fn new() -> Self {
+        let mut kinds = ParticipantKinds {
+            factories: HashMap::new(),
+        };
+        kinds.register(crate::document::KIND, |spec| {
+            let change: crate::DocumentChange =
+                bson::from_document(spec.clone()).map_err(|e| ChangeError::InvalidSpec {
+                    kind: crate::document::KIND.into(),
+                    message: e.to_string(),
+                })?;
+            Ok(Box::new(change) as Box<dyn Participant>)
+        });
+        kinds
+    }
+
+    /// Registers (or replaces) the factory of `kind`.
+    pub fn register<F>(&mut self, kind: impl Into<String>, factory: F)
+    where
+        F: Fn(&Document) -> Result<Box<dyn Participant>, ChangeError> + Send + Sync + 'static,
+    {
+        self.factories.insert(kind.into(), Arc::new(factory));
+    }
+
+    /// Rebuilds a participant.
+    pub fn build(&self, kind: &str, spec: &Document) -> Result<Box<dyn Participant>, ChangeError> {
+        let factory = self
+            .factories
+            .get(kind)
+            .ok_or_else(|| ChangeError::UnknownKind { kind: kind.into() })?;
+        factory(spec)
+    }
+}
+
+impl Default for ParticipantKinds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for ParticipantKinds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.factories.keys()).finish()
+    }
+}

@@ -1,0 +1,254 @@
+//! The transaction record and its state machine.
+//!
+//! ```text
+//!  initial ──► pending ──► applied ──► done
+//!                 │
+//!                 └──► canceling ──► canceled
+//! ```
+//!
+//! The record lives in one collection of the coordinator's store (by default
+//! `tandem.transactions`). Every change of state is a compare-and-set on the
+//! expected state and the owner's epoch.
+
+use std::fmt;
+use std::str::FromStr;
+
+use bson::Document;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ChangeError;
+
+/// A transaction id: the value stored in every participant's marker array.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TxId(String);
+
+impl TxId {
+    /// The longest id accepted, in bytes.
+    pub const MAX_LEN: usize = 128;
+
+    /// A new, unique id (a 24-digit hex ObjectId).
+    pub fn generate() -> Self {
+        TxId(bson::oid::ObjectId::new().to_hex())
+    }
+
+    /// An id chosen by the caller, e.g. an idempotency key. Fails if empty or too long.
+    pub fn new(id: impl Into<String>) -> Result<Self, ChangeError> {
+        let id = id.into();
+        if id.is_empty() {
+            return Err(ChangeError::InvalidId {
+                id,
+                reason: "empty",
+            });
+        }
+        if id.len() > Self::MAX_LEN {
+            return Err(ChangeError::InvalidId {
+                id,
+                reason: "longer than 128 bytes",
+            });
+        }
+        Ok(TxId(id))
+    }
+
+    /// The id as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<TxId> for bson::Bson {
+    fn from(id: TxId) -> Self {
+        bson::Bson::String(id.0)
+    }
+}
+
+/// The state of a transaction, stored as the classic tutorial's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TxState {
+    /// Recorded; nothing applied yet.
+    Initial,
+    /// Participants are being applied.
+    Pending,
+    /// Every participant is applied: the commit point. Markers are being cleared.
+    Applied,
+    /// Committed and cleaned up.
+    Done,
+    /// Applied participants are being compensated.
+    Canceling,
+    /// Rolled back and cleaned up.
+    Canceled,
+}
+
+impl TxState {
+    /// Every state, in protocol order.
+    pub const ALL: [TxState; 6] = [
+        TxState::Initial,
+        TxState::Pending,
+        TxState::Applied,
+        TxState::Done,
+        TxState::Canceling,
+        TxState::Canceled,
+    ];
+
+    /// The word stored in the record.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TxState::Initial => "initial",
+            TxState::Pending => "pending",
+            TxState::Applied => "applied",
+            TxState::Done => "done",
+            TxState::Canceling => "canceling",
+            TxState::Canceled => "canceled",
+        }
+    }
+
+    /// `done` or `canceled`.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TxState::Done | TxState::Canceled)
+    }
+
+    /// Whether the state machine allows moving from `self` to `to`.
+    pub fn can_move_to(self, to: TxState) -> bool {
+        use TxState::*;
+        matches!(
+            (self, to),
+            (Initial, Pending)
+                | (Pending, Applied)
+                | (Pending, Canceling)
+                | (Applied, Done)
+                | (Canceling, Canceled)
+        )
+    }
+
+    /// The states a record can be stuck in.
+    pub fn in_flight() -> [TxState; 4] {
+        [
+            TxState::Initial,
+            TxState::Pending,
+            TxState::Applied,
+            TxState::Canceling,
+        ]
+    }
+}
+
+impl fmt::Display for TxState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of parsing an unknown state word.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown transaction state {0:?}")]
+pub struct UnknownState(pub String);
+
+impl FromStr for TxState {
+    type Err = UnknownState;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TxState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownState(s.to_owned()))
+    }
+}
+
+impl From<TxState> for bson::Bson {
+    fn from(s: TxState) -> Self {
+        bson::Bson::String(s.as_str().to_owned())
+    }
+}
+
+/// One participant as recorded: enough to rebuild it during recovery.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParticipantEntry {
+    /// The registered kind that rebuilds it (`"document"` for document changes).
+    pub kind: String,
+    /// A readable label, e.g. `bank.accounts/A`.
+    pub label: String,
+    /// The participant's own specification.
+    pub spec: Document,
+    /// The before-image captured before anything was applied, if the participant needs one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<Document>,
+}
+
+/// One line of a record's history: who moved it to which state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// The state reached, or the state claimed in.
+    pub state: TxState,
+    /// The worker.
+    pub owner: String,
+    /// The worker's epoch.
+    pub epoch: i64,
+    /// `"create"`, `"move"`, or `"claim"`.
+    pub event: String,
+}
+
+/// A transaction record as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TxRecord {
+    /// The id.
+    #[serde(rename = "_id")]
+    pub id: TxId,
+    /// The state.
+    pub state: TxState,
+    /// The participants, in the order they were declared.
+    pub participants: Vec<ParticipantEntry>,
+    /// The worker that owns the record now.
+    pub owner: String,
+    /// The fencing epoch: raised by one every time a worker claims the record.
+    pub epoch: i64,
+    /// How long the owner's lease lasts after `last_modified`, in milliseconds.
+    pub lease_millis: i64,
+    /// When the record was created, by the store's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<bson::DateTime>,
+    /// When the record last changed, by the store's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<bson::DateTime>,
+    /// How many times a recovery worker claimed it.
+    #[serde(default)]
+    pub attempts: i32,
+    /// The last error that moved it toward cancellation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Who moved it where.
+    #[serde(default)]
+    pub history: Vec<HistoryEntry>,
+}
+
+impl TxRecord {
+    /// When the owner's lease ends, by the store's clock.
+    pub fn lease_expires(&self) -> Option<bson::DateTime> {
+        self.last_modified
+            .map(|t| bson::DateTime::from_millis(t.timestamp_millis().saturating_add(self.lease_millis)))
+    }
+
+    /// Whether the lease has ended at `now` (a time from the store's clock).
+    pub fn lease_expired(&self, now: bson::DateTime) -> bool {
+        match self.lease_expires() {
+            Some(end) => end <= now,
+            None => true,
+        }
+    }
+
+    /// Reads a record from its stored form.
+    pub fn from_document(doc: Document) -> Result<Self, bson::de::Error> {
+        bson::from_document(doc)
+    }
+
+    /// The stored form (without the store-assigned timestamps when they are unset).
+    pub fn to_document(&self) -> Result<Document, bson::ser::Error> {
+        bson::to_document(self)
+    }
+}

@@ -1,0 +1,399 @@
+//! The [`RecoveryWorker`]: finishes transactions whose owner went silent.
+//!
+//! A pass reads the store's clock, finds records in flight whose lease has
+//! ended by that clock, claims each with a compare-and-set that raises its
+//! epoch (so the old owner is fenced off), and drives it to a terminal state:
+//!
+//! | found in    | recovery                                                   |
+//! |-------------|------------------------------------------------------------|
+//! | `initial`   | remove the record (nothing was applied)                    |
+//! | `pending`   | roll back (default) or forward, per [`PendingPolicy`]      |
+//! | `applied`   | clear markers, move to `done`                              |
+//! | `canceling` | compensate, move to `canceled`                             |
+//!
+//! Several workers (in several applications) may run at once: the claim
+//! decides which one drives each record.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::doc;
+use futures::stream::{self, StreamExt};
+
+use crate::config::{PendingPolicy, RecoveryConfig};
+use crate::engine::{history, Engine, Step};
+use crate::error::{StepError, TxError};
+use crate::event::TxEvent;
+use crate::record::{TxRecord, TxState};
+use crate::store::{FindOptions, ReturnDocument, StoreError, StoreErrorKind};
+use crate::TxId;
+
+/// What one recovery pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Records in flight that were looked at.
+    pub scanned: usize,
+    /// Records whose lease had ended and that this worker claimed.
+    pub claimed: usize,
+    /// Claimed records that ended `done`.
+    pub committed: usize,
+    /// Claimed records that ended `canceled`.
+    pub canceled: usize,
+    /// Stale `initial` records removed.
+    pub removed: usize,
+    /// Claimed records that could not be finished this pass (left for the next).
+    pub failed: usize,
+    /// Records another worker changed or claimed first.
+    pub lost: usize,
+}
+
+impl RecoveryReport {
+    fn add(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Committed => self.committed += 1,
+            Outcome::Canceled => self.canceled += 1,
+            Outcome::Removed => self.removed += 1,
+            Outcome::Failed => self.failed += 1,
+            Outcome::Lost => self.lost += 1,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Outcome {
+    Committed,
+    Canceled,
+    Removed,
+    Failed,
+    Lost,
+}
+
+/// Finds and finishes stuck transactions. Get one from [`Coordinator::recovery`](crate::Coordinator::recovery).
+pub struct RecoveryWorker {
+    engine: Arc<Engine>,
+    config: RecoveryConfig,
+}
+
+impl std::fmt::Debug for RecoveryWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecoveryWorker")
+            .field("owner", &self.engine.config.owner)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl RecoveryWorker {
+    pub(crate) fn new(engine: Arc<Engine>, config: RecoveryConfig) -> Self {
+        RecoveryWorker { engine, config }
+    }
+
+    /// This worker's owner name.
+    pub fn owner(&self) -> &str {
+        &self.engine.config.owner
+    }
+
+    /// One pass: claims and finishes up to `batch` expired transactions.
+    pub async fn run_once(&self) -> Result<RecoveryReport, StoreError> {
+        let engine = &self.engine;
+        let ns = engine.records_ns();
+        let now = engine.retry(|| engine.records().now()).await?;
+        let in_flight: Vec<_> = TxState::in_flight().into_iter().map(bson::Bson::from).collect();
+        let found = engine
+            .retry(|| {
+                engine.records().find(
+                    &ns,
+                    doc! { "state": { "$in": in_flight.clone() }, "lastModified": { "$lte": now } },
+                    FindOptions {
+                        sort: Some(doc! { "lastModified": 1 }),
+                        limit: Some(self.config.batch as i64),
+                    },
+                )
+            })
+            .await?;
+        let mut report = RecoveryReport {
+            scanned: found.len(),
+            ..RecoveryReport::default()
+        };
+        let expired: Vec<TxRecord> = found
+            .into_iter()
+            .filter_map(|d| match TxRecord::from_document(d) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::error!(target: "tandem", "skipping unreadable transaction record: {e}");
+                    None
+                }
+            })
+            .filter(|r| r.lease_expired(now))
+            .collect();
+        let total = expired.len();
+        let outcomes: Vec<(bool, Outcome)> = stream::iter(expired)
+            .map(|record| self.recover(record))
+            .buffer_unordered(self.config.concurrency.max(1))
+            .collect()
+            .await;
+        for (claimed, outcome) in outcomes {
+            if claimed {
+                report.claimed += 1;
+            }
+            report.add(outcome);
+        }
+        if total > 0 {
+            tracing::info!(target: "tandem", ?report, "recovery pass");
+        }
+        Ok(report)
+    }
+
+    /// Runs passes every `interval` until `shutdown` completes. Returns the totals.
+    pub async fn run_until(&self, shutdown: impl Future<Output = ()>) -> RecoveryReport {
+        let mut total = RecoveryReport::default();
+        tokio::pin!(shutdown);
+        loop {
+            match self.run_once().await {
+                Ok(r) => {
+                    total.scanned += r.scanned;
+                    total.claimed += r.claimed;
+                    total.committed += r.committed;
+                    total.canceled += r.canceled;
+                    total.removed += r.removed;
+                    total.failed += r.failed;
+                    total.lost += r.lost;
+                }
+                Err(e) => tracing::warn!(target: "tandem", "recovery pass failed: {e}"),
+            }
+            tokio::select! {
+                _ = &mut shutdown => return total,
+                _ = tokio::time::sleep(self.config.interval) => {}
+            }
+        }
+    }
+
+    /// Claims a record: raises its epoch if nobody touched it since it was read.
+    async fn claim(&self, record: &TxRecord) -> Result<Option<TxRecord>, StoreError> {
+        let engine = &self.engine;
+        let owner = &engine.config.owner;
+        let lease = i64::try_from(engine.config.lease.as_millis()).unwrap_or(i64::MAX);
+        let mut filter = doc! { "_id": record.id.as_str(), "state": record.state, "epoch": record.epoch };
+        if let Some(lm) = record.last_modified {
+            filter.insert("lastModified", lm);
+        }
+        let update = doc! {
+            "$inc": { "epoch": 1_i64, "attempts": 1 },
+            "$set": { "owner": owner, "leaseMillis": lease },
+            "$currentDate": { "lastModified": true },
+            "$push": { "history": history(record.state, owner, record.epoch + 1, "claim") },
+        };
+        let ns = engine.records_ns();
+        let claimed = engine
+            .retry(|| {
+                engine.records().find_one_and_update(
+                    &ns,
+                    filter.clone(),
+                    update.clone(),
+                    ReturnDocument::After,
+                    false,
+                )
+            })
+            .await?;
+        let claimed = claimed
+            .map(TxRecord::from_document)
+            .transpose()
+            .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
+        // A repeated claim whose first answer was lost shows up as "ours at epoch + 1".
+        if claimed.is_none() {
+            if let Some(now) = engine.load(&record.id).await? {
+                if now.owner == *owner && now.epoch == record.epoch + 1 && now.state == record.state {
+                    return Ok(Some(now));
+                }
+            }
+        }
+        Ok(claimed)
+    }
+
+    async fn recover(&self, record: TxRecord) -> (bool, Outcome) {
+        let claimed = match self.claim(&record).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return (false, Outcome::Lost),
+            Err(e) => {
+                tracing::warn!(target: "tandem", "claiming {} failed: {e}", record.id);
+                return (false, Outcome::Failed);
+            }
+        };
+        self.engine.emit(TxEvent::Claimed {
+            id: claimed.id.clone(),
+            state: claimed.state,
+            owner: claimed.owner.clone(),
+            epoch: claimed.epoch,
+        });
+        let outcome = match self.drive(&claimed, None).await {
+            Ok(state) => match state {
+                TxState::Done => Outcome::Committed,
+                TxState::Canceled => Outcome::Canceled,
+                _ => Outcome::Removed,
+            },
+            Err(TxError::Superseded { .. }) => Outcome::Lost,
+            Err(TxError::Canceled { .. }) => Outcome::Canceled,
+            Err(e) => {
+                tracing::warn!(target: "tandem", "recovering {} failed: {e}", claimed.id);
+                Outcome::Failed
+            }
+        };
+        (true, outcome)
+    }
+
+    /// Drives a claimed record to a terminal state. `cancel_reason` forces `pending` back.
+    async fn drive(&self, record: &TxRecord, cancel_reason: Option<&str>) -> Result<TxState, TxError> {
+        let engine = &self.engine;
+        let live = engine.rebuild(record, record.epoch)?;
+        match record.state {
+            TxState::Initial => {
+                let ns = engine.records_ns();
+                let filter = doc! { "_id": record.id.as_str(), "state": TxState::Initial, "epoch": record.epoch };
+                let deleted = engine
+                    .retry(|| engine.records().delete_one(&ns, filter.clone()))
+                    .await
+                    .map_err(|source| TxError::Interrupted {
+                        id: record.id.clone(),
+                        state: Some(TxState::Initial),
+                        source,
+                    })?;
+                if deleted == 0 {
+                    return Err(TxError::Superseded {
+                        id: record.id.clone(),
+                        state: None,
+                        epoch: record.epoch,
+                    });
+                }
+                engine.emit(TxEvent::Removed {
+                    id: record.id.clone(),
+                });
+                Ok(TxState::Initial)
+            }
+            TxState::Pending => {
+                let forward = cancel_reason.is_none() && self.config.pending == PendingPolicy::RollForward;
+                if forward {
+                    match engine.apply_or_cancel(&live).await {
+                        Ok(()) => {
+                            engine.finish_applied(&live).await?;
+                            Ok(TxState::Done)
+                        }
+                        Err(TxError::Canceled { .. }) => Ok(TxState::Canceled),
+                        Err(e) => Err(e),
+                    }
+                } else {
+                    let reason = cancel_reason.unwrap_or("rolled back by recovery after the lease expired");
+                    let cause = StepError::Rejected {
+                        participant: "(recovery)".into(),
+                        reason: reason.to_owned(),
+                    };
+                    match engine.cancel(&live, cause).await {
+                        Err(TxError::Canceled { .. }) => Ok(TxState::Canceled),
+                        Err(e) => Err(e),
+                        Ok(()) => Ok(TxState::Canceled),
+                    }
+                }
+            }
+            TxState::Applied => {
+                engine.finish_applied(&live).await?;
+                Ok(TxState::Done)
+            }
+            TxState::Canceling => {
+                engine.finish_canceling(&live).await?;
+                Ok(TxState::Canceled)
+            }
+            state @ (TxState::Done | TxState::Canceled) => Ok(state),
+        }
+    }
+
+    /// Cancels a `pending` transaction now, whoever owns it (its owner is fenced off).
+    /// Finishes `canceling` ones; a transaction past its commit point cannot be canceled.
+    pub async fn cancel(&self, id: &TxId, reason: &str) -> Result<TxState, TxError> {
+        let record = self
+            .engine
+            .load(id)
+            .await
+            .map_err(|source| TxError::Interrupted {
+                id: id.clone(),
+                state: None,
+                source,
+            })?
+            .ok_or_else(|| TxError::Superseded {
+                id: id.clone(),
+                state: None,
+                epoch: 0,
+            })?;
+        match record.state {
+            TxState::Pending | TxState::Canceling | TxState::Initial => {}
+            state => return Ok(state),
+        }
+        let claimed = self
+            .claim(&record)
+            .await
+            .map_err(|source| TxError::Interrupted {
+                id: id.clone(),
+                state: Some(record.state),
+                source,
+            })?
+            .ok_or_else(|| TxError::Superseded {
+                id: id.clone(),
+                state: Some(record.state),
+                epoch: record.epoch,
+            })?;
+        self.drive(&claimed, Some(reason)).await
+    }
+
+    /// Removes `done` and `canceled` records older than `older_than` (by the store's clock),
+    /// with the tombstones they left on their documents. Returns how many records were removed.
+    pub async fn collect_garbage(&self, older_than: Duration) -> Result<usize, StoreError> {
+        let engine = &self.engine;
+        let ns = engine.records_ns();
+        let now = engine.retry(|| engine.records().now()).await?;
+        let cutoff = bson::DateTime::from_millis(
+            now.timestamp_millis()
+                .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX)),
+        );
+        let found = engine
+            .retry(|| {
+                engine.records().find(
+                    &ns,
+                    doc! { "state": { "$in": [TxState::Done, TxState::Canceled] }, "lastModified": { "$lte": cutoff } },
+                    FindOptions {
+                        sort: Some(doc! { "lastModified": 1 }),
+                        limit: Some(self.config.batch as i64),
+                    },
+                )
+            })
+            .await?;
+        let mut removed = 0;
+        for doc in found {
+            let record = match TxRecord::from_document(doc) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(target: "tandem", "skipping unreadable record: {e}");
+                    continue;
+                }
+            };
+            let live = match engine.rebuild(&record, record.epoch) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(target: "tandem", "cannot rebuild {}: {e}", record.id);
+                    continue;
+                }
+            };
+            if engine
+                .step_all(&live, Step::Forget)
+                .await
+                .iter()
+                .any(Result::is_err)
+            {
+                continue;
+            }
+            let filter = doc! { "_id": record.id.as_str(), "state": record.state };
+            removed += engine
+                .retry(|| engine.records().delete_one(&ns, filter.clone()))
+                .await? as usize;
+        }
+        Ok(removed)
+    }
+}

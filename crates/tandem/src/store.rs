@@ -1,0 +1,215 @@
+//! The [`Store`] trait: the few single-document atomic operations the protocol needs.
+//!
+//! Every method maps to exactly one MongoDB command on one document (or, for
+//! [`Store::find`], one query), so a store backed by MongoDB forwards each call
+//! as it is, and the embedded [`MemoryStore`](crate::MemoryStore) gives each call
+//! the same atomicity that MongoDB gives one document.
+//!
+//! Filters and updates are ordinary MongoDB query and update documents. The
+//! protocol only ever uses this subset, which every store must support:
+//!
+//! * filter operators: plain equality (including "array contains" on arrays and
+//!   dotted paths such as `"a.b"` or `"list.0"`), `$eq`, `$ne`, `$gt`, `$gte`,
+//!   `$lt`, `$lte`, `$in`, `$nin`, `$exists`, and top-level `$and` / `$or`;
+//! * update operators: `$set`, `$unset`, `$inc`, `$push`, `$pull` (by equality),
+//!   `$addToSet`, `$currentDate` (with `true`), `$setOnInsert`, and upserts.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use bson::Document;
+use serde::{Deserialize, Serialize};
+
+/// A database and collection name: where a document lives in a [`Store`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Namespace {
+    /// The database name.
+    pub db: String,
+    /// The collection name.
+    pub collection: String,
+}
+
+impl Namespace {
+    /// A namespace from a database and a collection name.
+    pub fn new(db: impl Into<String>, collection: impl Into<String>) -> Self {
+        Namespace {
+            db: db.into(),
+            collection: collection.into(),
+        }
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.db, self.collection)
+    }
+}
+
+/// What an update or replace did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UpdateOutcome {
+    /// How many documents matched the filter (0 or 1).
+    pub matched: u64,
+    /// How many documents were changed (0 or 1).
+    pub modified: u64,
+    /// Whether the upsert inserted a new document.
+    pub upserted: bool,
+}
+
+/// Which version of the document `find_one_and_update` returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReturnDocument {
+    /// The document as it was before the update.
+    Before,
+    /// The document as it is after the update.
+    After,
+}
+
+/// Options of [`Store::find`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FindOptions {
+    /// Sort specification, e.g. `{ "lastModified": 1 }`.
+    pub sort: Option<Document>,
+    /// The most documents to return.
+    pub limit: Option<i64>,
+}
+
+/// An index a collection should have; created idempotently by [`Store::ensure_index`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexSpec {
+    /// The index name.
+    pub name: String,
+    /// The key specification, e.g. `{ "state": 1, "lastModified": 1 }`.
+    pub keys: Document,
+    /// For a TTL index: seconds after the date in the (single) key field.
+    pub expire_after_secs: Option<u64>,
+    /// An optional partial filter expression.
+    pub partial_filter: Option<Document>,
+}
+
+/// The kind of a [`StoreError`]: what went wrong, as far as the protocol cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// A document with the same `_id` (or unique key) already exists.
+    DuplicateKey,
+    /// An operator met a stored value of the wrong type (e.g. `$inc` on a string).
+    TypeMismatch,
+    /// The document would exceed the 16 MiB limit.
+    DocumentTooLarge,
+    /// A numeric update would overflow.
+    Overflow,
+    /// The store refused the command as malformed.
+    BadRequest,
+    /// The outcome is unknown (network error, failover); the command is safe to repeat.
+    Transient,
+    /// The store cannot be reached at all.
+    Unavailable,
+    /// Authentication or authorization failed.
+    Unauthorized,
+    /// The store stopped on purpose (used by the crash-testing wrappers).
+    Crashed,
+    /// Anything else.
+    Other,
+}
+
+impl StoreErrorKind {
+    /// Whether repeating the same command may succeed.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, StoreErrorKind::Transient)
+    }
+}
+
+/// An error from a [`Store`] operation.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind:?}: {message}")]
+pub struct StoreError {
+    /// What went wrong.
+    pub kind: StoreErrorKind,
+    /// The store's own error code, when it has one.
+    pub code: Option<i32>,
+    /// A description safe to log: it never contains credentials.
+    pub message: String,
+}
+
+impl StoreError {
+    /// An error of `kind` with a message.
+    pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        StoreError {
+            kind,
+            code: None,
+            message: message.into(),
+        }
+    }
+
+    /// The same error with the store's error code attached.
+    pub fn with_code(mut self, code: i32) -> Self {
+        self.code = Some(code);
+        self
+    }
+}
+
+/// The single-document atomic operations of a document database.
+///
+/// Implementations must make every method atomic on the one document it
+/// touches, as MongoDB does. See the [module documentation](self) for the
+/// filter and update operators they must understand.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// A short name for logs and metrics, e.g. `"memory"` or `"mongodb"`.
+    fn name(&self) -> &str;
+
+    /// The store's clock. Leases are judged by this clock, never by the caller's.
+    async fn now(&self) -> Result<bson::DateTime, StoreError>;
+
+    /// `insertOne`: inserts `doc`, failing with [`StoreErrorKind::DuplicateKey`] if its `_id` exists.
+    async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError>;
+
+    /// `updateOne`: applies `update` to the first document matching `filter`.
+    async fn update_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+        upsert: bool,
+    ) -> Result<UpdateOutcome, StoreError>;
+
+    /// `findAndModify`: updates the first match and returns it as it was before or after.
+    async fn find_one_and_update(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+        ret: ReturnDocument,
+        upsert: bool,
+    ) -> Result<Option<Document>, StoreError>;
+
+    /// `replaceOne`: replaces the first match by `replacement` (which keeps the `_id`).
+    async fn replace_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        replacement: Document,
+    ) -> Result<UpdateOutcome, StoreError>;
+
+    /// `deleteOne`: deletes the first match; returns how many were deleted (0 or 1).
+    async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError>;
+
+    /// `findOne`: the first match, if any.
+    async fn find_one(&self, ns: &Namespace, filter: Document)
+        -> Result<Option<Document>, StoreError>;
+
+    /// `find`: all matches, sorted and limited as `options` say.
+    async fn find(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        options: FindOptions,
+    ) -> Result<Vec<Document>, StoreError>;
+
+    /// `createIndexes`, idempotently. Stores without indexes may do nothing.
+    async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {
+        let _ = (ns, index);
+        Ok(())
+    }
+}

@@ -1,0 +1,46 @@
+//! Fixtures shared by the core's integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use bson::{doc, Document};
+use tandem::{DocumentChange, ManualClock, MemoryStore, Namespace, Store};
+
+pub fn accounts() -> Namespace {
+    Namespace::new("bank", "accounts")
+}
+
+pub fn records() -> Namespace {
+    Namespace::new("tandem", "transactions")
+}
+
+/// A memory store on a manual clock, seeded with accounts `names`, each holding `balance`.
+pub async fn bank(names: &[&str], balance: i64) -> (MemoryStore, Arc<ManualClock>, Vec<(Namespace, Document)>) {
+    let clock = Arc::new(ManualClock::default());
+    let store = MemoryStore::with_clock(clock.clone());
+    let mut seeded = Vec::new();
+    for name in names {
+        let d = doc! { "_id": *name, "balance": balance, "pendingTransactions": [] };
+        store.insert_one(&accounts(), d.clone()).await.unwrap();
+        seeded.push((accounts(), d));
+    }
+    (store, clock, seeded)
+}
+
+pub fn transfer(from: &str, to: &str, amount: i64) -> tandem::Transaction {
+    tandem::Transaction::new()
+        .change(
+            DocumentChange::update(accounts(), from)
+                .inc("balance", -amount)
+                .require_gte("balance", amount),
+        )
+        .change(DocumentChange::update(accounts(), to).inc("balance", amount))
+}
+
+pub async fn get(store: &MemoryStore, ns: &Namespace, id: &str) -> Option<Document> {
+    store.find_one(ns, doc! { "_id": id }).await.unwrap()
+}
+
+pub async fn balance(store: &MemoryStore, id: &str) -> i64 {
+    get(store, &accounts(), id).await.unwrap().get_i64("balance").unwrap()
+}

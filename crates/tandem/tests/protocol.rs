@@ -1,0 +1,486 @@
+//! The protocol on the embedded store: commits, refusals, conflicts, fencing, recovery.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bson::{doc, Bson};
+use common::*;
+use tandem::testing::{audit, FaultStore};
+use tandem::{
+    ChangeError, CommitPoint, ConflictPolicy, Coordinator, DocumentChange, MemoryStore, Namespace,
+    PendingPolicy, RecoveryConfig, StepContext, StepError, Store, Transaction, TxError, TxEvent,
+    TxId, TxState,
+};
+
+fn done(store: &MemoryStore) -> Coordinator {
+    Coordinator::builder(store.clone())
+        .commit_point(CommitPoint::Done)
+        .build()
+}
+
+#[tokio::test]
+async fn a_transfer_commits_and_leaves_no_marker() {
+    let (store, _, seeded) = bank(&["A", "B"], 1000).await;
+    let receipt = done(&store).run(transfer("A", "B", 100)).await.unwrap();
+    assert_eq!(receipt.state, TxState::Done);
+    assert_eq!(balance(&store, "A").await, 900);
+    assert_eq!(balance(&store, "B").await, 1100);
+    let a = get(&store, &accounts(), "A").await.unwrap();
+    assert_eq!(a.get_array("pendingTransactions").unwrap().len(), 0);
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Done), 1);
+    let record = &audit.records[0];
+    let states: Vec<TxState> = record.history.iter().map(|h| h.state).collect();
+    assert_eq!(
+        states,
+        [TxState::Initial, TxState::Pending, TxState::Applied, TxState::Done]
+    );
+    assert!(record.created.is_some() && record.last_modified.is_some());
+}
+
+#[tokio::test]
+async fn the_commit_point_returns_at_applied_and_drain_finishes() {
+    let (store, _, seeded) = bank(&["A", "B"], 1000).await;
+    let coordinator = Coordinator::new(store.clone());
+    let receipt = coordinator.run(transfer("A", "B", 10)).await.unwrap();
+    assert_eq!(receipt.state, TxState::Applied);
+    assert_eq!(receipt.round_trips, 4, "create, pending, apply, applied");
+    coordinator.drain().await;
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Done), 1);
+}
+
+#[tokio::test]
+async fn a_failed_guard_cancels_and_undoes_everything() {
+    let (store, _, seeded) = bank(&["A", "B"], 50).await;
+    let err = done(&store).run(transfer("A", "B", 100)).await.unwrap_err();
+    match &err {
+        TxError::Canceled {
+            cause: StepError::GuardFailed { participant, guard },
+            ..
+        } => {
+            assert_eq!(participant, "bank.accounts/A");
+            assert_eq!(guard, "balance >= 100 (found 50)");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(balance(&store, "A").await, 50);
+    assert_eq!(balance(&store, "B").await, 50, "B's credit was undone");
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Canceled), 1);
+    assert!(audit.records[0].last_error.as_deref().unwrap().contains("balance >= 100"));
+}
+
+#[tokio::test]
+async fn a_missing_document_cancels_with_not_found() {
+    let (store, _, _) = bank(&["A"], 100).await;
+    let err = done(&store).run(transfer("A", "nobody", 10)).await.unwrap_err();
+    assert!(
+        matches!(err, TxError::Canceled { cause: StepError::NotFound { ref participant }, .. } if participant == "bank.accounts/nobody"),
+        "{err:?}"
+    );
+    assert_eq!(balance(&store, "A").await, 100);
+}
+
+#[tokio::test]
+async fn a_balance_stored_as_a_string_is_a_type_mismatch() {
+    let store = MemoryStore::new();
+    store
+        .insert_one(&accounts(), doc! { "_id": "A", "balance": "1000" })
+        .await
+        .unwrap();
+    store
+        .insert_one(&accounts(), doc! { "_id": "B", "balance": 0_i64 })
+        .await
+        .unwrap();
+    let err = done(&store).run(transfer("A", "B", 10)).await.unwrap_err();
+    assert!(
+        matches!(err, TxError::Canceled { cause: StepError::TypeMismatch { ref path, .. }, .. } if path == "balance"),
+        "{err:?}"
+    );
+    // Without a guard, the store itself refuses the increment.
+    let tx = Transaction::new()
+        .change(DocumentChange::update(accounts(), "A").inc("balance", 5_i64))
+        .change(DocumentChange::update(accounts(), "B").inc("balance", -5_i64));
+    let err = done(&store).run(tx).await.unwrap_err();
+    assert!(
+        matches!(err, TxError::Canceled { cause: StepError::TypeMismatch { .. }, .. }),
+        "{err:?}"
+    );
+    assert_eq!(get(&store, &accounts(), "B").await.unwrap().get_i64("balance").unwrap(), 0);
+}
+
+#[tokio::test]
+async fn invalid_input_is_refused_before_anything_is_written() {
+    let (store, _, _) = bank(&["A", "B"], 100).await;
+    let coordinator = done(&store);
+    let cases: Vec<(Transaction, fn(&ChangeError) -> bool)> = vec![
+        (Transaction::new(), |e| matches!(e, ChangeError::NoParticipants)),
+        (
+            Transaction::new().change(DocumentChange::update(accounts(), "A").inc("balance", 0_i64)),
+            |e| matches!(e, ChangeError::InvalidAmount { .. }),
+        ),
+        (
+            Transaction::new().change(DocumentChange::update(accounts(), "A").set("$where", 1)),
+            |e| matches!(e, ChangeError::InvalidPath { .. }),
+        ),
+        (
+            Transaction::new()
+                .change(DocumentChange::update(Namespace::new("bank", "acc$"), "A").inc("n", 1)),
+            |e| matches!(e, ChangeError::InvalidNamespace { .. }),
+        ),
+        (
+            Transaction::new()
+                .change(DocumentChange::update(accounts(), "A").inc("balance", 1))
+                .change(DocumentChange::update(accounts(), "A").inc("balance", 1)),
+            |e| matches!(e, ChangeError::DuplicateParticipant { .. }),
+        ),
+        (Transaction::with_id(""), |e| matches!(e, ChangeError::InvalidId { .. })),
+        (
+            Transaction::new().change(DocumentChange::update(accounts(), "A").inc("n", 1).in_store("elsewhere")),
+            |e| matches!(e, ChangeError::UnknownStore { .. }),
+        ),
+    ];
+    for (tx, expected) in cases {
+        let dbg = format!("{tx:?}");
+        match coordinator.run(tx).await {
+            Err(TxError::Invalid(e)) => assert!(expected(&e), "{dbg}: {e}"),
+            other => panic!("{dbg}: {other:?}"),
+        }
+    }
+    let mut too_many = Transaction::new();
+    for i in 0..65 {
+        too_many = too_many.change(DocumentChange::update(accounts(), format!("X{i}")).inc("n", 1));
+    }
+    assert!(matches!(
+        coordinator.run(too_many).await,
+        Err(TxError::Invalid(ChangeError::TooManyParticipants { count: 65, limit: 64 }))
+    ));
+    assert!(store.documents(&records()).is_empty(), "no record was written");
+    assert_eq!(balance(&store, "A").await, 100);
+}
+
+#[tokio::test]
+async fn a_duplicate_transaction_id_is_refused() {
+    let (store, _, _) = bank(&["A", "B"], 100).await;
+    let coordinator = done(&store);
+    let tx = || {
+        Transaction::with_id("pay-42")
+            .change(DocumentChange::update(accounts(), "A").inc("balance", -1_i64))
+            .change(DocumentChange::update(accounts(), "B").inc("balance", 1_i64))
+    };
+    coordinator.run(tx()).await.unwrap();
+    let err = coordinator.run(tx()).await.unwrap_err();
+    assert_eq!(err, TxError::Duplicate { id: TxId::new("pay-42").unwrap() });
+    assert_eq!(balance(&store, "A").await, 99, "applied once");
+}
+
+#[tokio::test]
+async fn increments_share_a_document_but_exclusive_changes_conflict() {
+    let (store, _, seeded) = bank(&["A", "B", "C"], 1000).await;
+    // Hold A with a pending increment: pause the first transaction before its `applied` move.
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    let pause = faulty.pause_at(4); // create, pending, apply A, apply B | 5th = applied
+    let slow = Coordinator::builder(faulty.clone()).commit_point(CommitPoint::Done).build();
+    let first = tokio::spawn(async move { slow.run(transfer("A", "B", 100)).await });
+    // Operation 4 is the second apply; wait until it is reached.
+    pause.reached.await.unwrap();
+    let coordinator = done(&store);
+    // Another increment of A is fine: increments commute.
+    coordinator.run(transfer("A", "C", 10)).await.unwrap();
+    // An exclusive change of A is not.
+    let tx = Transaction::new()
+        .change(DocumentChange::update(accounts(), "A").set("frozen", true))
+        .change(DocumentChange::update(accounts(), "C").inc("balance", 1_i64));
+    let err = coordinator.run(tx).await.unwrap_err();
+    assert!(
+        matches!(err, TxError::Canceled { cause: StepError::Conflict { .. }, .. }),
+        "{err:?}"
+    );
+    pause.release.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    assert_eq!(balance(&store, "A").await, 890);
+    assert_eq!(balance(&store, "C").await, 1010);
+    assert!(get(&store, &accounts(), "A").await.unwrap().get("frozen").is_none());
+    audit(&store, &records(), &seeded).await.unwrap().assert_clean();
+}
+
+#[tokio::test]
+async fn waiting_on_a_conflict_succeeds_once_the_holder_finishes() {
+    let (store, _, _) = bank(&["A", "B"], 1000).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    let pause = faulty.pause_at(6); // after apply: the clear-marker steps
+    let holder = Coordinator::builder(faulty).commit_point(CommitPoint::Done).build();
+    let tx = Transaction::new()
+        .change(DocumentChange::update(accounts(), "A").set("tier", "gold"))
+        .change(DocumentChange::update(accounts(), "B").inc("balance", 1_i64));
+    let first = tokio::spawn(async move { holder.run(tx).await });
+    pause.reached.await.unwrap();
+    let waiting = Coordinator::builder(store.clone())
+        .commit_point(CommitPoint::Done)
+        .conflict(ConflictPolicy::Wait {
+            timeout: Duration::from_secs(10),
+        })
+        .build();
+    let second = tokio::spawn(async move {
+        waiting
+            .run(Transaction::new().change(DocumentChange::update(accounts(), "A").set("tier", "platinum")))
+            .await
+    });
+    pause.release.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    let a = get(&store, &accounts(), "A").await.unwrap();
+    assert_eq!(a.get_str("tier").unwrap(), "platinum");
+}
+
+#[tokio::test]
+async fn insert_and_delete_commit() {
+    let store = MemoryStore::new();
+    let orders = Namespace::new("shop", "orders");
+    let carts = Namespace::new("shop", "carts");
+    store
+        .insert_one(&carts, doc! { "_id": "cart-1", "items": ["x"] })
+        .await
+        .unwrap();
+    let tx = Transaction::new()
+        .change(DocumentChange::insert(orders.clone(), "o-1", doc! { "state": "UnPaid", "total": 5 }))
+        .change(DocumentChange::delete(carts.clone(), "cart-1").require_exists("items"));
+    done(&store).run(tx).await.unwrap();
+    let order = get(&store, &orders, "o-1").await.unwrap();
+    assert_eq!(order.get_str("state").unwrap(), "UnPaid");
+    assert_eq!(order.get_array("pendingTransactions").unwrap().len(), 0);
+    assert!(get(&store, &carts, "cart-1").await.is_none());
+}
+
+#[tokio::test]
+async fn insert_and_delete_roll_back() {
+    let store = MemoryStore::new();
+    let orders = Namespace::new("shop", "orders");
+    let carts = Namespace::new("shop", "carts");
+    store
+        .insert_one(&carts, doc! { "_id": "cart-1", "items": ["x"] })
+        .await
+        .unwrap();
+    store
+        .insert_one(&accounts(), doc! { "_id": "A", "balance": 1_i64 })
+        .await
+        .unwrap();
+    let tx = Transaction::new()
+        .change(DocumentChange::insert(orders.clone(), "o-1", doc! { "state": "UnPaid" }))
+        .change(DocumentChange::delete(carts.clone(), "cart-1"))
+        .change(DocumentChange::update(accounts(), "A").inc("balance", -5_i64).require_gte("balance", 5_i64));
+    let coordinator = done(&store);
+    let err = coordinator.run(tx).await.unwrap_err();
+    assert!(matches!(err, TxError::Canceled { cause: StepError::GuardFailed { .. }, .. }));
+    let cart = get(&store, &carts, "cart-1").await.unwrap();
+    assert_eq!(cart.get_array("items").unwrap().len(), 1, "the cart is still there");
+    assert!(cart.get_document("_tandem").unwrap().get("deleting").is_none());
+    // The undone insert leaves only a fenced placeholder, removed by garbage collection.
+    let ghost = get(&store, &orders, "o-1").await.unwrap();
+    assert!(ghost.get("state").is_none());
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    assert_eq!(worker.collect_garbage(Duration::ZERO).await.unwrap(), 1);
+    assert!(get(&store, &orders, "o-1").await.is_none());
+    assert!(store.documents(&records()).is_empty());
+}
+
+#[tokio::test]
+async fn a_set_is_undone_from_the_before_image() {
+    let store = MemoryStore::new();
+    let orders = Namespace::new("shop", "orders");
+    store
+        .insert_one(&orders, doc! { "_id": 1, "state": "UnPaid", "note": "keep" })
+        .await
+        .unwrap();
+    store
+        .insert_one(&accounts(), doc! { "_id": "A", "balance": 0_i64 })
+        .await
+        .unwrap();
+    // No equality guard on `note`, so its before-image is read first.
+    let tx = Transaction::new()
+        .change(
+            DocumentChange::update(orders.clone(), 1)
+                .set("state", "Paid")
+                .unset("note")
+                .set("paidAt", "now"),
+        )
+        .change(DocumentChange::update(accounts(), "A").inc("balance", -5_i64).require_gte("balance", 5_i64));
+    let err = done(&store).run(tx).await.unwrap_err();
+    assert!(matches!(err, TxError::Canceled { .. }));
+    let order = store.find_one(&orders, doc! { "_id": 1 }).await.unwrap().unwrap();
+    assert_eq!(order.get_str("state").unwrap(), "UnPaid");
+    assert_eq!(order.get_str("note").unwrap(), "keep");
+    assert!(order.get("paidAt").is_none());
+}
+
+/// The hole in the hand-written pattern: once markers are pulled, `{$ne: txid}` matches again.
+#[tokio::test]
+async fn a_late_apply_after_done_is_fenced() {
+    let (store, _, _) = bank(&["A", "B"], 1000).await;
+    let receipt = done(&store).run(transfer("A", "B", 100)).await.unwrap();
+    // A stalled worker replays its apply of A now.
+    let change = DocumentChange::update(accounts(), "A").inc("balance", -100_i64);
+    let stores = tandem::Stores::new(Arc::new(store.clone()));
+    let err = tandem::Participant::apply(
+        &change,
+        StepContext { tx: &receipt.id, epoch: 0, before: None, stores: &stores },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, StepError::Fenced { .. }), "{err:?}");
+    assert_eq!(balance(&store, "A").await, 900, "not applied twice");
+}
+
+#[tokio::test]
+async fn a_late_apply_after_a_cancel_that_undid_nothing_is_fenced() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    // The coordinator dies right after `pending`, before applying anything.
+    let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(2);
+    let dead = Coordinator::builder(faulty).commit_point(CommitPoint::Done).build();
+    let err = dead.run(transfer("A", "B", 100)).await.unwrap_err();
+    let id = err.id().unwrap().clone();
+    assert!(matches!(err, TxError::Interrupted { state: Some(TxState::Pending), .. }), "{err:?}");
+    clock.advance(Duration::from_secs(60));
+    let report = done(&store).recovery(RecoveryConfig::default()).run_once().await.unwrap();
+    assert_eq!(report.canceled, 1);
+    // Now the stalled worker wakes up and applies.
+    let stores = tandem::Stores::new(Arc::new(store.clone()));
+    for (who, by) in [("A", -100_i64), ("B", 100)] {
+        let change = DocumentChange::update(accounts(), who).inc("balance", by);
+        let err = tandem::Participant::apply(&change, StepContext { tx: &id, epoch: 0, before: None, stores: &stores })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StepError::Fenced { .. }), "{who}: {err:?}");
+    }
+    assert_eq!(balance(&store, "A").await, 1000);
+    assert_eq!(balance(&store, "B").await, 1000);
+}
+
+#[tokio::test]
+async fn recovery_rolls_pending_forward_when_told_to() {
+    let (store, clock, seeded) = bank(&["A", "B"], 1000).await;
+    let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(3); // one apply landed
+    let dead = Coordinator::builder(faulty).commit_point(CommitPoint::Done).build();
+    assert!(dead.run(transfer("A", "B", 100)).await.is_err());
+    let coordinator = done(&store);
+    let worker = coordinator.recovery(RecoveryConfig {
+        pending: PendingPolicy::RollForward,
+        ..RecoveryConfig::default()
+    });
+    let early = worker.run_once().await.unwrap();
+    assert_eq!(early.claimed, 0, "the lease has not expired yet by the store's clock");
+    clock.advance(Duration::from_secs(31));
+    let report = worker.run_once().await.unwrap();
+    assert_eq!((report.claimed, report.committed), (1, 1), "{report:?}");
+    assert_eq!(balance(&store, "A").await, 900);
+    assert_eq!(balance(&store, "B").await, 1100);
+    audit(&store, &records(), &seeded).await.unwrap().assert_clean();
+}
+
+#[tokio::test]
+async fn recovery_removes_a_stale_initial_record() {
+    let (store, clock, seeded) = bank(&["A", "B"], 1000).await;
+    let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(1);
+    let dead = Coordinator::builder(faulty).build();
+    let err = dead.run(transfer("A", "B", 1)).await.unwrap_err();
+    assert!(matches!(err, TxError::Interrupted { state: Some(TxState::Initial), .. }), "{err:?}");
+    clock.advance(Duration::from_secs(31));
+    let report = done(&store).recovery(RecoveryConfig::default()).run_once().await.unwrap();
+    assert_eq!(report.removed, 1);
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert!(audit.records.is_empty());
+}
+
+#[tokio::test]
+async fn cancel_takes_over_a_pending_transaction_and_fences_its_owner() {
+    let (store, _, seeded) = bank(&["A", "B"], 1000).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    let pause = faulty.pause_at(4); // the second apply
+    let slow = Coordinator::builder(faulty).commit_point(CommitPoint::Done).build();
+    let running = tokio::spawn(async move { slow.run(transfer("A", "B", 100)).await });
+    pause.reached.await.unwrap();
+    let coordinator = done(&store);
+    let id = tandem::TxRecord::from_document(store.documents(&records()).remove(0)).unwrap().id;
+    let state = coordinator.cancel(&id, "operator request").await.unwrap();
+    assert_eq!(state, TxState::Canceled);
+    pause.release.send(()).unwrap();
+    let err = running.await.unwrap().unwrap_err();
+    assert!(matches!(err, TxError::Superseded { state: Some(TxState::Canceled), .. }), "{err:?}");
+    assert_eq!(balance(&store, "A").await, 1000);
+    assert_eq!(balance(&store, "B").await, 1000);
+    audit(&store, &records(), &seeded).await.unwrap().assert_clean();
+}
+
+#[tokio::test]
+async fn garbage_collection_removes_records_and_tombstones() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let coordinator = done(&store);
+    coordinator.run(transfer("A", "B", 1)).await.unwrap();
+    let a = get(&store, &accounts(), "A").await.unwrap();
+    assert_eq!(a.get_document("_tandem").unwrap().get_array("tombstones").unwrap().len(), 1);
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    assert_eq!(worker.collect_garbage(Duration::from_secs(3600)).await.unwrap(), 0, "too young");
+    clock.advance(Duration::from_secs(3601));
+    assert_eq!(worker.collect_garbage(Duration::from_secs(3600)).await.unwrap(), 1);
+    let a = get(&store, &accounts(), "A").await.unwrap();
+    assert_eq!(a.get_document("_tandem").unwrap().get_array("tombstones").unwrap().len(), 0);
+    assert!(store.documents(&records()).is_empty());
+}
+
+#[tokio::test]
+async fn events_report_every_state_change() {
+    let (store, _, _) = bank(&["A", "B"], 1000).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let coordinator = Coordinator::builder(store.clone())
+        .commit_point(CommitPoint::Done)
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .build();
+    coordinator.run(transfer("A", "B", 1)).await.unwrap();
+    let moves: Vec<(TxState, TxState)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            TxEvent::StateChanged { from, to, .. } => Some((*from, *to)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        moves,
+        [
+            (TxState::Initial, TxState::Pending),
+            (TxState::Pending, TxState::Applied),
+            (TxState::Applied, TxState::Done)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn participants_in_a_named_store_take_part() {
+    let (store, _, _) = bank(&["A"], 1000).await;
+    let other = MemoryStore::new();
+    other
+        .insert_one(&accounts(), doc! { "_id": "Z", "balance": 0_i64 })
+        .await
+        .unwrap();
+    let coordinator = Coordinator::builder(store.clone())
+        .store("ledger", other.clone())
+        .commit_point(CommitPoint::Done)
+        .build();
+    let tx = Transaction::new()
+        .change(DocumentChange::update(accounts(), "A").inc("balance", -7_i64))
+        .change(DocumentChange::update(accounts(), "Z").inc("balance", 7_i64).in_store("ledger"));
+    coordinator.run(tx).await.unwrap();
+    assert_eq!(balance(&store, "A").await, 993);
+    let z = other.find_one(&accounts(), doc! { "_id": "Z" }).await.unwrap().unwrap();
+    assert_eq!(z.get("balance"), Some(&Bson::Int64(7)));
+    assert!(store.find_one(&accounts(), doc! { "_id": "Z" }).await.unwrap().is_none());
+}
