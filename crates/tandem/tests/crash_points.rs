@@ -14,24 +14,49 @@ fn orders() -> Namespace {
 /// Documents for up to five participants: accounts, an order, a cart.
 fn documents() -> Vec<(Namespace, bson::Document)> {
     vec![
-        (accounts(), doc! { "_id": "A", "balance": 1000_i64, "pendingTransactions": [] }),
-        (accounts(), doc! { "_id": "B", "balance": 1000_i64, "pendingTransactions": [] }),
-        (accounts(), doc! { "_id": "C", "balance": 1000_i64, "pendingTransactions": [] }),
-        (orders(), doc! { "_id": "o-1", "state": "UnPaid", "total": 100_i64 }),
-        (Namespace::new("shop", "carts"), doc! { "_id": "cart-1", "items": ["x"] }),
+        (
+            accounts(),
+            doc! { "_id": "A", "balance": 1000_i64, "pendingTransactions": [] },
+        ),
+        (
+            accounts(),
+            doc! { "_id": "B", "balance": 1000_i64, "pendingTransactions": [] },
+        ),
+        (
+            accounts(),
+            doc! { "_id": "C", "balance": 1000_i64, "pendingTransactions": [] },
+        ),
+        (
+            orders(),
+            doc! { "_id": "o-1", "state": "UnPaid", "total": 100_i64 },
+        ),
+        (
+            Namespace::new("shop", "carts"),
+            doc! { "_id": "cart-1", "items": ["x"] },
+        ),
     ]
 }
 
 /// A transaction of `n` participants (1 to 5) mixing increments, a guarded set, an insert and a delete.
 fn transaction(n: usize, amount: i64) -> Transaction {
     let all = vec![
-        DocumentChange::update(accounts(), "A").inc("balance", -amount).require_gte("balance", amount),
-        DocumentChange::update(orders(), "o-1").set("state", "Paid").require_eq("state", "UnPaid"),
+        DocumentChange::update(accounts(), "A")
+            .inc("balance", -amount)
+            .require_gte("balance", amount),
+        DocumentChange::update(orders(), "o-1")
+            .set("state", "Paid")
+            .require_eq("state", "UnPaid"),
         DocumentChange::update(accounts(), "B").inc("balance", amount),
-        DocumentChange::insert(Namespace::new("shop", "receipts"), "r-1", doc! { "order": "o-1" }),
+        DocumentChange::insert(
+            Namespace::new("shop", "receipts"),
+            "r-1",
+            doc! { "order": "o-1" },
+        ),
         DocumentChange::delete(Namespace::new("shop", "carts"), "cart-1"),
     ];
-    all.into_iter().take(n).fold(Transaction::new(), Transaction::change)
+    all.into_iter()
+        .take(n)
+        .fold(Transaction::new(), Transaction::change)
 }
 
 #[tokio::test]
@@ -69,18 +94,39 @@ async fn every_crash_point_recovers_cleanly() {
 async fn a_crash_before_the_commit_point_never_half_applies_a_payment() {
     let harness = CrashHarness::default();
     let report = harness
-        .run(&documents(), || transaction(2, 100), |store, result| async move {
-            let order = store.documents(&orders()).remove(0);
-            let a = store.documents(&accounts()).remove(0);
-            let paid = order.get_str("state").unwrap() == "Paid";
-            let debited = a.get_i64("balance").unwrap() == 900;
-            assert_eq!(paid, debited, "order paid = {paid}, balance debited = {debited}");
-            if result.is_ok() {
-                assert!(paid, "a successful run is committed");
-            }
-        })
+        .run(
+            &documents(),
+            || transaction(2, 100),
+            |store, result| async move {
+                let order = store
+                    .find_one(&orders(), doc! { "_id": "o-1" })
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let a = store
+                    .find_one(&accounts(), doc! { "_id": "A" })
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let paid = order.get_str("state").unwrap() == "Paid";
+                let debited = a.get_i64("balance").unwrap() == 900;
+                assert_eq!(
+                    paid, debited,
+                    "order paid = {paid}, balance debited = {debited}"
+                );
+                if result.is_ok() {
+                    assert!(paid, "a successful run is committed");
+                }
+            },
+        )
         .await;
-    println!("payment crash points: {} {:?}", report.crash_points, report.outcomes);
-    assert_eq!(report.outcomes.values().sum::<usize>(), report.crash_points + 1);
+    println!(
+        "payment crash points: {} {:?}",
+        report.crash_points, report.outcomes
+    );
+    assert_eq!(
+        report.outcomes.values().sum::<usize>(),
+        report.crash_points + 1
+    );
     assert!(report.outcomes.contains_key(TxState::Canceled.as_str()));
 }

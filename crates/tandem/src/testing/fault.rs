@@ -1,0 +1,201 @@
+//! [`FaultStore`]: crashes, pauses and scheduling noise around any store.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bson::Document;
+use tokio::sync::oneshot;
+
+use crate::store::{
+    FindOptions, IndexSpec, Namespace, ReturnDocument, Store, StoreError, StoreErrorKind,
+    UpdateOutcome,
+};
+
+/// A pause at one operation: the test learns when it is reached and decides when it goes on.
+#[derive(Debug)]
+pub struct Pause {
+    /// Completes when the paused operation is reached (before it runs).
+    pub reached: oneshot::Receiver<()>,
+    /// Send (or drop) to let the operation run.
+    pub release: oneshot::Sender<()>,
+}
+
+#[derive(Default)]
+struct Plan {
+    crash_after: Option<u64>,
+    pause_at: Option<(u64, oneshot::Sender<()>, oneshot::Receiver<()>)>,
+    yield_seed: Option<u64>,
+}
+
+/// A [`Store`] wrapper that injects crashes, pauses and scheduling noise.
+#[derive(Clone)]
+pub struct FaultStore {
+    inner: Arc<dyn Store>,
+    ops: Arc<AtomicU64>,
+    plan: Arc<Mutex<Plan>>,
+}
+
+impl std::fmt::Debug for FaultStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultStore")
+            .field("inner", &self.inner.name())
+            .field("ops", &self.ops())
+            .finish()
+    }
+}
+
+impl FaultStore {
+    /// Wraps `inner`; it behaves exactly like `inner` until told otherwise.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        FaultStore {
+            inner,
+            ops: Arc::new(AtomicU64::new(0)),
+            plan: Arc::new(Mutex::new(Plan::default())),
+        }
+    }
+
+    /// Operations started so far (including refused ones).
+    pub fn ops(&self) -> u64 {
+        self.ops.load(Ordering::SeqCst)
+    }
+
+    /// Lets the first `n` operations run; every later one fails with [`StoreErrorKind::Crashed`].
+    pub fn crash_after(self, n: u64) -> Self {
+        self.lock().crash_after = Some(n);
+        self
+    }
+
+    /// From now on, every operation fails with [`StoreErrorKind::Crashed`].
+    pub fn crash_now(&self) {
+        let done = self.ops();
+        self.lock().crash_after = Some(done);
+    }
+
+    /// Pauses before operation number `n` (1-based) until released.
+    pub fn pause_at(&self, n: u64) -> Pause {
+        let (reached_tx, reached_rx) = oneshot::channel();
+        let (release_tx, release_rx) = oneshot::channel();
+        self.lock().pause_at = Some((n, reached_tx, release_rx));
+        Pause {
+            reached: reached_rx,
+            release: release_tx,
+        }
+    }
+
+    /// Before each operation, yields to the scheduler a pseudo-random number of times
+    /// (0 to 3) drawn from `seed`: on a single-threaded runtime this picks an interleaving.
+    pub fn with_yields(self, seed: u64) -> Self {
+        self.lock().yield_seed = Some(seed);
+        self
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Plan> {
+        self.plan.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn gate(&self) -> Result<(), StoreError> {
+        let n = self.ops.fetch_add(1, Ordering::SeqCst) + 1;
+        let (crash_after, pause, yields) = {
+            let mut plan = self.lock();
+            let pause = match &plan.pause_at {
+                Some((at, _, _)) if *at == n => plan.pause_at.take(),
+                _ => None,
+            };
+            let yields = plan.yield_seed.map(|seed| {
+                // splitmix64 of (seed, n): deterministic per operation.
+                let mut z = seed.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                (z ^ (z >> 31)) % 4
+            });
+            (plan.crash_after, pause, yields)
+        };
+        if let Some((_, reached, release)) = pause {
+            let _ = reached.send(());
+            let _ = release.await;
+        }
+        for _ in 0..yields.unwrap_or(0) {
+            tokio::task::yield_now().await;
+        }
+        match crash_after {
+            Some(limit) if n > limit => Err(StoreError::new(
+                StoreErrorKind::Crashed,
+                format!("injected crash before operation {n}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for FaultStore {
+    fn name(&self) -> &str {
+        "fault"
+    }
+    async fn now(&self) -> Result<bson::DateTime, StoreError> {
+        self.gate().await?;
+        self.inner.now().await
+    }
+    async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
+        self.gate().await?;
+        self.inner.insert_one(ns, doc).await
+    }
+    async fn update_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+        upsert: bool,
+    ) -> Result<UpdateOutcome, StoreError> {
+        self.gate().await?;
+        self.inner.update_one(ns, filter, update, upsert).await
+    }
+    async fn find_one_and_update(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+        ret: ReturnDocument,
+        upsert: bool,
+    ) -> Result<Option<Document>, StoreError> {
+        self.gate().await?;
+        self.inner
+            .find_one_and_update(ns, filter, update, ret, upsert)
+            .await
+    }
+    async fn replace_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        replacement: Document,
+    ) -> Result<UpdateOutcome, StoreError> {
+        self.gate().await?;
+        self.inner.replace_one(ns, filter, replacement).await
+    }
+    async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        self.gate().await?;
+        self.inner.delete_one(ns, filter).await
+    }
+    async fn find_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+    ) -> Result<Option<Document>, StoreError> {
+        self.gate().await?;
+        self.inner.find_one(ns, filter).await
+    }
+    async fn find(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        options: FindOptions,
+    ) -> Result<Vec<Document>, StoreError> {
+        self.gate().await?;
+        self.inner.find(ns, filter, options).await
+    }
+    async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {
+        self.gate().await?;
+        self.inner.ensure_index(ns, index).await
+    }
+}

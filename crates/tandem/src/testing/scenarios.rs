@@ -1,0 +1,231 @@
+//! Conformance scenarios every store must pass, on a bank of accounts.
+//!
+//! Each scenario takes a [`StoreFactory`] and a database name, seeds accounts
+//! in `<db>.accounts`, keeps records in `<db>.transactions`, and panics with
+//! the broken invariant if the store (or the protocol) misbehaves.
+
+use std::time::Duration;
+
+use bson::{doc, Document};
+
+use super::{audit, FaultStore, StoreFactory};
+use crate::change::DocumentChange;
+use crate::config::{CommitPoint, PendingPolicy, RecoveryConfig};
+use crate::coordinator::{Coordinator, Transaction};
+use crate::error::TxError;
+use crate::record::TxState;
+use crate::store::{Namespace, Store};
+
+/// The accounts of a scenario's bank.
+pub fn accounts(db: &str) -> Namespace {
+    Namespace::new(db, "accounts")
+}
+
+/// A transfer of `amount` from `from` to `to`, guarded so `from` cannot go negative.
+pub fn transfer(db: &str, from: &str, to: &str, amount: i64) -> Transaction {
+    Transaction::new()
+        .change(
+            DocumentChange::update(accounts(db), from)
+                .inc("balance", -amount)
+                .require_gte("balance", amount),
+        )
+        .change(DocumentChange::update(accounts(db), to).inc("balance", amount))
+}
+
+/// Seeds `names` with `balance` each; returns the seeded documents for [`audit`].
+pub async fn seed_bank(
+    store: &dyn Store,
+    db: &str,
+    names: &[&str],
+    balance: i64,
+) -> Vec<(Namespace, Document)> {
+    let mut seeded = Vec::new();
+    for name in names {
+        let d = doc! { "_id": *name, "balance": balance, "pendingTransactions": [] };
+        store
+            .insert_one(&accounts(db), d.clone())
+            .await
+            .expect("seeding an account");
+        seeded.push((accounts(db), d));
+    }
+    seeded
+}
+
+async fn balance(store: &dyn Store, db: &str, name: &str) -> i64 {
+    store
+        .find_one(&accounts(db), doc! { "_id": name })
+        .await
+        .expect("reading an account")
+        .and_then(|d| d.get_i64("balance").ok())
+        .expect("an account with an i64 balance")
+}
+
+/// Worker 1 is paused before each of its store operations in turn; worker 2
+/// (recovery) takes over and finishes; worker 1 resumes. Nothing may apply
+/// twice, and worker 1 must learn it was superseded. Returns the scenarios run.
+pub async fn stalled_worker<F: StoreFactory + ?Sized>(factory: &F, db: &str) -> usize {
+    let mut covered = 0;
+    for policy in [PendingPolicy::RollForward, PendingPolicy::RollBack] {
+        // create, pending, apply A, apply B, applied, clear A, clear B, done.
+        for pause_at in 1..=8 {
+            let store = factory.fresh().await;
+            let seeded = seed_bank(store.as_ref(), db, &["A", "B"], 1000).await;
+            let faulty = FaultStore::new(store.clone());
+            let pause = faulty.pause_at(pause_at);
+            // A zero lease: worker 1 counts as silent the moment it stops.
+            let worker1 = Coordinator::builder(faulty.clone())
+                .database(db)
+                .commit_point(CommitPoint::Done)
+                .lease(Duration::ZERO)
+                .build();
+            let tx = transfer(db, "A", "B", 100);
+            let run1 = tokio::spawn(async move { worker1.run(tx).await });
+            pause.reached.await.expect("worker 1 reaches its pause");
+
+            let worker2 = Coordinator::builder_shared(store.clone())
+                .database(db)
+                .build()
+                .recovery(RecoveryConfig {
+                    pending: policy,
+                    ..RecoveryConfig::default()
+                });
+            let report = worker2.run_once().await.expect("recovery pass");
+            assert_eq!(report.failed, 0, "paused at {pause_at}: {report:?}");
+
+            pause.release.send(()).expect("worker 1 waits");
+            let result1 = run1.await.expect("worker 1 task");
+            if pause_at > 1 {
+                assert!(
+                    matches!(result1, Err(TxError::Superseded { .. })),
+                    "paused at {pause_at}: worker 1 returned {result1:?}"
+                );
+            }
+            let final_pass = worker2.run_once().await.expect("recovery pass");
+            assert_eq!(final_pass.failed, 0);
+
+            let records = Namespace::new(db, "transactions");
+            let audit = audit(store.as_ref(), &records, &seeded)
+                .await
+                .expect("audit");
+            audit.assert_clean();
+            let a = balance(store.as_ref(), db, "A").await;
+            let b = balance(store.as_ref(), db, "B").await;
+            let committed = audit.count(TxState::Done) == 1;
+            let expected = if committed { (900, 1100) } else { (1000, 1000) };
+            assert_eq!((a, b), expected, "paused at {pause_at} ({policy:?})");
+            covered += 1;
+        }
+    }
+    covered
+}
+
+/// One transfer of an [`Interleaving`].
+#[derive(Clone, Debug)]
+pub struct PlannedTransfer {
+    /// Index of the paying account.
+    pub from: usize,
+    /// Index of the receiving account.
+    pub to: usize,
+    /// The amount.
+    pub amount: i64,
+    /// Crash the coordinator after this many store operations.
+    pub crash_after: Option<u64>,
+    /// Where the coordinator returns.
+    pub commit_point: CommitPoint,
+    /// A zero lease, so recovery workers may take the transaction over while it runs.
+    pub expired_lease: bool,
+}
+
+/// Several coordinators and recovery workers racing on one bank.
+#[derive(Clone, Debug)]
+pub struct Interleaving {
+    /// The transfers, each run by its own coordinator at once.
+    pub transfers: Vec<PlannedTransfer>,
+    /// Picks the interleaving (scheduler yields before each store operation).
+    pub seed: u64,
+    /// Recovery workers racing the coordinators.
+    pub recoveries: usize,
+    /// Whether recovery rolls `pending` forward.
+    pub forward: bool,
+}
+
+/// The account names of [`interleaving`]: four accounts of 100 each.
+pub const BANK: [&str; 4] = ["A", "B", "C", "D"];
+
+/// Runs an [`Interleaving`], then recovery to quiescence, then checks: every
+/// record terminal, no marker or lock, balances equal to the committed
+/// transfers exactly once, none negative, and the total conserved.
+pub async fn interleaving<F: StoreFactory + ?Sized>(factory: &F, db: &str, plan: &Interleaving) {
+    let store = factory.fresh().await;
+    let seeded = seed_bank(store.as_ref(), db, &BANK, 100).await;
+    let policy = if plan.forward {
+        PendingPolicy::RollForward
+    } else {
+        PendingPolicy::RollBack
+    };
+    let mut tasks = Vec::new();
+    for (i, p) in plan.transfers.iter().cloned().enumerate() {
+        let mut faulty = FaultStore::new(store.clone()).with_yields(plan.seed ^ i as u64);
+        if let Some(k) = p.crash_after {
+            faulty = faulty.crash_after(k);
+        }
+        let lease = if p.expired_lease || p.crash_after.is_some() {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(600)
+        };
+        let coordinator = Coordinator::builder(faulty)
+            .database(db)
+            .commit_point(p.commit_point)
+            .lease(lease)
+            .build();
+        let tx = transfer(db, BANK[p.from], BANK[p.to], p.amount);
+        tasks.push(tokio::spawn(async move {
+            let _ = coordinator.run(tx).await;
+            coordinator.drain().await;
+        }));
+    }
+    for r in 0..plan.recoveries {
+        let faulty =
+            FaultStore::new(store.clone()).with_yields(plan.seed.rotate_left(7) ^ r as u64);
+        let worker = Coordinator::builder(faulty)
+            .database(db)
+            .build()
+            .recovery(RecoveryConfig {
+                pending: policy,
+                ..RecoveryConfig::default()
+            });
+        let delay = plan.seed % 5;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..delay {
+                tokio::task::yield_now().await;
+            }
+            let _ = worker.run_once().await;
+        }));
+    }
+    for t in tasks {
+        t.await.expect("scenario task");
+    }
+    let worker = Coordinator::builder_shared(store.clone())
+        .database(db)
+        .build()
+        .recovery(RecoveryConfig {
+            pending: policy,
+            ..RecoveryConfig::default()
+        });
+    let report = worker.run_once().await.expect("recovery pass");
+    assert_eq!(report.failed, 0, "{report:?}");
+
+    let records = Namespace::new(db, "transactions");
+    let audit = audit(store.as_ref(), &records, &seeded)
+        .await
+        .expect("audit");
+    audit.assert_clean();
+    let mut total = 0;
+    for name in BANK {
+        let b = balance(store.as_ref(), db, name).await;
+        assert!(b >= 0, "{name} went negative: {b}");
+        total += b;
+    }
+    assert_eq!(total, 100 * BANK.len() as i64, "money is conserved");
+}
