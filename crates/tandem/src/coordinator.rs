@@ -256,7 +256,11 @@ impl Coordinator {
     /// A recovery worker sharing this coordinator's stores, kinds and events, under its own owner name.
     pub fn recovery(&self, config: RecoveryConfig) -> RecoveryWorker {
         let mut engine_config = self.engine.config.clone();
-        engine_config.owner = format!("{}-recovery-{}", engine_config.owner, bson::oid::ObjectId::new().to_hex());
+        engine_config.owner = format!(
+            "{}-recovery-{}",
+            engine_config.owner,
+            bson::oid::ObjectId::new().to_hex()
+        );
         RecoveryWorker::new(
             Arc::new(Engine {
                 stores: self.engine.stores.clone(),
@@ -268,7 +272,8 @@ impl Coordinator {
         )
     }
 
-    /// Creates the indexes the protocol relies on (idempotent): records by state and age.
+    /// Creates the index recovery scans use (idempotent): records by state and `lastModified`,
+    /// from which each lease's end is computed.
     pub async fn ensure_indexes(&self) -> Result<(), StoreError> {
         let ns = self.engine.records_ns();
         self.engine
@@ -285,6 +290,58 @@ impl Coordinator {
             .await
     }
 
+    /// Creates a TTL index that lets the store delete `done` and `canceled` records
+    /// `after` they finished (idempotent).
+    ///
+    /// Unlike [`RecoveryWorker::collect_garbage`], expiry by TTL leaves the
+    /// finished transactions' tombstones on their documents; they are harmless
+    /// but accumulate, so prefer garbage collection where documents are hot.
+    pub async fn ensure_ttl(&self, after: Duration) -> Result<(), StoreError> {
+        let ns = self.engine.records_ns();
+        self.engine
+            .records()
+            .ensure_index(
+                &ns,
+                IndexSpec {
+                    name: "tandem_finishedAt_ttl".into(),
+                    keys: doc! { "finishedAt": 1 },
+                    expire_after_secs: Some(after.as_secs()),
+                    partial_filter: None,
+                },
+            )
+            .await
+    }
+
+    /// Creates the index on the marker field of a participant collection (idempotent),
+    /// so readers can cheaply find or skip documents with a pending change.
+    /// `store` names the coordinator store the collection lives in (`None`: the default).
+    pub async fn ensure_marker_index(
+        &self,
+        store: Option<&str>,
+        ns: &crate::Namespace,
+        marker: &str,
+    ) -> Result<(), StoreError> {
+        let target = self.engine.stores.get(store).ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!("unknown store {:?}", store.unwrap_or("")),
+            )
+        })?;
+        let mut keys = bson::Document::new();
+        keys.insert(marker, 1);
+        target
+            .ensure_index(
+                ns,
+                IndexSpec {
+                    name: format!("tandem_{marker}"),
+                    keys,
+                    expire_after_secs: None,
+                    partial_filter: None,
+                },
+            )
+            .await
+    }
+
     /// Reads a transaction record.
     pub async fn record(&self, id: &TxId) -> Result<Option<TxRecord>, StoreError> {
         self.engine.load(id).await
@@ -292,13 +349,17 @@ impl Coordinator {
 
     /// Waits until every background finishing task (markers, `done`) has ended.
     pub async fn drain(&self) {
-        let handles = std::mem::take(&mut *self.background.lock().unwrap_or_else(|e| e.into_inner()));
+        let handles =
+            std::mem::take(&mut *self.background.lock().unwrap_or_else(|e| e.into_inner()));
         for h in handles {
             let _ = h.await;
         }
     }
 
-    fn prepare_items(&self, tx: Transaction) -> Result<(TxId, Vec<Box<dyn Participant>>), ChangeError> {
+    fn prepare_items(
+        &self,
+        tx: Transaction,
+    ) -> Result<(TxId, Vec<Box<dyn Participant>>), ChangeError> {
         if let Some(e) = tx.errors.into_iter().next() {
             return Err(e);
         }
@@ -447,7 +508,11 @@ impl Coordinator {
     }
 
     /// Writes the record in state `initial`, with timestamps from the store's clock.
-    async fn create_record(&self, live: &Live, entries: Vec<ParticipantEntry>) -> Result<(), TxError> {
+    async fn create_record(
+        &self,
+        live: &Live,
+        entries: Vec<ParticipantEntry>,
+    ) -> Result<(), TxError> {
         let engine = &self.engine;
         let config = &engine.config;
         let ns = engine.records_ns();
@@ -474,22 +539,32 @@ impl Coordinator {
             "$currentDate": { "created": true, "lastModified": true },
         };
         let result = engine
-            .retry(|| engine.records().update_one(&ns, filter.clone(), update.clone(), true))
+            .retry(|| {
+                engine
+                    .records()
+                    .update_one(&ns, filter.clone(), update.clone(), true)
+            })
             .await;
         match result {
             Ok(_) => {}
             Err(e) if e.kind == StoreErrorKind::DuplicateKey => {
                 // Ours, if an earlier attempt landed before its answer was lost.
-                let existing = engine.load(&live.id).await.map_err(|source| TxError::Interrupted {
-                    id: live.id.clone(),
-                    state: None,
-                    source,
-                })?;
+                let existing =
+                    engine
+                        .load(&live.id)
+                        .await
+                        .map_err(|source| TxError::Interrupted {
+                            id: live.id.clone(),
+                            state: None,
+                            source,
+                        })?;
                 let ours = existing.is_some_and(|r| {
                     r.owner == config.owner && r.epoch == live.epoch && r.state == TxState::Initial
                 });
                 if !ours {
-                    return Err(TxError::Duplicate { id: live.id.clone() });
+                    return Err(TxError::Duplicate {
+                        id: live.id.clone(),
+                    });
                 }
             }
             Err(source) => {

@@ -90,7 +90,10 @@ impl Engine {
         found
             .map(|d| {
                 TxRecord::from_document(d).map_err(|e| {
-                    StoreError::new(StoreErrorKind::Other, format!("unreadable record {id}: {e}"))
+                    StoreError::new(
+                        StoreErrorKind::Other,
+                        format!("unreadable record {id}: {e}"),
+                    )
                 })
             })
             .transpose()
@@ -111,9 +114,14 @@ impl Engine {
         if let Some(err) = last_error {
             set.insert("lastError", err);
         }
+        let mut stamps = doc! { "lastModified": true };
+        if to.is_terminal() {
+            // What an optional TTL index counts from: only finished records have it.
+            stamps.insert("finishedAt", true);
+        }
         let update = doc! {
             "$set": set,
-            "$currentDate": { "lastModified": true },
+            "$currentDate": stamps,
             "$push": { "history": {
                 "state": to, "owner": &self.config.owner, "epoch": live.epoch, "event": "move",
             } },
@@ -203,7 +211,12 @@ impl Engine {
 
     /// Runs one step on every participant at once.
     pub async fn step_all(&self, live: &Live, step: Step) -> Vec<Result<(), StepError>> {
-        join_all(live.parties.iter().map(|party| self.step(live, party, step))).await
+        join_all(
+            live.parties
+                .iter()
+                .map(|party| self.step(live, party, step)),
+        )
+        .await
     }
 
     /// Runs a step everywhere; the first failure means the store failed mid-way.
@@ -233,9 +246,14 @@ impl Engine {
     /// Returns `Ok(())` at the commit point (`applied`).
     pub async fn apply_or_cancel(&self, live: &Live) -> Result<(), TxError> {
         let results = self.step_all(live, Step::Apply).await;
-        let mut refusals = results.into_iter().filter_map(Result::err).collect::<Vec<_>>();
+        let mut refusals = results
+            .into_iter()
+            .filter_map(Result::err)
+            .collect::<Vec<_>>();
         if refusals.is_empty() {
-            return self.transition(live, TxState::Pending, TxState::Applied, None).await;
+            return self
+                .transition(live, TxState::Pending, TxState::Applied, None)
+                .await;
         }
         // A definite refusal explains the cancellation better than a store failure.
         refusals.sort_by_key(|e| e.is_store_failure());
@@ -306,10 +324,12 @@ pub(crate) fn backoff(base: Duration, attempt: u32) -> Duration {
 fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
     h.finish()
 }
 

@@ -216,6 +216,9 @@ pub struct TxRecord {
     /// When the record last changed, by the store's clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<bson::DateTime>,
+    /// When it reached `done` or `canceled`, by the store's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<bson::DateTime>,
     /// How many times a recovery worker claimed it.
     #[serde(default)]
     pub attempts: i32,
@@ -230,8 +233,9 @@ pub struct TxRecord {
 impl TxRecord {
     /// When the owner's lease ends, by the store's clock.
     pub fn lease_expires(&self) -> Option<bson::DateTime> {
-        self.last_modified
-            .map(|t| bson::DateTime::from_millis(t.timestamp_millis().saturating_add(self.lease_millis)))
+        self.last_modified.map(|t| {
+            bson::DateTime::from_millis(t.timestamp_millis().saturating_add(self.lease_millis))
+        })
     }
 
     /// Whether the lease has ended at `now` (a time from the store's clock).

@@ -36,9 +36,15 @@ async fn a_transfer_commits_and_leaves_no_marker() {
     let states: Vec<TxState> = record.history.iter().map(|h| h.state).collect();
     assert_eq!(
         states,
-        [TxState::Initial, TxState::Pending, TxState::Applied, TxState::Done]
+        [
+            TxState::Initial,
+            TxState::Pending,
+            TxState::Applied,
+            TxState::Done
+        ]
     );
     assert!(record.created.is_some() && record.last_modified.is_some());
+    assert!(record.finished_at.is_some(), "a TTL index can count from finishedAt");
 }
 
 #[tokio::test]
@@ -73,13 +79,20 @@ async fn a_failed_guard_cancels_and_undoes_everything() {
     let audit = audit(&store, &records(), &seeded).await.unwrap();
     audit.assert_clean();
     assert_eq!(audit.count(TxState::Canceled), 1);
-    assert!(audit.records[0].last_error.as_deref().unwrap().contains("balance >= 100"));
+    assert!(audit.records[0]
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("balance >= 100"));
 }
 
 #[tokio::test]
 async fn a_missing_document_cancels_with_not_found() {
     let (store, _, _) = bank(&["A"], 100).await;
-    let err = done(&store).run(transfer("A", "nobody", 10)).await.unwrap_err();
+    let err = done(&store)
+        .run(transfer("A", "nobody", 10))
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, TxError::Canceled { cause: StepError::NotFound { ref participant }, .. } if participant == "bank.accounts/nobody"),
         "{err:?}"
@@ -109,10 +122,23 @@ async fn a_balance_stored_as_a_string_is_a_type_mismatch() {
         .change(DocumentChange::update(accounts(), "B").inc("balance", -5_i64));
     let err = done(&store).run(tx).await.unwrap_err();
     assert!(
-        matches!(err, TxError::Canceled { cause: StepError::TypeMismatch { .. }, .. }),
+        matches!(
+            err,
+            TxError::Canceled {
+                cause: StepError::TypeMismatch { .. },
+                ..
+            }
+        ),
         "{err:?}"
     );
-    assert_eq!(get(&store, &accounts(), "B").await.unwrap().get_i64("balance").unwrap(), 0);
+    assert_eq!(
+        get(&store, &accounts(), "B")
+            .await
+            .unwrap()
+            .get_i64("balance")
+            .unwrap(),
+        0
+    );
 }
 
 #[tokio::test]
@@ -120,9 +146,12 @@ async fn invalid_input_is_refused_before_anything_is_written() {
     let (store, _, _) = bank(&["A", "B"], 100).await;
     let coordinator = done(&store);
     let cases: Vec<(Transaction, fn(&ChangeError) -> bool)> = vec![
-        (Transaction::new(), |e| matches!(e, ChangeError::NoParticipants)),
+        (Transaction::new(), |e| {
+            matches!(e, ChangeError::NoParticipants)
+        }),
         (
-            Transaction::new().change(DocumentChange::update(accounts(), "A").inc("balance", 0_i64)),
+            Transaction::new()
+                .change(DocumentChange::update(accounts(), "A").inc("balance", 0_i64)),
             |e| matches!(e, ChangeError::InvalidAmount { .. }),
         ),
         (
@@ -140,9 +169,15 @@ async fn invalid_input_is_refused_before_anything_is_written() {
                 .change(DocumentChange::update(accounts(), "A").inc("balance", 1)),
             |e| matches!(e, ChangeError::DuplicateParticipant { .. }),
         ),
-        (Transaction::with_id(""), |e| matches!(e, ChangeError::InvalidId { .. })),
+        (Transaction::with_id(""), |e| {
+            matches!(e, ChangeError::InvalidId { .. })
+        }),
         (
-            Transaction::new().change(DocumentChange::update(accounts(), "A").inc("n", 1).in_store("elsewhere")),
+            Transaction::new().change(
+                DocumentChange::update(accounts(), "A")
+                    .inc("n", 1)
+                    .in_store("elsewhere"),
+            ),
             |e| matches!(e, ChangeError::UnknownStore { .. }),
         ),
     ];
@@ -159,9 +194,15 @@ async fn invalid_input_is_refused_before_anything_is_written() {
     }
     assert!(matches!(
         coordinator.run(too_many).await,
-        Err(TxError::Invalid(ChangeError::TooManyParticipants { count: 65, limit: 64 }))
+        Err(TxError::Invalid(ChangeError::TooManyParticipants {
+            count: 65,
+            limit: 64
+        }))
     ));
-    assert!(store.documents(&records()).is_empty(), "no record was written");
+    assert!(
+        store.documents(&records()).is_empty(),
+        "no record was written"
+    );
     assert_eq!(balance(&store, "A").await, 100);
 }
 
@@ -176,7 +217,12 @@ async fn a_duplicate_transaction_id_is_refused() {
     };
     coordinator.run(tx()).await.unwrap();
     let err = coordinator.run(tx()).await.unwrap_err();
-    assert_eq!(err, TxError::Duplicate { id: TxId::new("pay-42").unwrap() });
+    assert_eq!(
+        err,
+        TxError::Duplicate {
+            id: TxId::new("pay-42").unwrap()
+        }
+    );
     assert_eq!(balance(&store, "A").await, 99, "applied once");
 }
 
@@ -186,7 +232,9 @@ async fn increments_share_a_document_but_exclusive_changes_conflict() {
     // Hold A with a pending increment: pause the first transaction before its `applied` move.
     let faulty = FaultStore::new(Arc::new(store.clone()));
     let pause = faulty.pause_at(4); // create, pending, apply A, apply B | 5th = applied
-    let slow = Coordinator::builder(faulty.clone()).commit_point(CommitPoint::Done).build();
+    let slow = Coordinator::builder(faulty.clone())
+        .commit_point(CommitPoint::Done)
+        .build();
     let first = tokio::spawn(async move { slow.run(transfer("A", "B", 100)).await });
     // Operation 4 is the second apply; wait until it is reached.
     pause.reached.await.unwrap();
@@ -199,15 +247,28 @@ async fn increments_share_a_document_but_exclusive_changes_conflict() {
         .change(DocumentChange::update(accounts(), "C").inc("balance", 1_i64));
     let err = coordinator.run(tx).await.unwrap_err();
     assert!(
-        matches!(err, TxError::Canceled { cause: StepError::Conflict { .. }, .. }),
+        matches!(
+            err,
+            TxError::Canceled {
+                cause: StepError::Conflict { .. },
+                ..
+            }
+        ),
         "{err:?}"
     );
     pause.release.send(()).unwrap();
     first.await.unwrap().unwrap();
     assert_eq!(balance(&store, "A").await, 890);
     assert_eq!(balance(&store, "C").await, 1010);
-    assert!(get(&store, &accounts(), "A").await.unwrap().get("frozen").is_none());
-    audit(&store, &records(), &seeded).await.unwrap().assert_clean();
+    assert!(get(&store, &accounts(), "A")
+        .await
+        .unwrap()
+        .get("frozen")
+        .is_none());
+    audit(&store, &records(), &seeded)
+        .await
+        .unwrap()
+        .assert_clean();
 }
 
 #[tokio::test]
@@ -215,7 +276,9 @@ async fn waiting_on_a_conflict_succeeds_once_the_holder_finishes() {
     let (store, _, _) = bank(&["A", "B"], 1000).await;
     let faulty = FaultStore::new(Arc::new(store.clone()));
     let pause = faulty.pause_at(6); // after apply: the clear-marker steps
-    let holder = Coordinator::builder(faulty).commit_point(CommitPoint::Done).build();
+    let holder = Coordinator::builder(faulty)
+        .commit_point(CommitPoint::Done)
+        .build();
     let tx = Transaction::new()
         .change(DocumentChange::update(accounts(), "A").set("tier", "gold"))
         .change(DocumentChange::update(accounts(), "B").inc("balance", 1_i64));
@@ -229,7 +292,10 @@ async fn waiting_on_a_conflict_succeeds_once_the_holder_finishes() {
         .build();
     let second = tokio::spawn(async move {
         waiting
-            .run(Transaction::new().change(DocumentChange::update(accounts(), "A").set("tier", "platinum")))
+            .run(
+                Transaction::new()
+                    .change(DocumentChange::update(accounts(), "A").set("tier", "platinum")),
+            )
             .await
     });
     pause.release.send(()).unwrap();
@@ -249,7 +315,11 @@ async fn insert_and_delete_commit() {
         .await
         .unwrap();
     let tx = Transaction::new()
-        .change(DocumentChange::insert(orders.clone(), "o-1", doc! { "state": "UnPaid", "total": 5 }))
+        .change(DocumentChange::insert(
+            orders.clone(),
+            "o-1",
+            doc! { "state": "UnPaid", "total": 5 },
+        ))
         .change(DocumentChange::delete(carts.clone(), "cart-1").require_exists("items"));
     done(&store).run(tx).await.unwrap();
     let order = get(&store, &orders, "o-1").await.unwrap();
@@ -272,15 +342,37 @@ async fn insert_and_delete_roll_back() {
         .await
         .unwrap();
     let tx = Transaction::new()
-        .change(DocumentChange::insert(orders.clone(), "o-1", doc! { "state": "UnPaid" }))
+        .change(DocumentChange::insert(
+            orders.clone(),
+            "o-1",
+            doc! { "state": "UnPaid" },
+        ))
         .change(DocumentChange::delete(carts.clone(), "cart-1"))
-        .change(DocumentChange::update(accounts(), "A").inc("balance", -5_i64).require_gte("balance", 5_i64));
+        .change(
+            DocumentChange::update(accounts(), "A")
+                .inc("balance", -5_i64)
+                .require_gte("balance", 5_i64),
+        );
     let coordinator = done(&store);
     let err = coordinator.run(tx).await.unwrap_err();
-    assert!(matches!(err, TxError::Canceled { cause: StepError::GuardFailed { .. }, .. }));
+    assert!(matches!(
+        err,
+        TxError::Canceled {
+            cause: StepError::GuardFailed { .. },
+            ..
+        }
+    ));
     let cart = get(&store, &carts, "cart-1").await.unwrap();
-    assert_eq!(cart.get_array("items").unwrap().len(), 1, "the cart is still there");
-    assert!(cart.get_document("_tandem").unwrap().get("deleting").is_none());
+    assert_eq!(
+        cart.get_array("items").unwrap().len(),
+        1,
+        "the cart is still there"
+    );
+    assert!(cart
+        .get_document("_tandem")
+        .unwrap()
+        .get("deleting")
+        .is_none());
     // The undone insert leaves only a fenced placeholder, removed by garbage collection.
     let ghost = get(&store, &orders, "o-1").await.unwrap();
     assert!(ghost.get("state").is_none());
@@ -295,7 +387,10 @@ async fn a_set_is_undone_from_the_before_image() {
     let store = MemoryStore::new();
     let orders = Namespace::new("shop", "orders");
     store
-        .insert_one(&orders, doc! { "_id": 1, "state": "UnPaid", "note": "keep" })
+        .insert_one(
+            &orders,
+            doc! { "_id": 1, "state": "UnPaid", "note": "keep" },
+        )
         .await
         .unwrap();
     store
@@ -310,10 +405,18 @@ async fn a_set_is_undone_from_the_before_image() {
                 .unset("note")
                 .set("paidAt", "now"),
         )
-        .change(DocumentChange::update(accounts(), "A").inc("balance", -5_i64).require_gte("balance", 5_i64));
+        .change(
+            DocumentChange::update(accounts(), "A")
+                .inc("balance", -5_i64)
+                .require_gte("balance", 5_i64),
+        );
     let err = done(&store).run(tx).await.unwrap_err();
     assert!(matches!(err, TxError::Canceled { .. }));
-    let order = store.find_one(&orders, doc! { "_id": 1 }).await.unwrap().unwrap();
+    let order = store
+        .find_one(&orders, doc! { "_id": 1 })
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(order.get_str("state").unwrap(), "UnPaid");
     assert_eq!(order.get_str("note").unwrap(), "keep");
     assert!(order.get("paidAt").is_none());
@@ -329,7 +432,12 @@ async fn a_late_apply_after_done_is_fenced() {
     let stores = tandem::Stores::new(Arc::new(store.clone()));
     let err = tandem::Participant::apply(
         &change,
-        StepContext { tx: &receipt.id, epoch: 0, before: None, stores: &stores },
+        StepContext {
+            tx: &receipt.id,
+            epoch: 0,
+            before: None,
+            stores: &stores,
+        },
     )
     .await
     .unwrap_err();
@@ -342,20 +450,43 @@ async fn a_late_apply_after_a_cancel_that_undid_nothing_is_fenced() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
     // The coordinator dies right after `pending`, before applying anything.
     let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(2);
-    let dead = Coordinator::builder(faulty).commit_point(CommitPoint::Done).build();
+    let dead = Coordinator::builder(faulty)
+        .commit_point(CommitPoint::Done)
+        .build();
     let err = dead.run(transfer("A", "B", 100)).await.unwrap_err();
     let id = err.id().unwrap().clone();
-    assert!(matches!(err, TxError::Interrupted { state: Some(TxState::Pending), .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            TxError::Interrupted {
+                state: Some(TxState::Pending),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     clock.advance(Duration::from_secs(60));
-    let report = done(&store).recovery(RecoveryConfig::default()).run_once().await.unwrap();
+    let report = done(&store)
+        .recovery(RecoveryConfig::default())
+        .run_once()
+        .await
+        .unwrap();
     assert_eq!(report.canceled, 1);
     // Now the stalled worker wakes up and applies.
     let stores = tandem::Stores::new(Arc::new(store.clone()));
     for (who, by) in [("A", -100_i64), ("B", 100)] {
         let change = DocumentChange::update(accounts(), who).inc("balance", by);
-        let err = tandem::Participant::apply(&change, StepContext { tx: &id, epoch: 0, before: None, stores: &stores })
-            .await
-            .unwrap_err();
+        let err = tandem::Participant::apply(
+            &change,
+            StepContext {
+                tx: &id,
+                epoch: 0,
+                before: None,
+                stores: &stores,
+            },
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(err, StepError::Fenced { .. }), "{who}: {err:?}");
     }
     assert_eq!(balance(&store, "A").await, 1000);
@@ -366,7 +497,9 @@ async fn a_late_apply_after_a_cancel_that_undid_nothing_is_fenced() {
 async fn recovery_rolls_pending_forward_when_told_to() {
     let (store, clock, seeded) = bank(&["A", "B"], 1000).await;
     let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(3); // one apply landed
-    let dead = Coordinator::builder(faulty).commit_point(CommitPoint::Done).build();
+    let dead = Coordinator::builder(faulty)
+        .commit_point(CommitPoint::Done)
+        .build();
     assert!(dead.run(transfer("A", "B", 100)).await.is_err());
     let coordinator = done(&store);
     let worker = coordinator.recovery(RecoveryConfig {
@@ -374,13 +507,19 @@ async fn recovery_rolls_pending_forward_when_told_to() {
         ..RecoveryConfig::default()
     });
     let early = worker.run_once().await.unwrap();
-    assert_eq!(early.claimed, 0, "the lease has not expired yet by the store's clock");
+    assert_eq!(
+        early.claimed, 0,
+        "the lease has not expired yet by the store's clock"
+    );
     clock.advance(Duration::from_secs(31));
     let report = worker.run_once().await.unwrap();
     assert_eq!((report.claimed, report.committed), (1, 1), "{report:?}");
     assert_eq!(balance(&store, "A").await, 900);
     assert_eq!(balance(&store, "B").await, 1100);
-    audit(&store, &records(), &seeded).await.unwrap().assert_clean();
+    audit(&store, &records(), &seeded)
+        .await
+        .unwrap()
+        .assert_clean();
 }
 
 #[tokio::test]
@@ -389,9 +528,22 @@ async fn recovery_removes_a_stale_initial_record() {
     let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(1);
     let dead = Coordinator::builder(faulty).build();
     let err = dead.run(transfer("A", "B", 1)).await.unwrap_err();
-    assert!(matches!(err, TxError::Interrupted { state: Some(TxState::Initial), .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            TxError::Interrupted {
+                state: Some(TxState::Initial),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     clock.advance(Duration::from_secs(31));
-    let report = done(&store).recovery(RecoveryConfig::default()).run_once().await.unwrap();
+    let report = done(&store)
+        .recovery(RecoveryConfig::default())
+        .run_once()
+        .await
+        .unwrap();
     assert_eq!(report.removed, 1);
     let audit = audit(&store, &records(), &seeded).await.unwrap();
     audit.assert_clean();
@@ -403,19 +555,35 @@ async fn cancel_takes_over_a_pending_transaction_and_fences_its_owner() {
     let (store, _, seeded) = bank(&["A", "B"], 1000).await;
     let faulty = FaultStore::new(Arc::new(store.clone()));
     let pause = faulty.pause_at(4); // the second apply
-    let slow = Coordinator::builder(faulty).commit_point(CommitPoint::Done).build();
+    let slow = Coordinator::builder(faulty)
+        .commit_point(CommitPoint::Done)
+        .build();
     let running = tokio::spawn(async move { slow.run(transfer("A", "B", 100)).await });
     pause.reached.await.unwrap();
     let coordinator = done(&store);
-    let id = tandem::TxRecord::from_document(store.documents(&records()).remove(0)).unwrap().id;
+    let id = tandem::TxRecord::from_document(store.documents(&records()).remove(0))
+        .unwrap()
+        .id;
     let state = coordinator.cancel(&id, "operator request").await.unwrap();
     assert_eq!(state, TxState::Canceled);
     pause.release.send(()).unwrap();
     let err = running.await.unwrap().unwrap_err();
-    assert!(matches!(err, TxError::Superseded { state: Some(TxState::Canceled), .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            TxError::Superseded {
+                state: Some(TxState::Canceled),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(balance(&store, "A").await, 1000);
     assert_eq!(balance(&store, "B").await, 1000);
-    audit(&store, &records(), &seeded).await.unwrap().assert_clean();
+    audit(&store, &records(), &seeded)
+        .await
+        .unwrap()
+        .assert_clean();
 }
 
 #[tokio::test]
@@ -424,13 +592,40 @@ async fn garbage_collection_removes_records_and_tombstones() {
     let coordinator = done(&store);
     coordinator.run(transfer("A", "B", 1)).await.unwrap();
     let a = get(&store, &accounts(), "A").await.unwrap();
-    assert_eq!(a.get_document("_tandem").unwrap().get_array("tombstones").unwrap().len(), 1);
+    assert_eq!(
+        a.get_document("_tandem")
+            .unwrap()
+            .get_array("tombstones")
+            .unwrap()
+            .len(),
+        1
+    );
     let worker = coordinator.recovery(RecoveryConfig::default());
-    assert_eq!(worker.collect_garbage(Duration::from_secs(3600)).await.unwrap(), 0, "too young");
+    assert_eq!(
+        worker
+            .collect_garbage(Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        0,
+        "too young"
+    );
     clock.advance(Duration::from_secs(3601));
-    assert_eq!(worker.collect_garbage(Duration::from_secs(3600)).await.unwrap(), 1);
+    assert_eq!(
+        worker
+            .collect_garbage(Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        1
+    );
     let a = get(&store, &accounts(), "A").await.unwrap();
-    assert_eq!(a.get_document("_tandem").unwrap().get_array("tombstones").unwrap().len(), 0);
+    assert_eq!(
+        a.get_document("_tandem")
+            .unwrap()
+            .get_array("tombstones")
+            .unwrap()
+            .len(),
+        0
+    );
     assert!(store.documents(&records()).is_empty());
 }
 
@@ -477,10 +672,22 @@ async fn participants_in_a_named_store_take_part() {
         .build();
     let tx = Transaction::new()
         .change(DocumentChange::update(accounts(), "A").inc("balance", -7_i64))
-        .change(DocumentChange::update(accounts(), "Z").inc("balance", 7_i64).in_store("ledger"));
+        .change(
+            DocumentChange::update(accounts(), "Z")
+                .inc("balance", 7_i64)
+                .in_store("ledger"),
+        );
     coordinator.run(tx).await.unwrap();
     assert_eq!(balance(&store, "A").await, 993);
-    let z = other.find_one(&accounts(), doc! { "_id": "Z" }).await.unwrap().unwrap();
+    let z = other
+        .find_one(&accounts(), doc! { "_id": "Z" })
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(z.get("balance"), Some(&Bson::Int64(7)));
-    assert!(store.find_one(&accounts(), doc! { "_id": "Z" }).await.unwrap().is_none());
+    assert!(store
+        .find_one(&accounts(), doc! { "_id": "Z" })
+        .await
+        .unwrap()
+        .is_none());
 }
