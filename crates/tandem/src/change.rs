@@ -475,7 +475,10 @@ impl DocumentChange {
     /// when it is undone (`==`, `!=`, `<`, `<=`), holds it alone.
     pub fn is_exclusive(&self) -> bool {
         let guards_shared = self.guards.iter().all(|g| {
-            matches!(g.op, GuardOp::Gte | GuardOp::Gt | GuardOp::Exists | GuardOp::Missing)
+            matches!(
+                g.op,
+                GuardOp::Gte | GuardOp::Gt | GuardOp::Exists | GuardOp::Missing
+            )
         });
         match &self.op {
             DocumentOp::Update { ops } => !guards_shared || ops.iter().any(|op| !op.commutes()),
@@ -612,7 +615,10 @@ mod tests {
                 .set(bad, 1)
                 .validate()
                 .unwrap_err();
-            assert!(matches!(err, ChangeError::InvalidPath { .. }), "{bad:?}: {err}");
+            assert!(
+                matches!(err, ChangeError::InvalidPath { .. }),
+                "{bad:?}: {err}"
+            );
         }
     }
 
@@ -623,15 +629,22 @@ mod tests {
                 .inc("n", 1)
                 .validate()
                 .unwrap_err();
-            assert!(matches!(err, ChangeError::InvalidNamespace { .. }), "{db}.{coll}");
+            assert!(
+                matches!(err, ChangeError::InvalidNamespace { .. }),
+                "{db}.{coll}"
+            );
         }
     }
 
     #[test]
     fn reserved_and_overlapping_fields_are_rejected() {
-        let err = DocumentChange::update(ns(), "A").set("pendingTransactions", 1).validate();
+        let err = DocumentChange::update(ns(), "A")
+            .set("pendingTransactions", 1)
+            .validate();
         assert!(matches!(err, Err(ChangeError::ReservedField { .. })));
-        let err = DocumentChange::update(ns(), "A").set("_tandem.lock", 1).validate();
+        let err = DocumentChange::update(ns(), "A")
+            .set("_tandem.lock", 1)
+            .validate();
         assert!(matches!(err, Err(ChangeError::ReservedField { .. })));
         let err = DocumentChange::update(ns(), "A")
             .set("a", 1)
@@ -647,9 +660,19 @@ mod tests {
 
     #[test]
     fn bad_amounts_are_rejected() {
-        for by in [Bson::Int64(0), Bson::Int32(0), Bson::Double(f64::NAN), Bson::Int64(i64::MIN)] {
-            let err = DocumentChange::update(ns(), "A").inc("n", by.clone()).validate();
-            assert!(matches!(err, Err(ChangeError::InvalidAmount { .. })), "{by:?}");
+        for by in [
+            Bson::Int64(0),
+            Bson::Int32(0),
+            Bson::Double(f64::NAN),
+            Bson::Int64(i64::MIN),
+        ] {
+            let err = DocumentChange::update(ns(), "A")
+                .inc("n", by.clone())
+                .validate();
+            assert!(
+                matches!(err, Err(ChangeError::InvalidAmount { .. })),
+                "{by:?}"
+            );
         }
         let err = DocumentChange::update(ns(), "A").inc("n", "ten").validate();
         assert!(matches!(err, Err(ChangeError::InvalidAmount { .. })));
@@ -658,20 +681,33 @@ mod tests {
     #[test]
     fn exclusivity_follows_the_operators() {
         assert!(!DocumentChange::update(ns(), "A").inc("n", 1).is_exclusive());
-        assert!(DocumentChange::update(ns(), "A").inc("n", 1).set("s", 1).is_exclusive());
+        assert!(DocumentChange::update(ns(), "A")
+            .inc("n", 1)
+            .set("s", 1)
+            .is_exclusive());
         assert!(DocumentChange::delete(ns(), "A").is_exclusive());
-        assert!(!DocumentChange::update(ns(), "A").inc("n", -1).require_gte("n", 1).is_exclusive());
-        assert!(DocumentChange::update(ns(), "A").inc("n", -1).require_lte("n", 9).is_exclusive());
+        assert!(!DocumentChange::update(ns(), "A")
+            .inc("n", -1)
+            .require_gte("n", 1)
+            .is_exclusive());
+        assert!(DocumentChange::update(ns(), "A")
+            .inc("n", -1)
+            .require_lte("n", 9)
+            .is_exclusive());
     }
 
     #[test]
     fn credits_wait_for_the_commit_on_shared_documents() {
         let shared = DocumentChange::update(ns(), "A").inc("a", 5).inc("b", -5);
-        let DocumentOp::Update { ops } = &shared.op else { unreachable!() };
+        let DocumentOp::Update { ops } = &shared.op else {
+            unreachable!()
+        };
         assert!(!shared.applies_early(&ops[0]));
         assert!(shared.applies_early(&ops[1]));
         let exclusive = DocumentChange::update(ns(), "A").inc("a", 5).set("s", 1);
-        let DocumentOp::Update { ops } = &exclusive.op else { unreachable!() };
+        let DocumentOp::Update { ops } = &exclusive.op else {
+            unreachable!()
+        };
         assert!(exclusive.applies_early(&ops[0]));
     }
 

@@ -57,13 +57,15 @@ fn image_from_doc(doc: &Document) -> Vec<(String, Option<Bson>)> {
 
 impl DocumentChange {
     fn store<'a>(&self, ctx: &StepContext<'a>) -> Result<&'a std::sync::Arc<dyn Store>, StepError> {
-        ctx.stores.get(self.store.as_deref()).ok_or_else(|| StepError::Store {
-            participant: self.label(),
-            source: StoreError::new(
-                StoreErrorKind::BadRequest,
-                format!("unknown store {:?}", self.store.as_deref().unwrap_or("")),
-            ),
-        })
+        ctx.stores
+            .get(self.store.as_deref())
+            .ok_or_else(|| StepError::Store {
+                participant: self.label(),
+                source: StoreError::new(
+                    StoreErrorKind::BadRequest,
+                    format!("unknown store {:?}", self.store.as_deref().unwrap_or("")),
+                ),
+            })
     }
 
     fn store_err(&self, e: StoreError) -> StepError {
@@ -136,7 +138,11 @@ impl DocumentChange {
             // Nobody else may have a change pending on a document we change exclusively.
             filter.insert(format!("{}.0", self.marker), doc! { "$exists": false });
         }
-        let mut conds: Vec<Bson> = self.guards.iter().map(|g| Bson::Document(g.to_filter())).collect();
+        let mut conds: Vec<Bson> = self
+            .guards
+            .iter()
+            .map(|g| Bson::Document(g.to_filter()))
+            .collect();
         if let Some(before) = ctx.before {
             // The document must still be as it was read, or the image would be stale.
             for (path, value) in image_from_doc(before) {
@@ -170,7 +176,11 @@ impl DocumentChange {
                 FieldOp::Inc { path, by } => {
                     // A deferred credit adds zero now: the store still checks the field's type,
                     // so a credit can never fail later, at commit.
-                    let now = if self.applies_early(op) { by.clone() } else { zero_like(by) };
+                    let now = if self.applies_early(op) {
+                        by.clone()
+                    } else {
+                        zero_like(by)
+                    };
                     inc.insert(path.clone(), now);
                 }
                 FieldOp::Push { path, value } => {
@@ -186,7 +196,13 @@ impl DocumentChange {
             set.insert(LOCK, ctx.tx.as_str());
         }
         let mut update = Document::new();
-        for (op, body) in [("$set", set), ("$unset", unset), ("$inc", inc), ("$push", push), ("$pull", pull)] {
+        for (op, body) in [
+            ("$set", set),
+            ("$unset", unset),
+            ("$inc", inc),
+            ("$push", push),
+            ("$pull", pull),
+        ] {
             if !body.is_empty() {
                 update.insert(op, body);
             }
@@ -206,9 +222,8 @@ impl DocumentChange {
             return Err(StepError::NotFound { participant });
         };
         let tx = Bson::String(ctx.tx.as_str().to_owned());
-        let has = |path: &str| {
-            query::matches(&current, &doc! { path: tx.clone() }).unwrap_or(false)
-        };
+        let has =
+            |path: &str| query::matches(&current, &doc! { path: tx.clone() }).unwrap_or(false);
         if has(&self.marker) {
             return Ok(()); // applied already, by us or by another worker of this transaction
         }
@@ -239,7 +254,10 @@ impl DocumentChange {
                 continue;
             }
             let found = query::lookup(&current, &guard.path);
-            if let (Some(found), false) = (found, matches!(guard.op, GuardOp::Exists | GuardOp::Missing)) {
+            if let (Some(found), false) = (
+                found,
+                matches!(guard.op, GuardOp::Exists | GuardOp::Missing),
+            ) {
                 if query::compare(found, &guard.value).is_none() && guard.value != Bson::Null {
                     return Err(StepError::TypeMismatch {
                         participant,
@@ -253,7 +271,9 @@ impl DocumentChange {
                     });
                 }
             }
-            let found = found.map(|b| b.to_string()).unwrap_or_else(|| "nothing".into());
+            let found = found
+                .map(|b| b.to_string())
+                .unwrap_or_else(|| "nothing".into());
             return Err(StepError::GuardFailed {
                 participant,
                 guard: format!("{guard} (found {found})"),
@@ -290,7 +310,12 @@ impl DocumentChange {
             update.insert("$setOnInsert", doc! { GHOST: true });
         }
         store
-            .update_one(&self.namespace, doc! { "_id": self.id.clone() }, update, insert)
+            .update_one(
+                &self.namespace,
+                doc! { "_id": self.id.clone() },
+                update,
+                insert,
+            )
             .await
             .map(|_| ())
             .map_err(|e| self.store_err(e))
@@ -339,7 +364,12 @@ impl Participant for DocumentChange {
 
     fn resource(&self) -> String {
         let id = bson::to_vec(&doc! { "id": self.id.clone() }).unwrap_or_default();
-        format!("{}|{}|{:?}", self.store.as_deref().unwrap_or(""), self.namespace, id)
+        format!(
+            "{}|{}|{:?}",
+            self.store.as_deref().unwrap_or(""),
+            self.namespace,
+            id
+        )
     }
 
     fn validate(&self) -> Result<(), ChangeError> {

@@ -60,7 +60,10 @@ impl fmt::Display for TxEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TxEvent::Created { id, participants } => {
-                write!(f, "{id}: created with {participants} participants (initial)")
+                write!(
+                    f,
+                    "{id}: created with {participants} participants (initial)"
+                )
             }
             TxEvent::StateChanged { id, from, to } => write!(f, "{id}: {from} -> {to}"),
             TxEvent::Claimed {
@@ -68,7 +71,10 @@ impl fmt::Display for TxEvent {
                 state,
                 owner,
                 epoch,
-            } => write!(f, "{id}: claimed in state {state} by {owner} (epoch {epoch})"),
+            } => write!(
+                f,
+                "{id}: claimed in state {state} by {owner} (epoch {epoch})"
+            ),
             TxEvent::Removed { id } => write!(f, "{id}: stale initial record removed"),
             TxEvent::StepFailed {
                 id,

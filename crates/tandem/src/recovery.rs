@@ -99,7 +99,10 @@ impl RecoveryWorker {
         let engine = &self.engine;
         let ns = engine.records_ns();
         let now = engine.retry(|| engine.records().now()).await?;
-        let in_flight: Vec<_> = TxState::in_flight().into_iter().map(bson::Bson::from).collect();
+        let in_flight: Vec<_> = TxState::in_flight()
+            .into_iter()
+            .map(bson::Bson::from)
+            .collect();
         let found = engine
             .retry(|| {
                 engine.records().find(
@@ -174,7 +177,8 @@ impl RecoveryWorker {
         let engine = &self.engine;
         let owner = &engine.config.owner;
         let lease = i64::try_from(engine.config.lease.as_millis()).unwrap_or(i64::MAX);
-        let mut filter = doc! { "_id": record.id.as_str(), "state": record.state, "epoch": record.epoch };
+        let mut filter =
+            doc! { "_id": record.id.as_str(), "state": record.state, "epoch": record.epoch };
         if let Some(lm) = record.last_modified {
             filter.insert("lastModified", lm);
         }
@@ -203,7 +207,8 @@ impl RecoveryWorker {
         // A repeated claim whose first answer was lost shows up as "ours at epoch + 1".
         if claimed.is_none() {
             if let Some(now) = engine.load(&record.id).await? {
-                if now.owner == *owner && now.epoch == record.epoch + 1 && now.state == record.state {
+                if now.owner == *owner && now.epoch == record.epoch + 1 && now.state == record.state
+                {
                     return Ok(Some(now));
                 }
             }
@@ -243,7 +248,11 @@ impl RecoveryWorker {
     }
 
     /// Drives a claimed record to a terminal state. `cancel_reason` forces `pending` back.
-    async fn drive(&self, record: &TxRecord, cancel_reason: Option<&str>) -> Result<TxState, TxError> {
+    async fn drive(
+        &self,
+        record: &TxRecord,
+        cancel_reason: Option<&str>,
+    ) -> Result<TxState, TxError> {
         let engine = &self.engine;
         let live = engine.rebuild(record, record.epoch)?;
         match record.state {
@@ -271,7 +280,8 @@ impl RecoveryWorker {
                 Ok(TxState::Initial)
             }
             TxState::Pending => {
-                let forward = cancel_reason.is_none() && self.config.pending == PendingPolicy::RollForward;
+                let forward =
+                    cancel_reason.is_none() && self.config.pending == PendingPolicy::RollForward;
                 if forward {
                     match engine.apply_or_cancel(&live).await {
                         Ok(()) => {
@@ -282,7 +292,8 @@ impl RecoveryWorker {
                         Err(e) => Err(e),
                     }
                 } else {
-                    let reason = cancel_reason.unwrap_or("rolled back by recovery after the lease expired");
+                    let reason =
+                        cancel_reason.unwrap_or("rolled back by recovery after the lease expired");
                     let cause = StepError::Rejected {
                         participant: "(recovery)".into(),
                         reason: reason.to_owned(),

@@ -196,8 +196,11 @@ pub trait Store: Send + Sync + 'static {
     async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError>;
 
     /// `findOne`: the first match, if any.
-    async fn find_one(&self, ns: &Namespace, filter: Document)
-        -> Result<Option<Document>, StoreError>;
+    async fn find_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+    ) -> Result<Option<Document>, StoreError>;
 
     /// `find`: all matches, sorted and limited as `options` say.
     async fn find(

@@ -15,7 +15,10 @@ pub fn records() -> Namespace {
 }
 
 /// A memory store on a manual clock, seeded with accounts `names`, each holding `balance`.
-pub async fn bank(names: &[&str], balance: i64) -> (MemoryStore, Arc<ManualClock>, Vec<(Namespace, Document)>) {
+pub async fn bank(
+    names: &[&str],
+    balance: i64,
+) -> (MemoryStore, Arc<ManualClock>, Vec<(Namespace, Document)>) {
     let clock = Arc::new(ManualClock::default());
     let store = MemoryStore::with_clock(clock.clone());
     let mut seeded = Vec::new();
@@ -42,5 +45,9 @@ pub async fn get(store: &MemoryStore, ns: &Namespace, id: &str) -> Option<Docume
 }
 
 pub async fn balance(store: &MemoryStore, id: &str) -> i64 {
-    get(store, &accounts(), id).await.unwrap().get_i64("balance").unwrap()
+    get(store, &accounts(), id)
+        .await
+        .unwrap()
+        .get_i64("balance")
+        .unwrap()
 }
