@@ -1,0 +1,926 @@
+//! MongoDB query filters evaluated in process, over [`bson::Document`]s.
+//!
+//! [`matches()`] decides whether a document matches a MongoDB filter, with the
+//! same answer MongoDB would give for the subset the protocol uses. It backs the
+//! embedded [`MemoryStore`](crate::MemoryStore), and is also handy for
+//! diagnosing why a guarded update matched nothing: fetch the document, then
+//! test the filter (or each of its clauses) against it, and [`lookup`] the
+//! fields it guards.
+//!
+//! # Supported
+//!
+//! * Plain equality `{a: v}`, also on dotted paths such as `{"a.b": v}` and
+//!   `{"list.0": v}`. A numeric path segment indexes an array; any other
+//!   segment met at an array of documents descends into every element, and
+//!   the clause matches if any element does. When the value found is an
+//!   array, equality holds if the array equals `v` or contains `v`.
+//!   `{a: null}` matches documents where `a` is null or missing.
+//! * Field operators `$eq`, `$ne`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`
+//!   and `$exists`. Several operators in one operator document are ANDed.
+//!   `$ne` and `$nin` are the negations of `$eq` and `$in`: on an array field
+//!   `{$ne: v}` holds iff no element equals `v` and the array itself is not `v`;
+//!   it also holds when the field is missing.
+//! * Top-level `$and`, `$or` and `$nor`, whose members are filters.
+//!
+//! Values compare as MongoDB compares them: within a *type bracket* only
+//! ([`compare`]). Int32, Int64 and Double are one bracket and compare
+//! numerically across types, so `Int32(1)`, `Int64(1)` and `Double(1.0)` are
+//! equal; strings compare with strings (bytewise, i.e. the simple collation),
+//! dates with dates, booleans with booleans, ObjectIds with ObjectIds. A range
+//! comparison across brackets is false: `{balance: {$gte: 100}}` does not
+//! match `{balance: "1000"}`. Embedded documents and arrays compare as whole
+//! values (field names and order matter, numbers compare numerically).
+//!
+//! # Not supported
+//!
+//! `$not`, `$regex` and regular-expression values, `$elemMatch`, `$all`,
+//! `$size`, `$type`, `$mod`, `$expr`, `$where`, `$text`, geospatial and
+//! bitwise operators, collations, and arithmetic on Decimal128 (a Decimal128
+//! only equals a bitwise-identical Decimal128). They are rejected with
+//! [`StoreErrorKind::BadRequest`] rather than silently misread.
+
+pub mod update;
+
+use std::cmp::Ordering;
+
+use bson::{Bson, Document};
+
+use crate::store::{StoreError, StoreErrorKind};
+
+/// MongoDB's `BadValue` error code, used for malformed filters.
+const BAD_VALUE: i32 = 2;
+
+/// Whether `doc` matches the MongoDB query `filter`.
+///
+/// Returns [`StoreErrorKind::BadRequest`] if the filter uses an operator
+/// outside the supported subset (the message names it) or gives an operator
+/// a malformed argument. The whole filter is checked before any field is
+/// looked at, so a malformed filter fails whatever the document holds.
+///
+/// ```
+/// use bson::doc;
+/// use tandem::query::matches;
+///
+/// let account = doc! { "_id": "alice", "balance": 70, "pending": ["t1"] };
+/// assert!(matches(&account, &doc! { "balance": { "$gte": 50 }, "pending": "t1" }).unwrap());
+/// assert!(!matches(&account, &doc! { "pending": { "$ne": "t1" } }).unwrap());
+/// ```
+pub fn matches(doc: &Document, filter: &Document) -> Result<bool, StoreError> {
+    validate(filter)?;
+    Ok(eval(doc, filter))
+}
+
+/// The single value at a dotted `path` of `doc`, if there is one.
+///
+/// Each segment names a field of a document; a numeric segment (`"0"`,
+/// `"12"`) met at an array indexes it. Unlike [`matches()`], a non-numeric
+/// segment met at an array does not descend into its elements: the result is
+/// `None`, as it is for a missing field or a path running through a scalar.
+///
+/// ```
+/// use bson::{doc, Bson};
+/// use tandem::query::lookup;
+///
+/// let d = doc! { "a": { "b": [10, { "c": true }] } };
+/// assert_eq!(lookup(&d, "a.b.0"), Some(&Bson::Int32(10)));
+/// assert_eq!(lookup(&d, "a.b.1.c"), Some(&Bson::Boolean(true)));
+/// assert_eq!(lookup(&d, "a.x"), None);
+/// ```
+pub fn lookup<'a>(doc: &'a Document, path: &str) -> Option<&'a Bson> {
+    let (first, mut rest) = match split_dot(path) {
+        None => return doc.get(path),
+        Some((first, rest)) => (first, Some(rest)),
+    };
+    let mut cur = doc.get(first)?;
+    while let Some(path) = rest {
+        let (seg, tail) = match split_dot(path) {
+            None => (path, None),
+            Some((seg, tail)) => (seg, Some(tail)),
+        };
+        cur = match cur {
+            Bson::Document(d) => d.get(seg)?,
+            Bson::Array(a) => a.get(array_index(seg)?)?,
+            _ => return None,
+        };
+        rest = tail;
+    }
+    Some(cur)
+}
+
+/// Compares two values as MongoDB does, or `None` when they are in different
+/// type brackets and so are not comparable.
+///
+/// The brackets, in MongoDB's order, are: MinKey; undefined; null; numbers
+/// (Int32, Int64, Double, compared numerically across types, NaN below every
+/// other number); strings and symbols (bytewise); documents; arrays; binary
+/// data; ObjectIds; booleans; dates; timestamps; regular expressions;
+/// DBPointers; JavaScript; JavaScript with scope; MaxKey. Documents and arrays
+/// compare element by element. A Decimal128 is only comparable with an
+/// identical Decimal128 (they are equal); arithmetic on Decimal128 is not
+/// supported.
+///
+/// ```
+/// use std::cmp::Ordering;
+/// use bson::Bson;
+/// use tandem::query::compare;
+///
+/// assert_eq!(compare(&Bson::Int32(1), &Bson::Double(1.0)), Some(Ordering::Equal));
+/// assert_eq!(compare(&Bson::Int64(2), &Bson::Double(1.5)), Some(Ordering::Greater));
+/// assert_eq!(compare(&Bson::String("1000".into()), &Bson::Int32(100)), None);
+/// ```
+pub fn compare(a: &Bson, b: &Bson) -> Option<Ordering> {
+    if rank(a) != rank(b) {
+        return None;
+    }
+    match (a, b) {
+        (Bson::Decimal128(x), Bson::Decimal128(y)) if x.bytes() == y.bytes() => {
+            Some(Ordering::Equal)
+        }
+        (Bson::Decimal128(_), _) | (_, Bson::Decimal128(_)) => None,
+        _ => Some(total_cmp(a, b)),
+    }
+}
+
+/// Whether two values are equal under [`compare`].
+pub(crate) fn values_equal(a: &Bson, b: &Bson) -> bool {
+    compare(a, b) == Some(Ordering::Equal)
+}
+
+/// A total order over all BSON values: by type bracket, then as [`compare`]
+/// orders them. Used for sorting and for ordering `_id`s.
+///
+/// Values that [`compare`] calls equal are equal here too (so `Int32(1)` and
+/// `Double(1.0)` are the same `_id`); Decimal128s, which [`compare`] cannot
+/// order, sort after the other numbers, bytewise among themselves.
+pub(crate) fn total_cmp(a: &Bson, b: &Bson) -> Ordering {
+    // The common `_id` types first: these comparisons order map keys.
+    match (a, b) {
+        (Bson::ObjectId(x), Bson::ObjectId(y)) => return x.bytes().cmp(&y.bytes()),
+        (Bson::String(x), Bson::String(y)) => return x.as_bytes().cmp(y.as_bytes()),
+        (Bson::Int32(x), Bson::Int32(y)) => return x.cmp(y),
+        (Bson::Int64(x), Bson::Int64(y)) => return x.cmp(y),
+        _ => {}
+    }
+    let (ra, rb) = (rank(a), rank(b));
+    if ra != rb {
+        return ra.cmp(&rb);
+    }
+    match (a, b) {
+        (Bson::Decimal128(x), Bson::Decimal128(y)) => x.bytes().cmp(&y.bytes()),
+        (Bson::Decimal128(_), _) => Ordering::Greater,
+        (_, Bson::Decimal128(_)) => Ordering::Less,
+        (Bson::Document(x), Bson::Document(y)) => cmp_documents(x, y),
+        (Bson::Array(x), Bson::Array(y)) => {
+            for (u, v) in x.iter().zip(y) {
+                let o = total_cmp(u, v);
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            x.len().cmp(&y.len())
+        }
+        (Bson::Binary(x), Bson::Binary(y)) => x
+            .bytes
+            .len()
+            .cmp(&y.bytes.len())
+            .then_with(|| u8::from(x.subtype).cmp(&u8::from(y.subtype)))
+            .then_with(|| x.bytes.cmp(&y.bytes)),
+        (Bson::ObjectId(x), Bson::ObjectId(y)) => x.bytes().cmp(&y.bytes()),
+        (Bson::Boolean(x), Bson::Boolean(y)) => x.cmp(y),
+        (Bson::DateTime(x), Bson::DateTime(y)) => x.timestamp_millis().cmp(&y.timestamp_millis()),
+        (Bson::Timestamp(x), Bson::Timestamp(y)) => {
+            (x.time, x.increment).cmp(&(y.time, y.increment))
+        }
+        (Bson::RegularExpression(x), Bson::RegularExpression(y)) => x
+            .pattern
+            .cmp(&y.pattern)
+            .then_with(|| x.options.cmp(&y.options)),
+        (Bson::JavaScriptCode(x), Bson::JavaScriptCode(y)) => x.cmp(y),
+        (Bson::JavaScriptCodeWithScope(x), Bson::JavaScriptCodeWithScope(y)) => x
+            .code
+            .cmp(&y.code)
+            .then_with(|| cmp_documents(&x.scope, &y.scope)),
+        (Bson::DbPointer(x), Bson::DbPointer(y)) => format!("{x:?}").cmp(&format!("{y:?}")),
+        _ => {
+            if let (Some(x), Some(y)) = (number(a), number(b)) {
+                cmp_numbers(x, y)
+            } else if let (Some(x), Some(y)) = (string(a), string(b)) {
+                x.as_bytes().cmp(y.as_bytes())
+            } else {
+                // MinKey, MaxKey, null, undefined: one value per bracket.
+                Ordering::Equal
+            }
+        }
+    }
+}
+
+/// MongoDB's name of the type of `v`, as it appears in server error messages.
+pub(crate) fn type_name(v: &Bson) -> &'static str {
+    match v {
+        Bson::Double(_) => "double",
+        Bson::String(_) => "string",
+        Bson::Array(_) => "array",
+        Bson::Document(_) => "object",
+        Bson::Boolean(_) => "bool",
+        Bson::Null => "null",
+        Bson::RegularExpression(_) => "regex",
+        Bson::JavaScriptCode(_) => "javascript",
+        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
+        Bson::Int32(_) => "int",
+        Bson::Int64(_) => "long",
+        Bson::Timestamp(_) => "timestamp",
+        Bson::Binary(_) => "binData",
+        Bson::ObjectId(_) => "objectId",
+        Bson::DateTime(_) => "date",
+        Bson::Symbol(_) => "symbol",
+        Bson::Decimal128(_) => "decimal",
+        Bson::Undefined => "undefined",
+        Bson::MaxKey => "maxKey",
+        Bson::MinKey => "minKey",
+        Bson::DbPointer(_) => "dbPointer",
+    }
+}
+
+/// The index a path segment denotes when it meets an array: ASCII digits
+/// without a leading zero (except `"0"` itself).
+pub(crate) fn array_index(seg: &str) -> Option<usize> {
+    let bytes = seg.as_bytes();
+    if bytes.is_empty()
+        || !bytes.iter().all(u8::is_ascii_digit)
+        || (bytes.len() > 1 && bytes[0] == b'0')
+    {
+        return None;
+    }
+    seg.parse().ok()
+}
+
+/// Splits a dotted path at its first dot.
+pub(crate) fn split_dot(path: &str) -> Option<(&str, &str)> {
+    let i = path.bytes().position(|b| b == b'.')?;
+    Some((&path[..i], &path[i + 1..]))
+}
+
+/// Whether `d` is an operator document such as `{$gt: 1}`: MongoDB decides
+/// by its first key.
+pub(crate) fn is_operator_doc(d: &Document) -> bool {
+    d.keys().next().is_some_and(|k| k.starts_with('$'))
+}
+
+fn bad_request(message: impl Into<String>) -> StoreError {
+    StoreError::new(StoreErrorKind::BadRequest, message).with_code(BAD_VALUE)
+}
+
+// ---------------------------------------------------------------------------
+// Validation: everything that can be wrong with a filter regardless of data.
+
+/// Checks that `filter` only uses the supported operators, with well-formed
+/// arguments. [`matches()`] calls it; [`eval`] assumes it passed.
+pub(crate) fn validate(filter: &Document) -> Result<(), StoreError> {
+    for (key, value) in filter {
+        if let Some(op) = key.strip_prefix('$') {
+            match op {
+                "and" | "or" | "nor" => {
+                    let members = match value {
+                        Bson::Array(members) if !members.is_empty() => members,
+                        _ => return Err(bad_request(format!("{key} must be a nonempty array"))),
+                    };
+                    for member in members {
+                        match member {
+                            Bson::Document(member) => validate(member)?,
+                            _ => {
+                                return Err(bad_request(format!(
+                                    "{key} entries need to be full objects"
+                                )))
+                            }
+                        }
+                    }
+                }
+                _ => return Err(bad_request(format!("unknown top level operator: {key}"))),
+            }
+        } else {
+            validate_condition(key, value)?;
+        }
+    }
+    Ok(())
+}
+
+/// Validates the condition on one field: an operator document or a value.
+fn validate_condition(path: &str, cond: &Bson) -> Result<(), StoreError> {
+    if path.is_empty() || path.starts_with('.') || path.ends_with('.') || path.contains("..") {
+        return Err(bad_request(format!(
+            "invalid field path in filter: '{path}'"
+        )));
+    }
+    match cond {
+        Bson::Document(ops) if is_operator_doc(ops) => validate_operators(ops),
+        Bson::RegularExpression(_) => Err(unsupported_regex(path)),
+        _ => Ok(()),
+    }
+}
+
+/// Validates an operator document such as `{$gt: 1, $lt: 5}`.
+pub(crate) fn validate_operators(ops: &Document) -> Result<(), StoreError> {
+    for (op, arg) in ops {
+        match op.as_str() {
+            "$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte" | "$exists" => {}
+            "$in" | "$nin" => match arg {
+                Bson::Array(values) => {
+                    if values
+                        .iter()
+                        .any(|v| matches!(v, Bson::RegularExpression(_)))
+                    {
+                        return Err(unsupported_regex(op));
+                    }
+                }
+                _ => return Err(bad_request(format!("{op} needs an array"))),
+            },
+            _ => return Err(bad_request(format!("unknown operator: {op}"))),
+        }
+    }
+    Ok(())
+}
+
+fn unsupported_regex(at: &str) -> StoreError {
+    bad_request(format!(
+        "unknown operator: $regex (regular expressions in '{at}' are not supported)"
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// Evaluation of a validated filter.
+
+/// Whether `doc` matches `filter`, which [`validate`] accepted.
+pub(crate) fn eval(doc: &Document, filter: &Document) -> bool {
+    eval_skipping(doc, filter, None)
+}
+
+/// [`eval`], ignoring the top-level clause on field `skip` (which the caller
+/// has already checked, e.g. an `_id` equality answered by a look-up).
+pub(crate) fn eval_skipping(doc: &Document, filter: &Document, skip: Option<&str>) -> bool {
+    filter.iter().all(|(key, value)| match key.as_str() {
+        k if Some(k) == skip => true,
+        "$and" => members(value).all(|m| eval(doc, m)),
+        "$or" => members(value).any(|m| eval(doc, m)),
+        "$nor" => !members(value).any(|m| eval(doc, m)),
+        path => eval_condition(doc, path, value),
+    })
+}
+
+fn members(value: &Bson) -> impl Iterator<Item = &Document> {
+    let members: &[Bson] = match value {
+        Bson::Array(a) => a,
+        _ => &[],
+    };
+    members.iter().filter_map(Bson::as_document)
+}
+
+/// Whether the field at `path` satisfies `cond` (an operator document or a value).
+fn eval_condition(doc: &Document, path: &str, cond: &Bson) -> bool {
+    match cond {
+        Bson::Document(ops) if is_operator_doc(ops) => ops
+            .iter()
+            .all(|(op, arg)| eval_operator(doc, path, op, arg)),
+        _ => any_value(doc, path, &mut |v| {
+            test_value(v, &mut |x| values_equal(x, cond))
+        }),
+    }
+}
+
+fn eval_operator(doc: &Document, path: &str, op: &str, arg: &Bson) -> bool {
+    let test = |t: &mut dyn FnMut(&Bson) -> bool| any_value(doc, path, &mut |v| test_value(v, t));
+    match op {
+        "$eq" => test(&mut |x| values_equal(x, arg)),
+        "$ne" => !test(&mut |x| values_equal(x, arg)),
+        "$gt" => test(&mut |x| compare(x, arg) == Some(Ordering::Greater)),
+        "$gte" => {
+            test(&mut |x| matches!(compare(x, arg), Some(Ordering::Greater | Ordering::Equal)))
+        }
+        "$lt" => test(&mut |x| compare(x, arg) == Some(Ordering::Less)),
+        "$lte" => test(&mut |x| matches!(compare(x, arg), Some(Ordering::Less | Ordering::Equal))),
+        "$in" => test(&mut |x| in_list(x, arg)),
+        "$nin" => !test(&mut |x| in_list(x, arg)),
+        "$exists" => any_value(doc, path, &mut |v| v.is_some()) == truthy(arg),
+        _ => false,
+    }
+}
+
+/// Evaluates an operator document (already validated) against one value,
+/// as `$pull` does with a condition such as `{$gte: 6}`.
+pub(crate) fn eval_operators_on(value: &Bson, ops: &Document) -> bool {
+    let wrapper = {
+        let mut d = Document::new();
+        d.insert("v", value.clone());
+        d
+    };
+    ops.iter()
+        .all(|(op, arg)| eval_operator(&wrapper, "v", op, arg))
+}
+
+fn in_list(x: &Bson, list: &Bson) -> bool {
+    match list {
+        Bson::Array(values) => values.iter().any(|v| values_equal(x, v)),
+        _ => false,
+    }
+}
+
+fn truthy(v: &Bson) -> bool {
+    match v {
+        Bson::Boolean(b) => *b,
+        Bson::Int32(i) => *i != 0,
+        Bson::Int64(i) => *i != 0,
+        Bson::Double(f) => *f != 0.0,
+        Bson::Null | Bson::Undefined => false,
+        _ => true,
+    }
+}
+
+/// Applies a value test to one value found at a path: a missing value tests
+/// as null; an array passes if it passes as a whole or any element passes.
+fn test_value(v: Option<&Bson>, t: &mut dyn FnMut(&Bson) -> bool) -> bool {
+    match v {
+        None => t(&Bson::Null),
+        Some(whole @ Bson::Array(elements)) => t(whole) || elements.iter().any(t),
+        Some(x) => t(x),
+    }
+}
+
+/// Calls `f` on each value `path` reaches in `doc` (`None` for a dead end),
+/// descending into arrays of documents as MongoDB does; true if any call is.
+fn any_value(doc: &Document, path: &str, f: &mut dyn FnMut(Option<&Bson>) -> bool) -> bool {
+    match split_dot(path) {
+        None => f(doc.get(path)),
+        Some((seg, rest)) => match doc.get(seg) {
+            None => f(None),
+            Some(v) => any_value_in(v, rest, f),
+        },
+    }
+}
+
+fn any_value_in(v: &Bson, path: &str, f: &mut dyn FnMut(Option<&Bson>) -> bool) -> bool {
+    match v {
+        Bson::Document(d) => any_value(d, path, f),
+        Bson::Array(elements) => {
+            let (seg, rest) = match split_dot(path) {
+                None => (path, None),
+                Some((seg, rest)) => (seg, Some(rest)),
+            };
+            if let Some(i) = array_index(seg) {
+                return match (elements.get(i), rest) {
+                    (None, _) => f(None),
+                    (Some(e), None) => f(Some(e)),
+                    (Some(e), Some(rest)) => any_value_in(e, rest, f),
+                };
+            }
+            if elements.is_empty() {
+                return f(None);
+            }
+            elements.iter().any(|e| match e {
+                Bson::Document(d) => any_value(d, path, f),
+                _ => f(None),
+            })
+        }
+        _ => f(None),
+    }
+}
+
+fn cmp_documents(x: &Document, y: &Document) -> Ordering {
+    for ((kx, vx), (ky, vy)) in x.iter().zip(y) {
+        let o = rank(vx)
+            .cmp(&rank(vy))
+            .then_with(|| kx.as_bytes().cmp(ky.as_bytes()))
+            .then_with(|| total_cmp(vx, vy));
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    x.len().cmp(&y.len())
+}
+
+/// The type bracket of a value, in MongoDB's canonical order.
+fn rank(v: &Bson) -> u8 {
+    match v {
+        Bson::MinKey => 0,
+        Bson::Undefined => 1,
+        Bson::Null => 2,
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => 3,
+        Bson::String(_) | Bson::Symbol(_) => 4,
+        Bson::Document(_) => 5,
+        Bson::Array(_) => 6,
+        Bson::Binary(_) => 7,
+        Bson::ObjectId(_) => 8,
+        Bson::Boolean(_) => 9,
+        Bson::DateTime(_) => 10,
+        Bson::Timestamp(_) => 11,
+        Bson::RegularExpression(_) => 12,
+        Bson::DbPointer(_) => 13,
+        Bson::JavaScriptCode(_) => 14,
+        Bson::JavaScriptCodeWithScope(_) => 15,
+        Bson::MaxKey => 16,
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Num {
+    Int(i64),
+    Float(f64),
+}
+
+fn number(v: &Bson) -> Option<Num> {
+    match v {
+        Bson::Int32(i) => Some(Num::Int(i64::from(*i))),
+        Bson::Int64(i) => Some(Num::Int(*i)),
+        Bson::Double(f) => Some(Num::Float(*f)),
+        _ => None,
+    }
+}
+
+fn string(v: &Bson) -> Option<&str> {
+    match v {
+        Bson::String(s) | Bson::Symbol(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn cmp_numbers(a: Num, b: Num) -> Ordering {
+    match (a, b) {
+        (Num::Int(x), Num::Int(y)) => x.cmp(&y),
+        (Num::Float(x), Num::Float(y)) => cmp_floats(x, y),
+        (Num::Int(x), Num::Float(y)) => cmp_int_float(x, y),
+        (Num::Float(x), Num::Int(y)) => cmp_int_float(y, x).reverse(),
+    }
+}
+
+/// Floats with NaN equal to itself and below every other number.
+fn cmp_floats(x: f64, y: f64) -> Ordering {
+    match (x.is_nan(), y.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        (false, false) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
+    }
+}
+
+/// Exact comparison of an integer with a float (no rounding of the integer).
+fn cmp_int_float(i: i64, f: f64) -> Ordering {
+    // 2^63, exactly representable as f64.
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if f.is_nan() {
+        return Ordering::Greater;
+    }
+    if f >= TWO_63 {
+        return Ordering::Less;
+    }
+    if f < -TWO_63 {
+        return Ordering::Greater;
+    }
+    let t = f.trunc();
+    // In range, so the conversion is exact.
+    let ti = t as i64;
+    match i.cmp(&ti) {
+        Ordering::Equal if f > t => Ordering::Less,
+        Ordering::Equal if f < t => Ordering::Greater,
+        o => o,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::oid::ObjectId;
+    use bson::{doc, Binary, DateTime};
+
+    fn m(d: &Document, f: Document) -> bool {
+        matches(d, &f).unwrap()
+    }
+
+    fn err(d: &Document, f: Document) -> StoreError {
+        matches(d, &f).unwrap_err()
+    }
+
+    #[test]
+    fn plain_equality_and_missing_fields() {
+        let d = doc! { "a": 1, "s": "x", "n": Bson::Null };
+        assert!(m(&d, doc! { "a": 1 }));
+        assert!(!m(&d, doc! { "a": 2 }));
+        assert!(m(&d, doc! { "a": 1, "s": "x" }));
+        assert!(!m(&d, doc! { "a": 1, "s": "y" }));
+        assert!(m(&d, doc! {}));
+        assert!(m(&d, doc! { "n": Bson::Null }));
+        assert!(m(&d, doc! { "missing": Bson::Null }));
+        assert!(!m(&d, doc! { "a": Bson::Null }));
+        assert!(!m(&d, doc! { "missing": 1 }));
+        // A string never equals a number.
+        assert!(!m(&d, doc! { "s": 1 }));
+        assert!(!m(&doc! { "a": "1" }, doc! { "a": 1 }));
+    }
+
+    #[test]
+    fn numbers_are_equal_across_types() {
+        let d = doc! { "i": 1, "l": 1_i64, "f": 1.0 };
+        for field in ["i", "l", "f"] {
+            assert!(m(&d, doc! { field: 1 }), "{field} == Int32");
+            assert!(m(&d, doc! { field: 1_i64 }), "{field} == Int64");
+            assert!(m(&d, doc! { field: 1.0 }), "{field} == Double");
+            assert!(!m(&d, doc! { field: 1.5 }));
+        }
+        // Precision: i64::MAX is not equal to 2^63 as a double.
+        let big = doc! { "x": i64::MAX };
+        assert!(!m(&big, doc! { "x": 9_223_372_036_854_775_808.0 }));
+        assert!(m(
+            &big,
+            doc! { "x": { "$lt": 9_223_372_036_854_775_808.0 } }
+        ));
+        assert!(m(
+            &doc! { "x": 3 },
+            doc! { "x": { "$gt": 2.5, "$lt": 3.5 } }
+        ));
+    }
+
+    #[test]
+    fn dotted_paths() {
+        let d = doc! {
+            "a": { "b": { "c": 5 } },
+            "list": [10, 20, 30],
+            "docs": [ { "k": 1, "v": "one" }, { "k": 2, "v": "two" } ],
+            "nested": [[1, 2], [3]],
+        };
+        assert!(m(&d, doc! { "a.b.c": 5 }));
+        assert!(m(&d, doc! { "a.b": { "c": 5 } }));
+        assert!(!m(&d, doc! { "a.b.c": 6 }));
+        assert!(m(&d, doc! { "a.b.x": Bson::Null }));
+        assert!(m(&d, doc! { "a.b.c.d": Bson::Null }));
+        assert!(m(&d, doc! { "list.0": 10 }));
+        assert!(m(&d, doc! { "list.2": 30 }));
+        assert!(!m(&d, doc! { "list.1": 10 }));
+        assert!(m(&d, doc! { "list.7": Bson::Null }));
+        assert!(m(&d, doc! { "docs.k": 2 }));
+        assert!(m(&d, doc! { "docs.v": "one" }));
+        assert!(!m(&d, doc! { "docs.k": 3 }));
+        assert!(m(&d, doc! { "docs.1.v": "two" }));
+        assert!(!m(&d, doc! { "docs.0.v": "two" }));
+        assert!(m(&d, doc! { "nested.0": 2 }));
+        assert!(m(&d, doc! { "nested.1": [3] }));
+        // An element without the field counts as missing.
+        let partial = doc! { "docs": [ { "k": 1 }, { "j": 2 } ] };
+        assert!(m(&partial, doc! { "docs.k": Bson::Null }));
+        assert!(!m(
+            &doc! { "docs": [ { "k": 1 } ] },
+            doc! { "docs.k": Bson::Null }
+        ));
+    }
+
+    #[test]
+    fn equality_on_arrays() {
+        let d = doc! { "tags": ["a", "b"], "empty": [] };
+        assert!(m(&d, doc! { "tags": "a" }));
+        assert!(m(&d, doc! { "tags": "b" }));
+        assert!(!m(&d, doc! { "tags": "c" }));
+        assert!(m(&d, doc! { "tags": ["a", "b"] }));
+        assert!(!m(&d, doc! { "tags": ["b", "a"] }));
+        assert!(m(&d, doc! { "empty": [] }));
+        assert!(!m(&d, doc! { "empty": Bson::Null }));
+        assert!(m(&doc! { "x": [[1, 2], 3] }, doc! { "x": [1, 2] }));
+        assert!(m(&doc! { "x": [Bson::Null] }, doc! { "x": Bson::Null }));
+    }
+
+    #[test]
+    fn documents_compare_whole() {
+        let d = doc! { "a": { "x": 1, "y": 2 } };
+        assert!(m(&d, doc! { "a": { "x": 1, "y": 2 } }));
+        assert!(m(&d, doc! { "a": { "x": 1.0, "y": 2_i64 } }));
+        assert!(!m(&d, doc! { "a": { "y": 2, "x": 1 } }));
+        assert!(!m(&d, doc! { "a": { "x": 1 } }));
+        assert!(m(&d, doc! { "a": { "$eq": { "x": 1, "y": 2 } } }));
+        assert!(m(&d, doc! { "a": { "$in": [ 5, { "x": 1, "y": 2 } ] } }));
+        assert!(m(&d, doc! { "a": { "$ne": { "x": 1 } } }));
+    }
+
+    #[test]
+    fn comparison_operators() {
+        let d = doc! { "n": 5, "s": "m", "t": DateTime::from_millis(1000), "b": true };
+        assert!(m(&d, doc! { "n": { "$eq": 5 } }));
+        assert!(m(&d, doc! { "n": { "$gt": 4 } }));
+        assert!(!m(&d, doc! { "n": { "$gt": 5 } }));
+        assert!(m(&d, doc! { "n": { "$gte": 5 } }));
+        assert!(m(&d, doc! { "n": { "$lt": 5.5 } }));
+        assert!(!m(&d, doc! { "n": { "$lt": 5 } }));
+        assert!(m(&d, doc! { "n": { "$lte": 5_i64 } }));
+        assert!(m(&d, doc! { "n": { "$gt": 1, "$lt": 10 } }));
+        assert!(!m(&d, doc! { "n": { "$gt": 1, "$lt": 5 } }));
+        assert!(m(&d, doc! { "s": { "$gt": "a", "$lte": "m" } }));
+        assert!(!m(&d, doc! { "s": { "$gt": "m" } }));
+        assert!(m(&d, doc! { "t": { "$lt": DateTime::from_millis(2000) } }));
+        assert!(!m(&d, doc! { "t": { "$gt": DateTime::from_millis(2000) } }));
+        assert!(m(&d, doc! { "b": { "$gt": false } }));
+        // Missing fields only match comparisons with null.
+        assert!(!m(&d, doc! { "missing": { "$lt": 100 } }));
+        assert!(m(&d, doc! { "missing": { "$gte": Bson::Null } }));
+        // Arrays: any element may satisfy the comparison.
+        let a = doc! { "xs": [1, 10] };
+        assert!(m(&a, doc! { "xs": { "$gt": 5 } }));
+        assert!(m(&a, doc! { "xs": { "$lt": 5 } }));
+        assert!(!m(&a, doc! { "xs": { "$gt": 10 } }));
+    }
+
+    #[test]
+    fn type_bracketing() {
+        let d = doc! { "balance": "1000", "id": ObjectId::from_bytes([1; 12]), "at": DateTime::from_millis(5) };
+        assert!(!m(&d, doc! { "balance": { "$gte": 100 } }));
+        assert!(!m(&d, doc! { "balance": { "$lt": 100 } }));
+        assert!(!m(&d, doc! { "at": { "$gt": 1 } }));
+        assert!(!m(&d, doc! { "at": { "$lt": 1 } }));
+        assert!(m(
+            &d,
+            doc! { "id": { "$gt": ObjectId::from_bytes([0; 12]) } }
+        ));
+        assert!(!m(&d, doc! { "id": { "$gt": "a" } }));
+        // $ne across brackets is true: the values are not equal.
+        assert!(m(&d, doc! { "balance": { "$ne": 1000 } }));
+
+        assert_eq!(
+            compare(&Bson::Int32(2), &Bson::Int64(3)),
+            Some(Ordering::Less)
+        );
+        assert_eq!(
+            compare(&Bson::Double(f64::NAN), &Bson::Int32(-5)),
+            Some(Ordering::Less)
+        );
+        assert_eq!(
+            compare(&Bson::Double(f64::NAN), &Bson::Double(f64::NAN)),
+            Some(Ordering::Equal)
+        );
+        assert_eq!(
+            compare(&Bson::Double(f64::INFINITY), &Bson::Int64(i64::MAX)),
+            Some(Ordering::Greater)
+        );
+        assert_eq!(
+            compare(&Bson::Double(-0.5), &Bson::Int32(0)),
+            Some(Ordering::Less)
+        );
+        assert_eq!(
+            compare(&Bson::Double(-0.5), &Bson::Int32(-1)),
+            Some(Ordering::Greater)
+        );
+        assert_eq!(compare(&Bson::Boolean(true), &Bson::Int32(1)), None);
+        assert_eq!(compare(&Bson::Null, &Bson::Null), Some(Ordering::Equal));
+        assert_eq!(compare(&Bson::Null, &Bson::Int32(0)), None);
+        assert_eq!(
+            compare(&Bson::String("b".into()), &Bson::Symbol("a".into())),
+            Some(Ordering::Greater)
+        );
+        assert_eq!(
+            compare(&bson::bson!([1, 2]), &bson::bson!([1, 3])),
+            Some(Ordering::Less)
+        );
+        let bin = |b: &[u8]| {
+            Bson::Binary(Binary {
+                subtype: bson::spec::BinarySubtype::Generic,
+                bytes: b.to_vec(),
+            })
+        };
+        assert_eq!(compare(&bin(&[9]), &bin(&[1, 1])), Some(Ordering::Less));
+    }
+
+    #[test]
+    fn total_order_is_by_bracket() {
+        let mut values = vec![
+            Bson::MaxKey,
+            Bson::Boolean(false),
+            Bson::String("a".into()),
+            Bson::Int32(2),
+            Bson::Null,
+            Bson::Double(1.5),
+            Bson::MinKey,
+            Bson::ObjectId(ObjectId::from_bytes([0; 12])),
+        ];
+        values.sort_by(total_cmp);
+        assert_eq!(
+            values,
+            vec![
+                Bson::MinKey,
+                Bson::Null,
+                Bson::Double(1.5),
+                Bson::Int32(2),
+                Bson::String("a".into()),
+                Bson::ObjectId(ObjectId::from_bytes([0; 12])),
+                Bson::Boolean(false),
+                Bson::MaxKey,
+            ]
+        );
+    }
+
+    #[test]
+    fn ne_and_nin_on_arrays() {
+        let d = doc! { "pending": ["t1", "t2"], "n": 3 };
+        assert!(!m(&d, doc! { "pending": { "$ne": "t1" } }));
+        assert!(!m(&d, doc! { "pending": { "$ne": "t2" } }));
+        assert!(m(&d, doc! { "pending": { "$ne": "t3" } }));
+        assert!(!m(&d, doc! { "pending": { "$ne": ["t1", "t2"] } }));
+        assert!(m(&d, doc! { "pending": { "$ne": ["t2", "t1"] } }));
+        assert!(m(&d, doc! { "missing": { "$ne": "t1" } }));
+        assert!(!m(&d, doc! { "missing": { "$ne": Bson::Null } }));
+        assert!(m(&d, doc! { "n": { "$ne": 4 } }));
+        assert!(!m(&d, doc! { "n": { "$ne": 3.0 } }));
+        assert!(m(
+            &doc! { "pending": [] },
+            doc! { "pending": { "$ne": "t1" } }
+        ));
+
+        assert!(!m(&d, doc! { "pending": { "$nin": ["t9", "t2"] } }));
+        assert!(m(&d, doc! { "pending": { "$nin": ["t9", "t8"] } }));
+        assert!(m(&d, doc! { "missing": { "$nin": ["t1"] } }));
+        assert!(!m(&d, doc! { "missing": { "$nin": [Bson::Null] } }));
+        assert!(m(&d, doc! { "n": { "$nin": [] } }));
+        // Through arrays of documents too.
+        let docs = doc! { "items": [ { "k": 1 }, { "k": 2 } ] };
+        assert!(!m(&docs, doc! { "items.k": { "$ne": 2 } }));
+        assert!(m(&docs, doc! { "items.k": { "$ne": 3 } }));
+    }
+
+    #[test]
+    fn in_operator() {
+        let d = doc! { "state": "pending", "tags": ["x", "y"], "n": 2_i64 };
+        assert!(m(&d, doc! { "state": { "$in": ["initial", "pending"] } }));
+        assert!(!m(&d, doc! { "state": { "$in": ["done"] } }));
+        assert!(!m(&d, doc! { "state": { "$in": [] } }));
+        assert!(m(&d, doc! { "tags": { "$in": ["y", "z"] } }));
+        assert!(m(&d, doc! { "n": { "$in": [2.0] } }));
+        assert!(m(&d, doc! { "missing": { "$in": [Bson::Null, 1] } }));
+        assert!(!m(&d, doc! { "missing": { "$in": [1] } }));
+    }
+
+    #[test]
+    fn exists_operator() {
+        let d = doc! { "a": Bson::Null, "b": { "c": 1 }, "arr": [ { "k": 1 }, { "j": 1 } ] };
+        assert!(m(&d, doc! { "a": { "$exists": true } }));
+        assert!(!m(&d, doc! { "a": { "$exists": false } }));
+        assert!(m(&d, doc! { "z": { "$exists": false } }));
+        assert!(!m(&d, doc! { "z": { "$exists": true } }));
+        assert!(m(&d, doc! { "b.c": { "$exists": 1 } }));
+        assert!(m(&d, doc! { "b.d": { "$exists": 0 } }));
+        assert!(m(&d, doc! { "arr.k": { "$exists": true } }));
+        assert!(!m(&d, doc! { "arr.k": { "$exists": false } }));
+        assert!(m(&d, doc! { "arr.z": { "$exists": false } }));
+        assert!(m(&d, doc! { "b": { "$exists": true, "$ne": Bson::Null } }));
+    }
+
+    #[test]
+    fn logical_operators() {
+        let d = doc! { "a": 1, "b": 2 };
+        assert!(m(&d, doc! { "$and": [ { "a": 1 }, { "b": 2 } ] }));
+        assert!(!m(&d, doc! { "$and": [ { "a": 1 }, { "b": 3 } ] }));
+        assert!(m(&d, doc! { "$or": [ { "a": 5 }, { "b": 2 } ] }));
+        assert!(!m(&d, doc! { "$or": [ { "a": 5 }, { "b": 5 } ] }));
+        assert!(m(&d, doc! { "$nor": [ { "a": 5 }, { "b": 5 } ] }));
+        assert!(!m(&d, doc! { "$nor": [ { "a": 1 } ] }));
+        assert!(m(
+            &d,
+            doc! { "a": 1, "$or": [ { "$and": [ { "b": { "$gt": 1 } }, { "b": { "$lt": 3 } } ] }, { "c": 1 } ] }
+        ));
+    }
+
+    #[test]
+    fn malformed_filters_are_rejected() {
+        let d = doc! { "a": 1 };
+        let e = err(&d, doc! { "a": { "$foo": 1 } });
+        assert_eq!(e.kind, StoreErrorKind::BadRequest);
+        assert!(e.message.contains("$foo"), "{}", e.message);
+        let e = err(&d, doc! { "$where": "true" });
+        assert_eq!(e.kind, StoreErrorKind::BadRequest);
+        assert!(e.message.contains("$where"), "{}", e.message);
+        // Rejected even when an earlier clause already fails.
+        assert!(matches(&d, &doc! { "a": 2, "b": { "$size": 1 } }).is_err());
+        assert!(matches(&d, &doc! { "a": { "$gt": 0, "b": 1 } }).is_err());
+        assert!(matches(&d, &doc! { "a": { "$in": 1 } }).is_err());
+        assert!(matches(&d, &doc! { "$or": [] }).is_err());
+        assert!(matches(&d, &doc! { "$and": [1] }).is_err());
+        assert!(matches(&d, &doc! { "$or": [ { "a": { "$not": { "$eq": 1 } } } ] }).is_err());
+        assert!(matches(&d, &doc! { "a": Bson::RegularExpression(bson::Regex { pattern: "x".into(), options: String::new() }) }).is_err());
+        assert!(matches(&d, &doc! { "a..b": 1 }).is_err());
+        // A document whose first key is not an operator is a literal value.
+        assert!(!m(&d, doc! { "a": { "b": 1, "$gt": 0 } }));
+    }
+
+    #[test]
+    fn lookup_paths() {
+        let d = doc! { "a": { "b": [ { "c": 1 }, 2 ] }, "x": 5 };
+        assert_eq!(lookup(&d, "x"), Some(&Bson::Int32(5)));
+        assert_eq!(lookup(&d, "a.b.0.c"), Some(&Bson::Int32(1)));
+        assert_eq!(lookup(&d, "a.b.1"), Some(&Bson::Int32(2)));
+        assert_eq!(lookup(&d, "a.b.2"), None);
+        assert_eq!(lookup(&d, "a.b.c"), None);
+        assert_eq!(lookup(&d, "x.y"), None);
+        assert_eq!(lookup(&d, "nope"), None);
+        assert!(matches!(lookup(&d, "a"), Some(Bson::Document(_))));
+    }
+
+    #[test]
+    fn array_index_segments() {
+        assert_eq!(array_index("0"), Some(0));
+        assert_eq!(array_index("12"), Some(12));
+        assert_eq!(array_index("01"), None);
+        assert_eq!(array_index("-1"), None);
+        assert_eq!(array_index(""), None);
+        assert_eq!(array_index("a"), None);
+    }
+}
