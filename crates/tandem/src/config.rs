@@ -12,6 +12,19 @@ pub enum CommitPoint {
     Done,
 }
 
+/// How a transaction runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Strategy {
+    /// The two-phase protocol over single-document steps: works across databases
+    /// and clusters, suits long business transactions, and leaves an audit record.
+    #[default]
+    TwoPhase,
+    /// One native multi-document transaction of the store (a MongoDB session):
+    /// needs every participant in one store (one replica set or sharded cluster)
+    /// and a short transaction; leaves no record behind.
+    Native,
+}
+
 /// What a transaction does when a document it needs is held by another transaction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ConflictPolicy {
@@ -50,6 +63,8 @@ pub struct CoordinatorConfig {
     pub commit_point: CommitPoint,
     /// What to do on a conflict.
     pub conflict: ConflictPolicy,
+    /// How transactions run unless they choose otherwise.
+    pub strategy: Strategy,
     /// The most participants one transaction may have.
     pub max_participants: usize,
     /// How many times a step failing transiently is repeated.
@@ -67,6 +82,7 @@ impl Default for CoordinatorConfig {
             lease: Duration::from_secs(30),
             commit_point: CommitPoint::default(),
             conflict: ConflictPolicy::default(),
+            strategy: Strategy::default(),
             max_participants: 64,
             step_retries: 3,
             retry_delay: Duration::from_millis(20),

@@ -9,7 +9,7 @@ use futures::future::join_all;
 use tokio::task::JoinHandle;
 
 use crate::change::DocumentChange;
-use crate::config::{CommitPoint, ConflictPolicy, CoordinatorConfig, RecoveryConfig};
+use crate::config::{CommitPoint, ConflictPolicy, CoordinatorConfig, RecoveryConfig, Strategy};
 use crate::engine::{history, Engine, Live, Party};
 use crate::error::{ChangeError, StepError, TxError};
 use crate::event::{EventSink, TxEvent};
@@ -20,7 +20,7 @@ use crate::store::{IndexSpec, Store, StoreError, StoreErrorKind};
 use crate::TxId;
 
 enum Item {
-    Document(DocumentChange),
+    Document(Box<DocumentChange>),
     Custom(Box<dyn Participant>),
 }
 
@@ -38,6 +38,7 @@ enum Item {
 #[derive(Default)]
 pub struct Transaction {
     id: Option<TxId>,
+    strategy: Option<Strategy>,
     items: Vec<Item>,
     errors: Vec<ChangeError>,
 }
@@ -60,13 +61,19 @@ impl Transaction {
 
     /// Adds a document change (or a typed change from `#[participant]`).
     pub fn change(mut self, change: impl Into<DocumentChange>) -> Self {
-        self.items.push(Item::Document(change.into()));
+        self.items.push(Item::Document(Box::new(change.into())));
         self
     }
 
     /// Adds a hand-written participant. Its kind must be registered with the coordinator.
     pub fn participant(mut self, participant: impl Participant + 'static) -> Self {
         self.items.push(Item::Custom(Box::new(participant)));
+        self
+    }
+
+    /// Runs this transaction with `strategy` instead of the coordinator's default.
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = Some(strategy);
         self
     }
 
@@ -157,6 +164,12 @@ impl CoordinatorBuilder {
     /// Where `run` returns.
     pub fn commit_point(mut self, point: CommitPoint) -> Self {
         self.config.commit_point = point;
+        self
+    }
+
+    /// How transactions run unless they choose otherwise.
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.config.strategy = strategy;
         self
     }
 
@@ -389,7 +402,7 @@ impl Coordinator {
                             });
                         }
                     }
-                    Box::new(change)
+                    change
                 }
                 Item::Custom(p) => {
                     // Recovery must be able to rebuild it.
@@ -415,6 +428,9 @@ impl Coordinator {
     /// [`TxError::Canceled`] says why. If the store fails mid-way the record is
     /// left for the recovery worker and [`TxError::Interrupted`] says where.
     pub async fn run(&self, tx: Transaction) -> Result<Receipt, TxError> {
+        if tx.strategy.unwrap_or(self.engine.config.strategy) == Strategy::Native {
+            return self.run_native(tx).await;
+        }
         let (id, participants) = self.prepare_items(tx)?;
         let engine = &self.engine;
         let mut round_trips = 0;
@@ -504,6 +520,78 @@ impl Coordinator {
                     round_trips,
                 })
             }
+        }
+    }
+
+    /// Runs a transaction as one native multi-document transaction of its store.
+    async fn run_native(&self, tx: Transaction) -> Result<Receipt, TxError> {
+        let unavailable =
+            |reason: String| TxError::Invalid(ChangeError::NativeUnavailable { reason });
+        let mut changes = Vec::with_capacity(tx.items.len());
+        let mut store_name: Option<Option<String>> = None;
+        let mut checked = Transaction {
+            id: tx.id,
+            strategy: None,
+            items: Vec::new(),
+            errors: tx.errors,
+        };
+        for item in tx.items {
+            match item {
+                Item::Document(change) => {
+                    match &store_name {
+                        None => store_name = Some(change.store.clone()),
+                        Some(name) if *name != change.store => {
+                            return Err(unavailable(format!(
+                                "participants span several stores ({:?} and {:?}); native transactions need one client",
+                                name.as_deref().unwrap_or("default"),
+                                change.store.as_deref().unwrap_or("default")
+                            )))
+                        }
+                        Some(_) => {}
+                    }
+                    checked.items.push(Item::Document(change));
+                }
+                Item::Custom(p) => {
+                    return Err(unavailable(format!(
+                        "participant {} is not a document change",
+                        p.label()
+                    )))
+                }
+            }
+        }
+        // The same validation as the two-phase path, so bad input fails the same way.
+        let (id, participants) = self.prepare_items(checked)?;
+        for p in &participants {
+            if let Ok(spec) = p.spec() {
+                if let Ok(change) = bson::from_document::<DocumentChange>(spec) {
+                    changes.push(change);
+                }
+            }
+        }
+        let name = store_name.flatten();
+        let store = self
+            .engine
+            .stores
+            .get(name.as_deref())
+            .ok_or_else(|| unavailable(format!("unknown store {name:?}")))?;
+        if !store.supports_native() {
+            return Err(unavailable(format!(
+                "the {} store has no native transactions",
+                store.name()
+            )));
+        }
+        match store.run_native(&changes).await {
+            Ok(()) => Ok(Receipt {
+                id,
+                state: TxState::Done,
+                round_trips: 1,
+            }),
+            Err(StepError::Store { source, .. }) => Err(TxError::Interrupted {
+                id,
+                state: None,
+                source,
+            }),
+            Err(cause) => Err(TxError::Canceled { id, cause }),
         }
     }
 

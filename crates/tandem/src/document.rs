@@ -20,6 +20,7 @@ use crate::error::{ChangeError, StepError};
 use crate::participant::{Participant, StepContext};
 use crate::query;
 use crate::store::{Store, StoreError, StoreErrorKind};
+use crate::TxId;
 
 /// The participant kind of document changes.
 pub(crate) const KIND: &str = "document";
@@ -127,10 +128,17 @@ impl DocumentChange {
     /// The conditions every apply carries: not yet applied, not fenced, not a ghost, not held.
     fn apply_filter(&self, ctx: &StepContext<'_>) -> Document {
         let tx = ctx.tx.as_str();
+        let mut filter = self.guarded_filter(ctx.before);
+        filter.insert(self.marker.clone(), doc! { "$ne": tx });
+        filter.insert(TOMBSTONES, doc! { "$ne": tx });
+        filter
+    }
+
+    /// The document, not held by another transaction, not a ghost, with the guards
+    /// (and the before-image, if any) holding.
+    fn guarded_filter(&self, before: Option<&Document>) -> Document {
         let mut filter = doc! {
             "_id": self.id.clone(),
-            self.marker.clone(): { "$ne": tx },
-            TOMBSTONES: { "$ne": tx },
             LOCK: Bson::Null,
             GHOST: { "$exists": false },
         };
@@ -143,7 +151,7 @@ impl DocumentChange {
             .iter()
             .map(|g| Bson::Document(g.to_filter()))
             .collect();
-        if let Some(before) = ctx.before {
+        if let Some(before) = before {
             // The document must still be as it was read, or the image would be stale.
             for (path, value) in image_from_doc(before) {
                 let cond = match value {
@@ -212,35 +220,45 @@ impl DocumentChange {
 
     /// Works out why a guarded apply matched nothing.
     async fn diagnose(&self, store: &dyn Store, ctx: &StepContext<'_>) -> Result<(), StepError> {
-        let ns = &self.namespace;
-        let participant = self.label();
         let current = store
-            .find_one(ns, doc! { "_id": self.id.clone() })
+            .find_one(&self.namespace, doc! { "_id": self.id.clone() })
             .await
             .map_err(|e| self.store_err(e))?;
+        self.explain(current.as_ref(), Some(ctx.tx))
+    }
+
+    /// Explains why this change's guarded command matched nothing, given the
+    /// document as it is now (`None`: missing). With `tx`, a marker of `tx` means
+    /// the change was applied already (`Ok`), and a tombstone means it is fenced.
+    ///
+    /// Stores use it to report the same typed errors for every strategy.
+    pub fn explain(&self, current: Option<&Document>, tx: Option<&TxId>) -> Result<(), StepError> {
+        let participant = self.label();
         let Some(current) = current else {
             return Err(StepError::NotFound { participant });
         };
-        let tx = Bson::String(ctx.tx.as_str().to_owned());
-        let has =
-            |path: &str| query::matches(&current, &doc! { path: tx.clone() }).unwrap_or(false);
-        if has(&self.marker) {
-            return Ok(()); // applied already, by us or by another worker of this transaction
+        if let Some(tx) = tx {
+            let tx = Bson::String(tx.as_str().to_owned());
+            let has =
+                |path: &str| query::matches(current, &doc! { path: tx.clone() }).unwrap_or(false);
+            if has(&self.marker) {
+                return Ok(()); // applied already, by us or by another worker of this transaction
+            }
+            if has(TOMBSTONES) {
+                return Err(StepError::Fenced { participant });
+            }
         }
-        if has(TOMBSTONES) {
-            return Err(StepError::Fenced { participant });
-        }
-        if query::lookup(&current, GHOST).is_some() {
+        if query::lookup(current, GHOST).is_some() {
             return Err(StepError::NotFound { participant });
         }
-        if let Some(holder) = query::lookup(&current, LOCK).filter(|b| **b != Bson::Null) {
+        if let Some(holder) = query::lookup(current, LOCK).filter(|b| **b != Bson::Null) {
             return Err(StepError::Conflict {
                 participant,
                 holder: holder_text(holder),
             });
         }
         if self.is_exclusive() {
-            if let Some(Bson::Array(pending)) = query::lookup(&current, &self.marker) {
+            if let Some(Bson::Array(pending)) = query::lookup(current, &self.marker) {
                 if let Some(first) = pending.first() {
                     return Err(StepError::Conflict {
                         participant,
@@ -250,10 +268,10 @@ impl DocumentChange {
             }
         }
         for guard in &self.guards {
-            if query::matches(&current, &guard.to_filter()).unwrap_or(false) {
+            if query::matches(current, &guard.to_filter()).unwrap_or(false) {
                 continue;
             }
-            let found = query::lookup(&current, &guard.path);
+            let found = query::lookup(current, &guard.path);
             if let (Some(found), false) = (
                 found,
                 matches!(guard.op, GuardOp::Exists | GuardOp::Missing),
@@ -282,7 +300,7 @@ impl DocumentChange {
         if let DocumentOp::Update { ops } = &self.op {
             for op in ops {
                 if let FieldOp::Inc { path, .. } = op {
-                    if let Some(v) = query::lookup(&current, path) {
+                    if let Some(v) = query::lookup(current, path) {
                         if !matches!(v, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_)) {
                             return Err(StepError::TypeMismatch {
                                 participant,
@@ -319,6 +337,68 @@ impl DocumentChange {
             .await
             .map(|_| ())
             .map_err(|e| self.store_err(e))
+    }
+}
+
+/// One MongoDB command that makes a [`DocumentChange`] inside a native multi-document
+/// transaction: no marker, no lock, but the same guards and the same respect for
+/// documents held by two-phase transactions.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NativeCommand {
+    /// `updateOne(filter, update)`; matching nothing means a refusal to explain.
+    Update {
+        /// The guarded filter.
+        filter: Document,
+        /// The update.
+        update: Document,
+    },
+    /// `insertOne(doc)`; a duplicate key means the document exists already.
+    Insert {
+        /// The full document, `_id` included.
+        doc: Document,
+    },
+    /// `deleteOne(filter)`; deleting nothing means a refusal to explain.
+    Delete {
+        /// The guarded filter.
+        filter: Document,
+    },
+}
+
+impl DocumentChange {
+    /// The command that makes this change inside a native transaction.
+    pub fn native_command(&self) -> NativeCommand {
+        match &self.op {
+            DocumentOp::Insert { doc } => {
+                let mut full = doc! { "_id": self.id.clone() };
+                full.extend(doc.clone());
+                NativeCommand::Insert { doc: full }
+            }
+            DocumentOp::Delete => NativeCommand::Delete {
+                filter: self.guarded_filter(None),
+            },
+            DocumentOp::Update { ops } => {
+                let mut update = Document::new();
+                for op in ops {
+                    let (name, value) = match op {
+                        FieldOp::Set { value, .. } => ("$set", value.clone()),
+                        FieldOp::Unset { .. } => ("$unset", Bson::String(String::new())),
+                        FieldOp::Inc { by, .. } => ("$inc", by.clone()),
+                        FieldOp::Push { value, .. } => ("$push", value.clone()),
+                        FieldOp::Pull { value, .. } => ("$pull", value.clone()),
+                    };
+                    if !update.contains_key(name) {
+                        update.insert(name, Document::new());
+                    }
+                    if let Ok(body) = update.get_document_mut(name) {
+                        body.insert(op.path(), value);
+                    }
+                }
+                NativeCommand::Update {
+                    filter: self.guarded_filter(None),
+                    update,
+                }
+            }
+        }
     }
 }
 

@@ -99,6 +99,12 @@ pub enum ChangeError {
         /// The kind.
         kind: String,
     },
+    /// The native strategy needs every participant in one store that supports it.
+    #[error("the native strategy cannot run this transaction: {reason}")]
+    NativeUnavailable {
+        /// Why.
+        reason: String,
+    },
     /// A stored participant specification could not be read back.
     #[error("participant specification of kind {kind:?} is invalid: {message}")]
     InvalidSpec {
@@ -229,6 +235,8 @@ pub enum TxError {
         epoch: i64,
     },
     /// The store failed mid-way; the record stays in `state` and recovery will finish it.
+    /// With the native strategy (`state` is `None`, no record), the native
+    /// transaction was aborted, or its commit's outcome stayed unknown after retries.
     #[error("transaction {id} interrupted in state {state:?}: {source}")]
     Interrupted {
         /// The id.

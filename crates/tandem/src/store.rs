@@ -20,6 +20,9 @@ use async_trait::async_trait;
 use bson::Document;
 use serde::{Deserialize, Serialize};
 
+use crate::change::DocumentChange;
+use crate::error::StepError;
+
 /// A database and collection name: where a document lives in a [`Store`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Namespace {
@@ -209,6 +212,26 @@ pub trait Store: Send + Sync + 'static {
         filter: Document,
         options: FindOptions,
     ) -> Result<Vec<Document>, StoreError>;
+
+    /// Whether [`run_native`](Store::run_native) is supported.
+    fn supports_native(&self) -> bool {
+        false
+    }
+
+    /// Makes every change inside one native multi-document transaction: all or
+    /// nothing, with the same guards and typed refusals as the two-phase protocol
+    /// (see [`DocumentChange::native_command`] and [`DocumentChange::explain`]).
+    /// Stores without native transactions refuse.
+    async fn run_native(&self, changes: &[DocumentChange]) -> Result<(), StepError> {
+        let participant = changes.first().map(|c| c.label()).unwrap_or_default();
+        Err(StepError::Store {
+            participant,
+            source: StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!("the {} store has no native transactions", self.name()),
+            ),
+        })
+    }
 
     /// `createIndexes`, idempotently. Stores without indexes may do nothing.
     async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {

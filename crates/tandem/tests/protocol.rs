@@ -44,7 +44,10 @@ async fn a_transfer_commits_and_leaves_no_marker() {
         ]
     );
     assert!(record.created.is_some() && record.last_modified.is_some());
-    assert!(record.finished_at.is_some(), "a TTL index can count from finishedAt");
+    assert!(
+        record.finished_at.is_some(),
+        "a TTL index can count from finishedAt"
+    );
 }
 
 #[tokio::test]
@@ -145,7 +148,8 @@ async fn a_balance_stored_as_a_string_is_a_type_mismatch() {
 async fn invalid_input_is_refused_before_anything_is_written() {
     let (store, _, _) = bank(&["A", "B"], 100).await;
     let coordinator = done(&store);
-    let cases: Vec<(Transaction, fn(&ChangeError) -> bool)> = vec![
+    type Case = (Transaction, fn(&ChangeError) -> bool);
+    let cases: Vec<Case> = vec![
         (Transaction::new(), |e| {
             matches!(e, ChangeError::NoParticipants)
         }),

@@ -1,0 +1,201 @@
+//! The native strategy on the embedded store: the same declarations, the same typed errors.
+
+mod common;
+
+use std::sync::Arc;
+
+use bson::doc;
+use common::*;
+use tandem::testing::FaultStore;
+use tandem::{
+    ChangeError, CommitPoint, Coordinator, DocumentChange, MemoryStore, Namespace, StepError,
+    Store, Strategy, Transaction, TxError, TxState,
+};
+
+fn native(store: &MemoryStore) -> Coordinator {
+    Coordinator::builder(store.clone())
+        .strategy(Strategy::Native)
+        .build()
+}
+
+#[tokio::test]
+async fn a_native_transfer_commits_without_a_record() {
+    let (store, _, _) = bank(&["A", "B"], 1000).await;
+    let receipt = native(&store).run(transfer("A", "B", 100)).await.unwrap();
+    assert_eq!(receipt.state, TxState::Done);
+    assert_eq!(
+        (balance(&store, "A").await, balance(&store, "B").await),
+        (900, 1100)
+    );
+    assert!(
+        store.documents(&records()).is_empty(),
+        "native leaves no record"
+    );
+    let a = get(&store, &accounts(), "A").await.unwrap();
+    assert!(a.get("_tandem").is_none(), "no tombstone, no lock");
+}
+
+#[tokio::test]
+async fn a_native_refusal_changes_nothing_and_is_typed_like_two_phase() {
+    let (store, _, _) = bank(&["A", "B"], 50).await;
+    // B is credited first, then A's guard fails: B's credit must be undone.
+    let tx = || {
+        Transaction::new()
+            .change(DocumentChange::update(accounts(), "B").inc("balance", 100_i64))
+            .change(
+                DocumentChange::update(accounts(), "A")
+                    .inc("balance", -100_i64)
+                    .require_gte("balance", 100_i64),
+            )
+    };
+    let native_err = native(&store).run(tx()).await.unwrap_err();
+    let two_phase_err = Coordinator::builder(store.clone())
+        .commit_point(CommitPoint::Done)
+        .build()
+        .run(tx())
+        .await
+        .unwrap_err();
+    for err in [&native_err, &two_phase_err] {
+        match err {
+            TxError::Canceled {
+                cause: StepError::GuardFailed { participant, guard },
+                ..
+            } => {
+                assert_eq!(participant, "bank.accounts/A");
+                assert_eq!(guard, "balance >= 100 (found 50)");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        (balance(&store, "A").await, balance(&store, "B").await),
+        (50, 50)
+    );
+}
+
+#[tokio::test]
+async fn native_insert_update_delete_are_all_or_nothing() {
+    let store = MemoryStore::new();
+    let orders = Namespace::new("shop", "orders");
+    let carts = Namespace::new("shop", "carts");
+    store
+        .insert_one(&carts, doc! { "_id": "c", "items": ["x"] })
+        .await
+        .unwrap();
+    store
+        .insert_one(&orders, doc! { "_id": "taken" })
+        .await
+        .unwrap();
+    let tx = Transaction::new()
+        .change(DocumentChange::insert(
+            orders.clone(),
+            "o-1",
+            doc! { "state": "UnPaid" },
+        ))
+        .change(DocumentChange::delete(carts.clone(), "c"))
+        .change(DocumentChange::insert(orders.clone(), "taken", doc! {}));
+    let err = native(&store).run(tx).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TxError::Canceled {
+                cause: StepError::AlreadyExists { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(get(&store, &orders, "o-1").await.is_none());
+    assert!(get(&store, &carts, "c").await.is_some());
+
+    let tx = Transaction::new()
+        .change(DocumentChange::insert(
+            orders.clone(),
+            "o-1",
+            doc! { "state": "UnPaid" },
+        ))
+        .change(DocumentChange::delete(carts.clone(), "c"));
+    native(&store).run(tx).await.unwrap();
+    assert!(get(&store, &orders, "o-1").await.is_some());
+    assert!(get(&store, &carts, "c").await.is_none());
+}
+
+#[tokio::test]
+async fn native_respects_documents_held_by_two_phase_transactions() {
+    let (store, _, _) = bank(&["A", "B"], 1000).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    let pause = faulty.pause_at(6); // A holds its exclusive lock; wait before `applied`
+    let holder = Coordinator::builder(faulty)
+        .commit_point(CommitPoint::Done)
+        .build();
+    let held = Transaction::new()
+        .change(DocumentChange::update(accounts(), "A").set("tier", "gold"))
+        .change(DocumentChange::update(accounts(), "B").inc("balance", 1_i64));
+    let first = tokio::spawn(async move { holder.run(held).await });
+    pause.reached.await.unwrap();
+    let err = native(&store).run(transfer("A", "B", 5)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TxError::Canceled {
+                cause: StepError::Conflict { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    pause.release.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    assert_eq!(balance(&store, "A").await, 1000);
+}
+
+#[tokio::test]
+async fn native_refuses_transactions_spanning_stores_or_custom_participants() {
+    let (store, _, _) = bank(&["A"], 10).await;
+    let coordinator = Coordinator::builder(store.clone())
+        .store("other", MemoryStore::new())
+        .strategy(Strategy::Native)
+        .build();
+    let tx = Transaction::new()
+        .change(DocumentChange::update(accounts(), "A").inc("balance", -1_i64))
+        .change(
+            DocumentChange::update(accounts(), "Z")
+                .inc("balance", 1_i64)
+                .in_store("other"),
+        );
+    let err = coordinator.run(tx).await.unwrap_err();
+    match err {
+        TxError::Invalid(ChangeError::NativeUnavailable { reason }) => {
+            assert!(reason.contains("several stores"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same declaration runs with the two-phase strategy when asked per transaction.
+    let tx = Transaction::new()
+        .strategy(Strategy::TwoPhase)
+        .change(DocumentChange::update(accounts(), "A").inc("balance", -1_i64));
+    coordinator.run(tx).await.unwrap();
+    coordinator.drain().await;
+    assert_eq!(balance(&store, "A").await, 9);
+}
+
+#[tokio::test]
+async fn native_validates_input_like_two_phase() {
+    let (store, _, _) = bank(&["A"], 10).await;
+    let err = native(&store)
+        .run(
+            Transaction::new()
+                .change(DocumentChange::update(accounts(), "A").inc("balance", 0_i64)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, TxError::Invalid(ChangeError::InvalidAmount { .. })),
+        "{err:?}"
+    );
+    let err = native(&store).run(Transaction::new()).await.unwrap_err();
+    assert!(
+        matches!(err, TxError::Invalid(ChangeError::NoParticipants)),
+        "{err:?}"
+    );
+}
