@@ -213,6 +213,11 @@ pub trait Store: Send + Sync + 'static {
         options: FindOptions,
     ) -> Result<Vec<Document>, StoreError>;
 
+    /// `countDocuments`: how many documents match. The default counts the results of [`find`](Store::find).
+    async fn count(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        Ok(self.find(ns, filter, FindOptions::default()).await?.len() as u64)
+    }
+
     /// Whether [`run_native`](Store::run_native) is supported.
     fn supports_native(&self) -> bool {
         false

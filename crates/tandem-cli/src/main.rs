@@ -1,0 +1,393 @@
+//! `tandem`: inspect and repair two-phase transactions in a MongoDB database.
+//!
+//! ```text
+//! tandem --uri mongodb://127.0.0.1:27017 status
+//! tandem --uri ... list --state pending --older-than 5m --json
+//! tandem --uri ... show 6571f0c2a1b2c3d4e5f60718
+//! tandem --uri ... recover
+//! tandem --uri ... cancel 6571f0c2a1b2c3d4e5f60718 --reason "operator"
+//! tandem --uri ... gc --older-than 7d
+//! ```
+//!
+//! Exit codes: 0 success; 1 the command ran but could not finish everything
+//! (e.g. recovery left transactions for a later pass); 2 bad arguments;
+//! 3 the database cannot be reached, the URI is invalid, or authentication
+//! failed; 4 no transaction has that id; 5 the request was refused (e.g.
+//! cancelling a transaction past its commit point).
+
+mod duration;
+mod output;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::doc;
+use clap::{Parser, Subcommand};
+use tandem::store::FindOptions;
+use tandem::{
+    Coordinator, Namespace, PendingPolicy, RecoveryConfig, Store, StoreError, StoreErrorKind,
+    TxError, TxRecord, TxState,
+};
+use tandem_mongodb::MongoStore;
+
+/// Inspect, recover, cancel and clean up tandem transactions.
+#[derive(Debug, Parser)]
+#[command(name = "tandem", version, about)]
+struct Cli {
+    /// The MongoDB connection string.
+    #[arg(long, env = "MONGODB_URI")]
+    uri: String,
+    /// The database of the transaction records.
+    #[arg(long, default_value = "tandem", env = "TANDEM_DB")]
+    db: String,
+    /// The collection of the transaction records.
+    #[arg(long, default_value = "transactions")]
+    collection: String,
+    /// How long to wait for the server before giving up.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    connect_timeout: Duration,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Counts per state and the age of the oldest transaction in flight.
+    Status {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists transactions, oldest change first.
+    List {
+        /// Only this state (initial, pending, applied, done, canceling, canceled).
+        #[arg(long)]
+        state: Option<TxState>,
+        /// Only transactions unchanged for at least this long (e.g. 5m).
+        #[arg(long, value_parser = duration::parse)]
+        older_than: Option<Duration>,
+        /// Only transactions owned by this worker.
+        #[arg(long)]
+        owner: Option<String>,
+        /// The most rows.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows one transaction: its record, participants, before-images and history.
+    Show {
+        /// The transaction id.
+        id: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Runs recovery passes until no expired transaction is left.
+    Recover {
+        /// Roll stuck `pending` transactions forward instead of back.
+        #[arg(long)]
+        forward: bool,
+        /// Transactions claimed per pass.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+    },
+    /// Cancels a `pending` transaction (its owner is fenced off).
+    Cancel {
+        /// The transaction id.
+        id: String,
+        /// Why, recorded as the transaction's last error.
+        #[arg(long, default_value = "canceled by an operator")]
+        reason: String,
+    },
+    /// Removes `done` and `canceled` records older than an age, with their tombstones.
+    Gc {
+        /// The age (e.g. 7d).
+        #[arg(long, value_parser = duration::parse)]
+        older_than: Duration,
+    },
+}
+
+/// Why the command failed, and its exit code.
+#[derive(Debug)]
+enum Failure {
+    Connect(String),
+    NotFound(String),
+    Refused(String),
+    Incomplete(String),
+}
+
+impl Failure {
+    fn code(&self) -> u8 {
+        match self {
+            Failure::Incomplete(_) => 1,
+            Failure::Connect(_) => 3,
+            Failure::NotFound(_) => 4,
+            Failure::Refused(_) => 5,
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            Failure::Connect(m)
+            | Failure::NotFound(m)
+            | Failure::Refused(m)
+            | Failure::Incomplete(m) => m,
+        }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        match e.kind {
+            StoreErrorKind::Unavailable
+            | StoreErrorKind::Unauthorized
+            | StoreErrorKind::BadRequest => Failure::Connect(e.message),
+            _ => Failure::Incomplete(e.message),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("tandem: {}", f.message());
+            ExitCode::from(f.code())
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let store = MongoStore::builder()
+        .server_selection_timeout(cli.connect_timeout)
+        .app_name("tandem-cli")
+        .connect(&cli.uri)
+        .await?;
+    store.ping().await?;
+    let store: Arc<dyn Store> = Arc::new(store);
+    let ns = Namespace::new(&cli.db, &cli.collection);
+    let coordinator = Coordinator::builder_shared(store.clone())
+        .database(&cli.db)
+        .config({
+            let mut config = tandem::CoordinatorConfig {
+                database: cli.db.clone(),
+                collection: cli.collection.clone(),
+                ..tandem::CoordinatorConfig::default()
+            };
+            config.owner = format!("tandem-cli-{}", std::process::id());
+            config
+        })
+        .build();
+    match cli.command {
+        Command::Status { json } => status(store.as_ref(), &ns, json).await,
+        Command::List {
+            state,
+            older_than,
+            owner,
+            limit,
+            json,
+        } => {
+            let now = store.now().await?;
+            let mut filter = bson::Document::new();
+            if let Some(state) = state {
+                filter.insert("state", state);
+            }
+            if let Some(age) = older_than {
+                filter.insert("lastModified", doc! { "$lte": minus(now, age) });
+            }
+            if let Some(owner) = owner {
+                filter.insert("owner", owner);
+            }
+            let records = load(store.as_ref(), &ns, filter, Some(limit)).await?;
+            if json {
+                output::print_json(&serde_json::Value::Array(
+                    records.iter().map(output::record_json).collect(),
+                ));
+            } else {
+                print!("{}", output::table(&records, now));
+            }
+            Ok(())
+        }
+        Command::Show { id, json } => {
+            let record = find(store.as_ref(), &ns, &id).await?;
+            if json {
+                output::print_json(&output::record_json(&record));
+            } else {
+                print!("{}", output::details(&record));
+            }
+            Ok(())
+        }
+        Command::Recover { forward, batch } => recover(&coordinator, forward, batch).await,
+        Command::Cancel { id, reason } => {
+            let record = find(store.as_ref(), &ns, &id).await?;
+            match coordinator.cancel(&record.id, &reason).await {
+                Ok(TxState::Canceled) => {
+                    println!("{id}: canceled");
+                    Ok(())
+                }
+                Ok(TxState::Initial) => {
+                    println!("{id}: removed (nothing had been applied)");
+                    Ok(())
+                }
+                Ok(state) => Err(Failure::Refused(format!(
+                    "{id} is {state}: a transaction past its commit point cannot be canceled"
+                ))),
+                Err(TxError::Superseded { state, .. }) => Err(Failure::Refused(format!(
+                    "{id} changed while canceling (now {}); try again",
+                    state
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "removed".into())
+                ))),
+                Err(e) => Err(Failure::Incomplete(e.to_string())),
+            }
+        }
+        Command::Gc { older_than } => {
+            let worker = coordinator.recovery(RecoveryConfig::default());
+            let mut total = 0;
+            loop {
+                let removed = worker.collect_garbage(older_than).await?;
+                total += removed;
+                if removed == 0 {
+                    break;
+                }
+            }
+            println!("removed {total} finished transaction records");
+            Ok(())
+        }
+    }
+}
+
+fn minus(now: bson::DateTime, age: Duration) -> bson::DateTime {
+    bson::DateTime::from_millis(
+        now.timestamp_millis()
+            .saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX)),
+    )
+}
+
+async fn load(
+    store: &dyn Store,
+    ns: &Namespace,
+    filter: bson::Document,
+    limit: Option<i64>,
+) -> Result<Vec<TxRecord>, Failure> {
+    let docs = store
+        .find(
+            ns,
+            filter,
+            FindOptions {
+                sort: Some(doc! { "lastModified": 1 }),
+                limit,
+            },
+        )
+        .await?;
+    docs.into_iter()
+        .map(|d| {
+            TxRecord::from_document(d)
+                .map_err(|e| Failure::Incomplete(format!("unreadable record: {e}")))
+        })
+        .collect()
+}
+
+async fn find(store: &dyn Store, ns: &Namespace, id: &str) -> Result<TxRecord, Failure> {
+    let doc = store
+        .find_one(ns, doc! { "_id": id })
+        .await?
+        .ok_or_else(|| Failure::NotFound(format!("no transaction {id:?} in {ns}")))?;
+    TxRecord::from_document(doc).map_err(|e| Failure::Incomplete(format!("unreadable record: {e}")))
+}
+
+async fn status(store: &dyn Store, ns: &Namespace, json: bool) -> Result<(), Failure> {
+    let now = store.now().await?;
+    let mut counts = Vec::new();
+    for state in TxState::ALL {
+        let n = store.count(ns, doc! { "state": state }).await?;
+        counts.push((state, n));
+    }
+    let in_flight: Vec<bson::Bson> = TxState::in_flight().into_iter().map(Into::into).collect();
+    let oldest = load(store, ns, doc! { "state": { "$in": in_flight } }, Some(1))
+        .await?
+        .into_iter()
+        .next();
+    let age = oldest.as_ref().and_then(|r| output::age(r, now));
+    if json {
+        let mut value = serde_json::Map::new();
+        for (state, n) in &counts {
+            value.insert(state.to_string(), serde_json::json!(n));
+        }
+        value.insert(
+            "oldestInFlight".into(),
+            match (&oldest, age) {
+                (Some(r), Some(a)) => serde_json::json!({ "id": r.id.as_str(), "state": r.state.as_str(), "ageMillis": a.as_millis() as u64 }),
+                _ => serde_json::Value::Null,
+            },
+        );
+        output::print_json(&serde_json::Value::Object(value));
+    } else {
+        for (state, n) in &counts {
+            println!("{:<10} {n}", state.as_str());
+        }
+        match (&oldest, age) {
+            (Some(r), Some(a)) => println!(
+                "oldest in flight: {} ({}, unchanged for {})",
+                r.id,
+                r.state,
+                duration::render(a)
+            ),
+            _ => println!("oldest in flight: none"),
+        }
+    }
+    Ok(())
+}
+
+async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Result<(), Failure> {
+    let worker = coordinator.recovery(RecoveryConfig {
+        pending: if forward {
+            PendingPolicy::RollForward
+        } else {
+            PendingPolicy::RollBack
+        },
+        batch,
+        ..RecoveryConfig::default()
+    });
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_draw_target(if batch >= 100 {
+        indicatif::ProgressDrawTarget::stderr()
+    } else {
+        indicatif::ProgressDrawTarget::hidden()
+    });
+    let mut total = tandem::RecoveryReport::default();
+    loop {
+        let pass = worker.run_once().await?;
+        total.claimed += pass.claimed;
+        total.committed += pass.committed;
+        total.canceled += pass.canceled;
+        total.removed += pass.removed;
+        total.failed += pass.failed;
+        total.lost += pass.lost;
+        bar.set_message(format!(
+            "recovered {} (committed {}, canceled {}, removed {})",
+            total.claimed, total.committed, total.canceled, total.removed
+        ));
+        bar.tick();
+        if pass.claimed == 0 || pass.failed == pass.claimed {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    println!(
+        "recovered {}: committed {}, canceled {}, removed {}, failed {}, taken by others {}",
+        total.claimed, total.committed, total.canceled, total.removed, total.failed, total.lost
+    );
+    if total.failed > 0 {
+        return Err(Failure::Incomplete(format!(
+            "{} transactions could not be finished this time; run recover again",
+            total.failed
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! The `tandem` command against a MongoDB server holding stuck transactions.
+//!
+//! Needs `MONGODB_URI` (the project's test script starts a server and sets it).
+
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::doc;
+use tandem::testing::FaultStore;
+use tandem::{
+    CommitPoint, Coordinator, DocumentChange, Namespace, Store, Transaction, TxError, TxId,
+};
+use tandem_mongodb::MongoStore;
+
+fn uri() -> Option<String> {
+    match std::env::var("MONGODB_URI") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            assert!(
+                std::env::var("TANDEM_REQUIRE_MONGODB").as_deref() != Ok("1"),
+                "MONGODB_URI is required"
+            );
+            println!("skipped: MONGODB_URI not set");
+            None
+        }
+    }
+}
+
+fn tandem(uri: &str, db: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["--uri", uri, "--db", db, "--connect-timeout", "5s"])
+        .args(args)
+        .output()
+        .expect("running tandem")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn transfer(db: &str, from: &str, to: &str, amount: i64) -> Transaction {
+    let accounts = Namespace::new(db, "accounts");
+    Transaction::new()
+        .change(
+            DocumentChange::update(accounts.clone(), from)
+                .inc("balance", -amount)
+                .require_gte("balance", amount),
+        )
+        .change(DocumentChange::update(accounts, to).inc("balance", amount))
+}
+
+/// Runs a transfer whose coordinator dies after `ops` store operations; returns its id.
+async fn stuck(
+    store: &Arc<dyn Store>,
+    db: &str,
+    ops: u64,
+    lease: Duration,
+    tx: Transaction,
+) -> TxId {
+    let faulty = FaultStore::new(store.clone()).crash_after(ops);
+    let coordinator = Coordinator::builder(faulty)
+        .database(db)
+        .lease(lease)
+        .commit_point(CommitPoint::Done)
+        .build();
+    match coordinator.run(tx).await {
+        Err(TxError::Interrupted { id, .. }) => id,
+        other => panic!("expected an interrupted transaction, got {other:?}"),
+    }
+}
+
+async fn balance(store: &Arc<dyn Store>, db: &str, id: &str) -> i64 {
+    store
+        .find_one(&Namespace::new(db, "accounts"), doc! { "_id": id })
+        .await
+        .unwrap()
+        .unwrap()
+        .get_i64("balance")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
+    let Some(uri) = uri() else { return };
+    let db = format!("tandem_cli_{}", bson::oid::ObjectId::new().to_hex());
+    let mongo = MongoStore::connect(&uri).await.unwrap();
+    let client = mongo.client().clone();
+    let store: Arc<dyn Store> = Arc::new(mongo);
+    let accounts = Namespace::new(&db, "accounts");
+    for name in ["A", "B", "C", "D"] {
+        store
+            .insert_one(
+                &accounts,
+                doc! { "_id": name, "balance": 1000_i64, "pendingTransactions": [] },
+            )
+            .await
+            .unwrap();
+    }
+    // Four stuck transactions: pending with nothing applied, pending half applied,
+    // applied (committed, markers left), and a pending one whose lease still runs.
+    let nothing = stuck(&store, &db, 2, Duration::ZERO, transfer(&db, "A", "B", 10)).await;
+    let half = stuck(&store, &db, 3, Duration::ZERO, transfer(&db, "A", "B", 20)).await;
+    let applied = stuck(&store, &db, 5, Duration::ZERO, transfer(&db, "C", "D", 30)).await;
+    let leased = stuck(
+        &store,
+        &db,
+        3,
+        Duration::from_secs(3600),
+        transfer(&db, "C", "D", 40),
+    )
+    .await;
+
+    let out = tandem(&uri, &db, &["status"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.contains("pending    3"), "{text}");
+    assert!(text.contains("applied    1"), "{text}");
+    assert!(
+        text.contains(&format!("oldest in flight: {nothing}")),
+        "{text}"
+    );
+
+    let out = tandem(&uri, &db, &["list", "--state", "pending", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [nothing.as_str(), half.as_str(), leased.as_str()]);
+
+    let out = tandem(&uri, &db, &["list"]);
+    assert!(
+        stdout(&out).contains("4 transaction(s)"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = tandem(&uri, &db, &["show", half.as_str()]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert!(text.contains("state:         pending"), "{text}");
+    assert!(
+        text.contains(&format!("{db}.accounts/A (document)")),
+        "{text}"
+    );
+    assert!(
+        text.contains("history:") && text.contains("create"),
+        "{text}"
+    );
+
+    let out = tandem(&uri, &db, &["recover"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("recovered 3: committed 1, canceled 2"),
+        "{text}"
+    );
+    assert_eq!(
+        balance(&store, &db, "A").await,
+        1000,
+        "both A->B transfers rolled back"
+    );
+    assert_eq!(
+        balance(&store, &db, "C").await,
+        970 - 40,
+        "C->D committed; the leased one still holds 40"
+    );
+
+    let out = tandem(&uri, &db, &["cancel", leased.as_str()]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("canceled"));
+    assert_eq!(balance(&store, &db, "C").await, 970);
+    assert_eq!(balance(&store, &db, "D").await, 1030);
+
+    let out = tandem(&uri, &db, &["cancel", applied.as_str()]);
+    assert_eq!(out.status.code(), Some(5), "past the commit point: {out:?}");
+    let out = tandem(&uri, &db, &["show", "no-such-transaction"]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+
+    let out = tandem(&uri, &db, &["gc", "--older-than", "0s"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains("removed 4 finished transaction records"),
+        "{}",
+        stdout(&out)
+    );
+    let out = tandem(&uri, &db, &["status"]);
+    assert!(stdout(&out).contains("done       0"), "{}", stdout(&out));
+
+    client.database(&db).drop().await.unwrap();
+}
+
+#[tokio::test]
+async fn connection_problems_exit_with_code_3_and_hide_the_password() {
+    if uri().is_none() {
+        return;
+    }
+    let out = tandem("not-a-uri", "x", &["status"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    // A closed loopback port: nothing listens on port 1.
+    let secret = "s3cr3t-Pa55";
+    let closed = format!("mongodb://admin:{secret}@127.0.0.1:1/?serverSelectionTimeoutMS=300");
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["--uri", &closed, "--connect-timeout", "300ms", "status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains(secret), "the password leaked: {stderr}");
+    assert!(!stderr.is_empty());
+}
