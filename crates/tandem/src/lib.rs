@@ -34,6 +34,9 @@ pub use recovery::{RecoveryReport, RecoveryWorker};
 pub use store::{Namespace, Store, StoreError, StoreErrorKind};
 pub use typed::{Embedded, Field, FieldPath, Numeric, ParticipantDocument};
 
+/// The `bson` crate tandem speaks, for ids (`bson::oid::ObjectId`) and raw documents.
+pub use bson;
+
 /// The `#[participant]` attribute: turns a serde document struct into a participant.
 #[cfg(feature = "derive")]
 pub use tandem_macros::participant;

@@ -1,0 +1,527 @@
+//! Parsing of the `#[participant(...)]` options and of the `#[serde(...)]`
+//! attributes that decide how fields are stored.
+
+use proc_macro2::{Span, TokenStream};
+use syn::meta::ParseNestedMeta;
+use syn::parse::Parser;
+use syn::punctuated::Punctuated;
+use syn::{Attribute, Expr, ExprPath, LitStr, Path, Token};
+
+/// Collects every error found in the input, to report them all at once.
+#[derive(Default)]
+pub(crate) struct Errors {
+    first: Option<syn::Error>,
+}
+
+impl Errors {
+    pub(crate) fn push(&mut self, error: syn::Error) {
+        match &mut self.first {
+            Some(first) => first.combine(error),
+            None => self.first = Some(error),
+        }
+    }
+
+    pub(crate) fn at(&mut self, span: Span, message: impl std::fmt::Display) {
+        self.push(syn::Error::new(span, message));
+    }
+
+    /// An error spanning all of `tokens` (not only their first token).
+    pub(crate) fn spanned(
+        &mut self,
+        tokens: impl quote::ToTokens,
+        message: impl std::fmt::Display,
+    ) {
+        self.push(syn::Error::new_spanned(tokens, message));
+    }
+
+    pub(crate) fn finish(self) -> Option<syn::Error> {
+        self.first
+    }
+}
+
+/// Whether an attribute is `#[participant(...)]` (also `#[tandem::participant(...)]`).
+pub(crate) fn is_participant(attr: &Attribute) -> bool {
+    attr.path()
+        .segments
+        .last()
+        .is_some_and(|s| s.ident == "participant")
+}
+
+/// The container options: `#[participant(collection = "...", ...)]`.
+#[derive(Default)]
+pub(crate) struct ContainerOptions {
+    pub(crate) collection: Option<LitStr>,
+    pub(crate) db: Option<LitStr>,
+    pub(crate) marker: Option<LitStr>,
+    pub(crate) krate: Option<Path>,
+    pub(crate) embedded: Option<Span>,
+}
+
+const CONTAINER_OPTIONS: &str = "`collection`, `db`, `marker`, `crate` or `embedded`";
+const FIELD_OPTIONS: &str = "`id`, `nested` or `skip`";
+
+impl ContainerOptions {
+    /// Parses the options of one `#[participant(...)]` (the macro's own arguments
+    /// or a further attribute on the struct).
+    pub(crate) fn parse(&mut self, tokens: TokenStream, errors: &mut Errors) {
+        let parser = syn::meta::parser(|meta| self.parse_one(meta, errors));
+        if let Err(e) = parser.parse2(tokens) {
+            errors.push(e);
+        }
+    }
+
+    fn parse_one(&mut self, meta: ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<()> {
+        let Some(name) = meta.path.get_ident().map(|i| i.to_string()) else {
+            errors.at(
+                span_of(&meta.path),
+                format_args!("expected a #[participant] option: {CONTAINER_OPTIONS}"),
+            );
+            return skip_value(&meta);
+        };
+        let span = span_of(&meta.path);
+        match name.as_str() {
+            "collection" => {
+                let lit = string_value(&meta)?;
+                check_collection(&lit, errors);
+                set_once(&mut self.collection, lit, &name, span, errors);
+            }
+            "db" => {
+                let lit = string_value(&meta)?;
+                check_db(&lit, errors);
+                set_once(&mut self.db, lit, &name, span, errors);
+            }
+            "marker" => {
+                let lit = string_value(&meta)?;
+                check_marker(&lit, errors);
+                set_once(&mut self.marker, lit, &name, span, errors);
+            }
+            "crate" => {
+                let lit = string_value(&meta)?;
+                match lit.parse::<Path>() {
+                    Ok(path) => set_once(&mut self.krate, path, &name, span, errors),
+                    Err(_) => errors.at(
+                        lit.span(),
+                        "`crate` takes the path of the tandem crate, e.g. `crate = \"::tandem\"`",
+                    ),
+                }
+            }
+            "embedded" => {
+                flag(&meta, &name, errors)?;
+                set_once(&mut self.embedded, span, &name, span, errors);
+            }
+            _ => {
+                errors.at(
+                    span,
+                    format_args!(
+                        "unknown #[participant] option `{name}`; expected {CONTAINER_OPTIONS}"
+                    ),
+                );
+                skip_value(&meta)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The field options: `#[participant(id)]`, `#[participant(nested)]`, `#[participant(skip)]`.
+#[derive(Default)]
+pub(crate) struct FieldOptions {
+    pub(crate) id: Option<Span>,
+    pub(crate) nested: Option<Span>,
+    pub(crate) skip: Option<Span>,
+}
+
+impl FieldOptions {
+    /// Parses the `#[participant(...)]` attributes of one field.
+    pub(crate) fn parse(attrs: &[Attribute], errors: &mut Errors) -> Self {
+        let mut options = FieldOptions::default();
+        for attr in attrs.iter().filter(|a| is_participant(a)) {
+            let parsed = attr.parse_nested_meta(|meta| {
+                let span = span_of(&meta.path);
+                let name = meta.path.get_ident().map(|i| i.to_string());
+                let slot = match name.as_deref() {
+                    Some("id") => &mut options.id,
+                    Some("nested") => &mut options.nested,
+                    Some("skip") => &mut options.skip,
+                    _ => {
+                        let shown = name.unwrap_or_else(|| path_text(&meta.path));
+                        errors.at(
+                            span,
+                            format_args!(
+                                "unknown #[participant] field option `{shown}`; expected {FIELD_OPTIONS}"
+                            ),
+                        );
+                        return skip_value(&meta);
+                    }
+                };
+                let name = name.unwrap_or_default();
+                flag(&meta, &name, errors)?;
+                set_once(slot, span, &name, span, errors);
+                Ok(())
+            });
+            if let Err(e) = parsed {
+                errors.push(e);
+            }
+        }
+        if let (Some(_), Some(skip)) = (options.id, options.skip) {
+            errors.at(skip, "the id field cannot be skipped");
+        }
+        if let (Some(_), Some(nested)) = (options.id, options.nested) {
+            errors.at(nested, "the id field cannot be `nested`");
+        }
+        options
+    }
+}
+
+/// The casing rules of `#[serde(rename_all = "...")]`, applied to field names as serde does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RenameRule {
+    Lower,
+    Upper,
+    Pascal,
+    Camel,
+    Snake,
+    ScreamingSnake,
+    Kebab,
+    ScreamingKebab,
+}
+
+impl RenameRule {
+    fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "lowercase" => RenameRule::Lower,
+            "UPPERCASE" => RenameRule::Upper,
+            "PascalCase" => RenameRule::Pascal,
+            "camelCase" => RenameRule::Camel,
+            "snake_case" => RenameRule::Snake,
+            "SCREAMING_SNAKE_CASE" => RenameRule::ScreamingSnake,
+            "kebab-case" => RenameRule::Kebab,
+            "SCREAMING-KEBAB-CASE" => RenameRule::ScreamingKebab,
+            _ => return None,
+        })
+    }
+
+    /// The stored name of the field `field` (its Rust name, without `r#`).
+    pub(crate) fn apply(self, field: &str) -> String {
+        match self {
+            RenameRule::Lower | RenameRule::Snake => field.to_owned(),
+            RenameRule::Upper | RenameRule::ScreamingSnake => field.to_ascii_uppercase(),
+            RenameRule::Pascal => {
+                let mut pascal = String::new();
+                let mut capitalize = true;
+                for ch in field.chars() {
+                    if ch == '_' {
+                        capitalize = true;
+                    } else if capitalize {
+                        pascal.push(ch.to_ascii_uppercase());
+                        capitalize = false;
+                    } else {
+                        pascal.push(ch);
+                    }
+                }
+                pascal
+            }
+            RenameRule::Camel => {
+                let pascal = RenameRule::Pascal.apply(field);
+                match pascal.chars().next() {
+                    Some(first) => {
+                        first.to_ascii_lowercase().to_string() + &pascal[first.len_utf8()..]
+                    }
+                    None => pascal,
+                }
+            }
+            RenameRule::Kebab => field.replace('_', "-"),
+            RenameRule::ScreamingKebab => field.to_ascii_uppercase().replace('_', "-"),
+        }
+    }
+}
+
+/// What the container's `#[serde(...)]` attributes say about storage.
+#[derive(Default)]
+pub(crate) struct SerdeContainer {
+    pub(crate) rename_all: Option<RenameRule>,
+    pub(crate) deny_unknown_fields: Option<Span>,
+    pub(crate) default: bool,
+    /// `transparent` or `into = "..."`: the struct is not stored as its fields.
+    pub(crate) not_by_fields: Option<(Span, &'static str)>,
+}
+
+impl SerdeContainer {
+    /// Reads the container's `#[serde(...)]` attributes. Malformed ones are left
+    /// for serde to report.
+    pub(crate) fn parse(attrs: &[Attribute]) -> Self {
+        let mut serde = SerdeContainer::default();
+        for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
+            let _ = attr.parse_nested_meta(|meta| {
+                let span = span_of(&meta.path);
+                if meta.path.is_ident("rename_all") {
+                    if let Some(rule) = serialize_name(&meta)?
+                        .as_deref()
+                        .and_then(RenameRule::from_name)
+                    {
+                        serde.rename_all = Some(rule);
+                    }
+                    Ok(())
+                } else if meta.path.is_ident("deny_unknown_fields") {
+                    serde.deny_unknown_fields = Some(span);
+                    Ok(())
+                } else if meta.path.is_ident("default") {
+                    serde.default = true;
+                    skip_value(&meta)
+                } else if meta.path.is_ident("transparent") {
+                    serde.not_by_fields = Some((span, "transparent"));
+                    Ok(())
+                } else if meta.path.is_ident("into") {
+                    serde.not_by_fields = Some((span, "into"));
+                    skip_value(&meta)
+                } else {
+                    skip_value(&meta)
+                }
+            });
+        }
+        serde
+    }
+}
+
+/// What a field's `#[serde(...)]` attributes say about storage.
+#[derive(Default)]
+pub(crate) struct SerdeField {
+    pub(crate) rename: Option<String>,
+    /// `skip` or `skip_serializing`: the field is never stored.
+    pub(crate) skipped: bool,
+    pub(crate) flatten: bool,
+    pub(crate) default: bool,
+    /// The function serializing the field, from `with` or `serialize_with`.
+    pub(crate) serialize_with: Option<ExprPath>,
+}
+
+impl SerdeField {
+    /// Reads a field's `#[serde(...)]` attributes. Malformed ones are left for serde to report.
+    pub(crate) fn parse(attrs: &[Attribute]) -> Self {
+        let mut serde = SerdeField::default();
+        for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
+            let _ = attr.parse_nested_meta(|meta| {
+                if meta.path.is_ident("rename") {
+                    if let Some(name) = serialize_name(&meta)? {
+                        serde.rename = Some(name);
+                    }
+                    Ok(())
+                } else if meta.path.is_ident("skip") || meta.path.is_ident("skip_serializing") {
+                    serde.skipped = true;
+                    Ok(())
+                } else if meta.path.is_ident("flatten") {
+                    serde.flatten = true;
+                    Ok(())
+                } else if meta.path.is_ident("default") {
+                    serde.default = true;
+                    skip_value(&meta)
+                } else if meta.path.is_ident("with") {
+                    let lit: LitStr = meta.value()?.parse()?;
+                    if let Ok(mut path) = lit.parse::<ExprPath>() {
+                        path.path
+                            .segments
+                            .push(syn::Ident::new("serialize", lit.span()).into());
+                        serde.serialize_with = Some(path);
+                    }
+                    Ok(())
+                } else if meta.path.is_ident("serialize_with") {
+                    let lit: LitStr = meta.value()?.parse()?;
+                    if let Ok(path) = lit.parse::<ExprPath>() {
+                        serde.serialize_with = Some(path);
+                    }
+                    Ok(())
+                } else {
+                    skip_value(&meta)
+                }
+            });
+        }
+        serde
+    }
+}
+
+/// The serialize-side value of `key = "..."` or `key(serialize = "...", ...)`.
+fn serialize_name(meta: &ParseNestedMeta<'_>) -> syn::Result<Option<String>> {
+    if meta.input.peek(Token![=]) {
+        let lit: LitStr = meta.value()?.parse()?;
+        return Ok(Some(lit.value()));
+    }
+    let mut name = None;
+    meta.parse_nested_meta(|inner| {
+        if inner.path.is_ident("serialize") {
+            let lit: LitStr = inner.value()?.parse()?;
+            name = Some(lit.value());
+            Ok(())
+        } else {
+            skip_value(&inner)
+        }
+    })?;
+    Ok(name)
+}
+
+/// Whether the derives of the item include `Serialize` and `Deserialize`.
+pub(crate) fn serde_derives(attrs: &[Attribute]) -> (bool, bool) {
+    let (mut ser, mut de) = (false, false);
+    for attr in attrs.iter().filter(|a| a.path().is_ident("derive")) {
+        let Ok(paths) = attr.parse_args_with(Punctuated::<Path, Token![,]>::parse_terminated)
+        else {
+            continue;
+        };
+        for path in paths {
+            match path.segments.last().map(|s| s.ident.to_string()).as_deref() {
+                Some("Serialize") => ser = true,
+                Some("Deserialize") => de = true,
+                _ => {}
+            }
+        }
+    }
+    (ser, de)
+}
+
+fn string_value(meta: &ParseNestedMeta<'_>) -> syn::Result<LitStr> {
+    let name = path_text(&meta.path);
+    let value = meta
+        .value()
+        .map_err(|_| meta.error(format_args!("`{name}` takes a string: `{name} = \"...\"`")))?;
+    let expr: Expr = value.parse()?;
+    match expr {
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(lit),
+            ..
+        }) => Ok(lit),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format_args!("`{name}` takes a string: `{name} = \"...\"`"),
+        )),
+    }
+}
+
+fn flag(meta: &ParseNestedMeta<'_>, name: &str, errors: &mut Errors) -> syn::Result<()> {
+    if meta.input.peek(Token![=]) || meta.input.peek(syn::token::Paren) {
+        errors.at(
+            span_of(&meta.path),
+            format_args!("`{name}` takes no value: write just `{name}`"),
+        );
+        skip_value(meta)?;
+    }
+    Ok(())
+}
+
+fn set_once<T>(slot: &mut Option<T>, value: T, name: &str, span: Span, errors: &mut Errors) {
+    if slot.is_some() {
+        errors.at(
+            span,
+            format_args!("duplicate #[participant] option `{name}`"),
+        );
+    } else {
+        *slot = Some(value);
+    }
+}
+
+/// Consumes the value of an option this crate does not handle.
+fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+    if meta.input.peek(Token![=]) {
+        let _: Expr = meta.value()?.parse()?;
+    } else if meta.input.peek(syn::token::Paren) {
+        let content;
+        syn::parenthesized!(content in meta.input);
+        let _: TokenStream = content.parse()?;
+    }
+    Ok(())
+}
+
+fn span_of(path: &Path) -> Span {
+    use syn::spanned::Spanned;
+    path.span()
+}
+
+fn path_text(path: &Path) -> String {
+    path.segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect::<Vec<_>>()
+        .join("::")
+}
+
+fn check_collection(lit: &LitStr, errors: &mut Errors) {
+    let name = lit.value();
+    let reason = if name.is_empty() {
+        Some("is empty")
+    } else if name.contains('$') {
+        Some("contains `$`")
+    } else if name.contains('\0') {
+        Some("contains NUL")
+    } else if name.starts_with('.') {
+        Some("starts with `.`")
+    } else {
+        None
+    };
+    if let Some(reason) = reason {
+        errors.at(
+            lit.span(),
+            format_args!("invalid collection name: it {reason}"),
+        );
+    }
+}
+
+fn check_db(lit: &LitStr, errors: &mut Errors) {
+    let name = lit.value();
+    let bad = ['$', '.', '/', ' ', '\\', '"', '\0'];
+    if name.is_empty() {
+        errors.at(
+            lit.span(),
+            "invalid database name: it is empty (leave `db` out to use the coordinator's default database)",
+        );
+    } else if let Some(c) = name.chars().find(|c| bad.contains(c)) {
+        errors.at(
+            lit.span(),
+            format_args!("invalid database name: it contains {c:?}"),
+        );
+    }
+}
+
+fn check_marker(lit: &LitStr, errors: &mut Errors) {
+    let name = lit.value();
+    let reason = if name.is_empty() {
+        Some("it is empty")
+    } else if name.contains('.') {
+        Some("it contains `.`; the marker is a top-level field")
+    } else if name.starts_with('$') {
+        Some("it starts with `$`")
+    } else if name.contains('\0') {
+        Some("it contains NUL")
+    } else if name == "_id" || name == crate::model::META_FIELD {
+        Some("that field is reserved")
+    } else {
+        None
+    };
+    if let Some(reason) = reason {
+        errors.at(
+            lit.span(),
+            format_args!("invalid marker field name: {reason}"),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RenameRule::*;
+
+    #[test]
+    fn casings_follow_serde() {
+        let cases = [
+            (Lower, "user_name"),
+            (Upper, "USER_NAME"),
+            (Pascal, "UserName"),
+            (Camel, "userName"),
+            (Snake, "user_name"),
+            (ScreamingSnake, "USER_NAME"),
+            (Kebab, "user-name"),
+            (ScreamingKebab, "USER-NAME"),
+        ];
+        for (rule, expected) in cases {
+            assert_eq!(rule.apply("user_name"), expected, "{rule:?}");
+        }
+        assert_eq!(Camel.apply("a"), "a");
+        assert_eq!(Pascal.apply("x_1_y"), "X1Y");
+    }
+}

@@ -1,0 +1,15 @@
+use serde::{Deserialize, Serialize};
+use tandem::participant;
+
+#[participant(collection = "accounts")]
+#[derive(Serialize, Deserialize)]
+struct Account {
+    #[serde(rename = "_id")]
+    id: String,
+    balance: i64,
+}
+
+fn main() {
+    let f = Account::fields();
+    let _ = Account::change("A").set(f.balance(), "x");
+}

@@ -1,0 +1,8 @@
+use serde::{Deserialize, Serialize};
+use tandem::participant;
+
+#[participant(collection = "accounts")]
+#[derive(Serialize, Deserialize)]
+struct Account;
+
+fn main() {}

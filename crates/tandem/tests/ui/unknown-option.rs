@@ -1,0 +1,15 @@
+use serde::{Deserialize, Serialize};
+use tandem::participant;
+
+#[participant(collection = "accounts", colection = "accounts")]
+#[derive(Serialize, Deserialize)]
+struct Account {
+    #[serde(rename = "_id")]
+    id: String,
+    #[participant(nestd)]
+    balance: i64,
+}
+
+fn main() {
+    let _ = Account::change("A").inc_balance(1);
+}
