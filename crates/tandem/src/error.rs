@@ -237,7 +237,7 @@ pub enum TxError {
     /// The store failed mid-way; the record stays in `state` and recovery will finish it.
     /// With the native strategy (`state` is `None`, no record), the native
     /// transaction was aborted, or its commit's outcome stayed unknown after retries.
-    #[error("transaction {id} interrupted in state {state:?}: {source}")]
+    #[error("transaction {id} interrupted {}: {source}", where_interrupted(state))]
     Interrupted {
         /// The id.
         id: TxId,
@@ -247,6 +247,13 @@ pub enum TxError {
         #[source]
         source: StoreError,
     },
+}
+
+fn where_interrupted(state: &Option<TxState>) -> String {
+    match state {
+        Some(state) => format!("in state {state}"),
+        None => "before its record was written".to_owned(),
+    }
 }
 
 impl TxError {

@@ -244,3 +244,76 @@ pub trait Store: Send + Sync + 'static {
         Ok(())
     }
 }
+
+/// A shared store is a store: `Arc<dyn Store>` plugs in wherever a store is expected.
+#[async_trait]
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    async fn now(&self) -> Result<bson::DateTime, StoreError> {
+        (**self).now().await
+    }
+    async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
+        (**self).insert_one(ns, doc).await
+    }
+    async fn update_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+        upsert: bool,
+    ) -> Result<UpdateOutcome, StoreError> {
+        (**self).update_one(ns, filter, update, upsert).await
+    }
+    async fn find_one_and_update(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+        ret: ReturnDocument,
+        upsert: bool,
+    ) -> Result<Option<Document>, StoreError> {
+        (**self)
+            .find_one_and_update(ns, filter, update, ret, upsert)
+            .await
+    }
+    async fn replace_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        replacement: Document,
+    ) -> Result<UpdateOutcome, StoreError> {
+        (**self).replace_one(ns, filter, replacement).await
+    }
+    async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        (**self).delete_one(ns, filter).await
+    }
+    async fn find_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+    ) -> Result<Option<Document>, StoreError> {
+        (**self).find_one(ns, filter).await
+    }
+    async fn find(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        options: FindOptions,
+    ) -> Result<Vec<Document>, StoreError> {
+        (**self).find(ns, filter, options).await
+    }
+    async fn count(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        (**self).count(ns, filter).await
+    }
+    fn supports_native(&self) -> bool {
+        (**self).supports_native()
+    }
+    async fn run_native(&self, changes: &[DocumentChange]) -> Result<(), StepError> {
+        (**self).run_native(changes).await
+    }
+    async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {
+        (**self).ensure_index(ns, index).await
+    }
+}
