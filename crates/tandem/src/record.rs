@@ -219,6 +219,9 @@ pub struct TxRecord {
     /// When it reached `done` or `canceled`, by the store's clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<bson::DateTime>,
+    /// The token of the last claim, so a repeated claim recognises its own success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_token: Option<String>,
     /// How many times a recovery worker claimed it.
     #[serde(default)]
     pub attempts: i32,

@@ -182,9 +182,12 @@ impl RecoveryWorker {
         if let Some(lm) = record.last_modified {
             filter.insert("lastModified", lm);
         }
+        // A token of this very claim: a repeated claim whose first answer was lost
+        // recognises itself by it, and never mistakes another claim of this worker for its own.
+        let token = bson::oid::ObjectId::new().to_hex();
         let update = doc! {
             "$inc": { "epoch": 1_i64, "attempts": 1 },
-            "$set": { "owner": owner, "leaseMillis": lease },
+            "$set": { "owner": owner, "leaseMillis": lease, "claimToken": &token },
             "$currentDate": { "lastModified": true },
             "$push": { "history": history(record.state, owner, record.epoch + 1, "claim") },
         };
@@ -204,10 +207,10 @@ impl RecoveryWorker {
             .map(TxRecord::from_document)
             .transpose()
             .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
-        // A repeated claim whose first answer was lost shows up as "ours at epoch + 1".
         if claimed.is_none() {
             if let Some(now) = engine.load(&record.id).await? {
-                if now.owner == *owner && now.epoch == record.epoch + 1 && now.state == record.state
+                if now.claim_token.as_deref() == Some(token.as_str())
+                    && now.epoch == record.epoch + 1
                 {
                     return Ok(Some(now));
                 }
