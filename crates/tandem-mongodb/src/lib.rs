@@ -1,0 +1,42 @@
+//! A [`tandem`] store on MongoDB, through the official `mongodb` driver.
+//!
+//! [`MongoStore`] implements [`tandem::store::Store`]: each method sends one
+//! MongoDB command on one document (`insert`, `update`, `findAndModify`,
+//! `delete`, `find`, `createIndexes`, and `hello` for the server's clock).
+//! Writes are acknowledged by a majority, journaled; reads use the `majority`
+//! read concern. Driver errors become [`StoreError`](tandem::store::StoreError)s
+//! whose [`kind`](tandem::store::StoreErrorKind) tells the protocol what happened
+//! (see [`error`]), and transient errors (network errors, failovers, write
+//! conflicts) are repeated with a jittered exponential backoff as the
+//! [`RetryPolicy`] allows. [`MongoStore::metrics`] counts the commands sent.
+//!
+//! ```no_run
+//! use bson::doc;
+//! use tandem::store::{Namespace, Store};
+//! use tandem_mongodb::MongoStore;
+//!
+//! # async fn example() -> Result<(), tandem::store::StoreError> {
+//! let store = MongoStore::connect("mongodb://127.0.0.1:27017/").await?;
+//! let accounts = Namespace::new("bank", "accounts");
+//! store.insert_one(&accounts, doc! { "_id": "alice", "balance": 100 }).await?;
+//! let outcome = store
+//!     .update_one(&accounts, doc! { "_id": "alice" }, doc! { "$inc": { "balance": -30 } }, false)
+//!     .await?;
+//! assert_eq!(outcome.modified, 1);
+//! println!("server time: {}, commands sent: {}", store.now().await?, store.metrics().total);
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod metrics;
+pub mod options;
+mod store;
+
+pub use metrics::{Command, CommandCounts};
+pub use options::{MongoStoreBuilder, MongoStoreOptions, RetryPolicy};
+pub use store::MongoStore;
+
+/// The driver, re-exported so that callers can name its types (e.g. a
+/// [`WriteConcern`](mongodb::options::WriteConcern)) without a separate dependency.
+pub use mongodb;

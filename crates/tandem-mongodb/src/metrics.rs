@@ -1,0 +1,173 @@
+//! Command counters of a [`MongoStore`](crate::MongoStore).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The command a store operation sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Command {
+    /// `hello`, for [`now`](tandem::store::Store::now).
+    Hello,
+    /// `ping`, sent once by [`MongoStore::connect`](crate::MongoStore::connect).
+    Ping,
+    /// `insert` of one document.
+    InsertOne,
+    /// `update` of one document.
+    UpdateOne,
+    /// `findAndModify` with an update.
+    FindOneAndUpdate,
+    /// `update` of one document with a replacement.
+    ReplaceOne,
+    /// `delete` of one document.
+    DeleteOne,
+    /// `find` with limit 1.
+    FindOne,
+    /// `find`.
+    Find,
+    /// `createIndexes`.
+    CreateIndexes,
+}
+
+impl Command {
+    /// The name used in logs: the store method, e.g. `"find_one_and_update"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Command::Hello => "hello",
+            Command::Ping => "ping",
+            Command::InsertOne => "insert_one",
+            Command::UpdateOne => "update_one",
+            Command::FindOneAndUpdate => "find_one_and_update",
+            Command::ReplaceOne => "replace_one",
+            Command::DeleteOne => "delete_one",
+            Command::FindOne => "find_one",
+            Command::Find => "find",
+            Command::CreateIndexes => "ensure_index",
+        }
+    }
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A snapshot of a store's command counters, from [`MongoStore::metrics`](crate::MongoStore::metrics).
+///
+/// Every attempt counts: a command repeated after a transient error counts
+/// once per time it was sent (and once in `retries` for each repeat). Clones
+/// of a store share their counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CommandCounts {
+    /// `hello` commands (clock reads by `now`).
+    pub hello: u64,
+    /// `ping` commands (connection checks by `connect`).
+    pub ping: u64,
+    /// `insert` commands of `insert_one`.
+    pub insert_one: u64,
+    /// `update` commands of `update_one`.
+    pub update_one: u64,
+    /// `findAndModify` commands of `find_one_and_update`.
+    pub find_one_and_update: u64,
+    /// `update` commands of `replace_one`.
+    pub replace_one: u64,
+    /// `delete` commands of `delete_one`.
+    pub delete_one: u64,
+    /// `find` commands of `find_one`.
+    pub find_one: u64,
+    /// `find` commands of `find` (further `getMore` batches are not counted).
+    pub find: u64,
+    /// `createIndexes` commands of `ensure_index`.
+    pub create_indexes: u64,
+    /// All commands above.
+    pub total: u64,
+    /// Attempts that repeated a command after a transient error (included in the counts above).
+    pub retries: u64,
+    /// Attempts that failed, for any reason (included in the counts above).
+    pub failures: u64,
+}
+
+impl CommandCounts {
+    /// The count of one kind of command.
+    pub fn get(&self, command: Command) -> u64 {
+        match command {
+            Command::Hello => self.hello,
+            Command::Ping => self.ping,
+            Command::InsertOne => self.insert_one,
+            Command::UpdateOne => self.update_one,
+            Command::FindOneAndUpdate => self.find_one_and_update,
+            Command::ReplaceOne => self.replace_one,
+            Command::DeleteOne => self.delete_one,
+            Command::FindOne => self.find_one,
+            Command::Find => self.find,
+            Command::CreateIndexes => self.create_indexes,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    hello: AtomicU64,
+    ping: AtomicU64,
+    insert_one: AtomicU64,
+    update_one: AtomicU64,
+    find_one_and_update: AtomicU64,
+    replace_one: AtomicU64,
+    delete_one: AtomicU64,
+    find_one: AtomicU64,
+    find: AtomicU64,
+    create_indexes: AtomicU64,
+    total: AtomicU64,
+    retries: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Counters {
+    fn slot(&self, command: Command) -> &AtomicU64 {
+        match command {
+            Command::Hello => &self.hello,
+            Command::Ping => &self.ping,
+            Command::InsertOne => &self.insert_one,
+            Command::UpdateOne => &self.update_one,
+            Command::FindOneAndUpdate => &self.find_one_and_update,
+            Command::ReplaceOne => &self.replace_one,
+            Command::DeleteOne => &self.delete_one,
+            Command::FindOne => &self.find_one,
+            Command::Find => &self.find,
+            Command::CreateIndexes => &self.create_indexes,
+        }
+    }
+
+    pub(crate) fn sent(&self, command: Command, retry: bool) {
+        self.slot(command).fetch_add(1, Ordering::Relaxed);
+        self.total.fetch_add(1, Ordering::Relaxed);
+        if retry {
+            self.retries.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn failed(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> CommandCounts {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CommandCounts {
+            hello: get(&self.hello),
+            ping: get(&self.ping),
+            insert_one: get(&self.insert_one),
+            update_one: get(&self.update_one),
+            find_one_and_update: get(&self.find_one_and_update),
+            replace_one: get(&self.replace_one),
+            delete_one: get(&self.delete_one),
+            find_one: get(&self.find_one),
+            find: get(&self.find),
+            create_indexes: get(&self.create_indexes),
+            total: get(&self.total),
+            retries: get(&self.retries),
+            failures: get(&self.failures),
+        }
+    }
+}

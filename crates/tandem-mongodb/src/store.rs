@@ -1,0 +1,466 @@
+//! [`MongoStore`]: the [`Store`] trait on the official MongoDB driver.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bson::{doc, Document};
+use futures::TryStreamExt;
+use mongodb::options::{ClientOptions, CollectionOptions, IndexOptions};
+use mongodb::{Client, Collection, IndexModel};
+use tandem::store::{
+    FindOptions, IndexSpec, Namespace, ReturnDocument, Store, StoreError, StoreErrorKind,
+    UpdateOutcome,
+};
+
+use crate::error::{map_driver_error, uri_secrets};
+use crate::metrics::{Command, CommandCounts, Counters};
+use crate::options::{MongoStoreBuilder, MongoStoreOptions};
+
+/// A [`Store`] on a MongoDB deployment, through the official driver.
+///
+/// Each [`Store`] method sends exactly one command (repeated only after a
+/// transient error, see [`RetryPolicy`](crate::RetryPolicy)):
+///
+/// | method | command |
+/// | --- | --- |
+/// | [`now`](Store::now) | `hello` (its `localTime`) |
+/// | [`insert_one`](Store::insert_one) | `insert` |
+/// | [`update_one`](Store::update_one) | `update` (`multi: false`, optional `upsert`) |
+/// | [`find_one_and_update`](Store::find_one_and_update) | `findAndModify` |
+/// | [`replace_one`](Store::replace_one) | `update` with a replacement document |
+/// | [`delete_one`](Store::delete_one) | `delete` (`limit: 1`) |
+/// | [`find_one`](Store::find_one) | `find` (`limit: 1`) |
+/// | [`find`](Store::find) | `find` (and `getMore` for further batches) |
+/// | [`ensure_index`](Store::ensure_index) | `createIndexes` |
+///
+/// Writes use the configured write concern (default `{ w: "majority", j: true }`),
+/// `find` and `findOne` the configured read concern (default `majority`).
+///
+/// Cloning is cheap: clones share the client, the collection handles and the
+/// [metrics](MongoStore::metrics).
+///
+/// # Tracing
+///
+/// Every attempt of a command emits one `tracing` event at `DEBUG` level on the
+/// target `tandem_mongodb`, with the fields `command` (the store method, e.g.
+/// `"find_one_and_update"`), `namespace` (`db.collection`, or `admin` for
+/// `hello` and `ping`), `attempt` (1 for the first), `duration_ms`, and on
+/// failure `error_kind` and `error`.
+#[derive(Clone)]
+pub struct MongoStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    options: MongoStoreOptions,
+    /// Strings never to show in an error message (from the URI's userinfo).
+    secrets: Vec<String>,
+    collections: RwLock<HashMap<Namespace, Collection<Document>>>,
+    counters: Counters,
+}
+
+impl fmt::Debug for MongoStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MongoStore")
+            .field("options", &self.inner.options)
+            .field("metrics", &self.metrics())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MongoStore {
+    /// A store on `client` with the default options.
+    ///
+    /// The client's server selection timeout and application name stay as
+    /// they are; use [`MongoStore::builder`] to change the other options.
+    pub fn new(client: Client) -> Self {
+        MongoStore::from_parts(client, MongoStoreOptions::default(), Vec::new())
+    }
+
+    /// Connects to `uri` with the default options: see [`MongoStoreBuilder::connect`].
+    pub async fn connect(uri: &str) -> Result<Self, StoreError> {
+        connect(uri, MongoStoreOptions::default()).await
+    }
+
+    /// A builder for a store with non-default options.
+    pub fn builder() -> MongoStoreBuilder {
+        MongoStoreBuilder::new()
+    }
+
+    pub(crate) fn from_parts(
+        client: Client,
+        options: MongoStoreOptions,
+        secrets: Vec<String>,
+    ) -> Self {
+        MongoStore {
+            inner: Arc::new(Inner {
+                client,
+                options,
+                secrets,
+                collections: RwLock::new(HashMap::new()),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// The driver client.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The store's options.
+    pub fn options(&self) -> &MongoStoreOptions {
+        &self.inner.options
+    }
+
+    /// A snapshot of the command counters (shared by all clones of this store).
+    pub fn metrics(&self) -> CommandCounts {
+        self.inner.counters.snapshot()
+    }
+
+    /// The collection handle of `ns`, with the store's write and read concern.
+    /// Handles are made once per namespace and reused.
+    pub fn collection(&self, ns: &Namespace) -> Collection<Document> {
+        if let Some(c) = self
+            .inner
+            .collections
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(ns)
+        {
+            return c.clone();
+        }
+        let mut map = self
+            .inner
+            .collections
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        map.entry(ns.clone())
+            .or_insert_with(|| {
+                let mut options = CollectionOptions::default();
+                options.write_concern = self.inner.options.write_concern.clone();
+                options.read_concern = self.inner.options.read_concern.clone();
+                self.inner
+                    .client
+                    .database(&ns.db)
+                    .collection_with_options(&ns.collection, options)
+            })
+            .clone()
+    }
+
+    /// Sends `ping` to the deployment (with retries of transient errors).
+    ///
+    /// Fails with [`Unavailable`](StoreErrorKind::Unavailable) when no server
+    /// can be selected within the server selection timeout.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let db = self.inner.client.database("admin");
+        self.run(Command::Ping, "admin", || {
+            let db = db.clone();
+            async move { db.run_command(doc! { "ping": 1 }).await.map(|_| ()) }
+        })
+        .await
+    }
+
+    /// Runs one command, repeating it after transient errors as the retry policy allows.
+    async fn run<T, F, Fut>(
+        &self,
+        command: Command,
+        namespace: &str,
+        mut op: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut + Send,
+        Fut: Future<Output = mongodb::error::Result<T>> + Send,
+        T: Send,
+    {
+        let policy = self.inner.options.retry;
+        let started = Instant::now();
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            self.inner.counters.sent(command, attempt > 1);
+            let t0 = Instant::now();
+            let result = op().await;
+            let duration_ms = duration_ms(t0.elapsed());
+            match result {
+                Ok(value) => {
+                    tracing::debug!(
+                        command = command.name(),
+                        namespace,
+                        attempt,
+                        duration_ms,
+                        "mongodb command succeeded"
+                    );
+                    return Ok(value);
+                }
+                Err(e) => {
+                    self.inner.counters.failed();
+                    let mut err = map_driver_error(&e, &self.inner.secrets);
+                    tracing::debug!(
+                        command = command.name(),
+                        namespace,
+                        attempt,
+                        duration_ms,
+                        error_kind = ?err.kind,
+                        error = %err.message,
+                        "mongodb command failed"
+                    );
+                    if err.kind == StoreErrorKind::Transient && attempt < policy.max_attempts {
+                        let delay = policy.jittered_backoff(attempt);
+                        if started.elapsed() + delay <= policy.budget {
+                            tokio::time::sleep(delay).await;
+                            continue;
+                        }
+                    }
+                    if attempt > 1 {
+                        err.message.push_str(&format!(
+                            " (gave up after {attempt} attempts in {} ms)",
+                            duration_ms_of(started)
+                        ));
+                    }
+                    return Err(err);
+                }
+            }
+        }
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn duration_ms_of(start: Instant) -> u64 {
+    duration_ms(start.elapsed())
+}
+
+/// [`MongoStoreBuilder::connect`].
+pub(crate) async fn connect(
+    uri: &str,
+    options: MongoStoreOptions,
+) -> Result<MongoStore, StoreError> {
+    let secrets = uri_secrets(uri);
+    let mut client_options = ClientOptions::parse(uri).await.map_err(|e| {
+        let err = map_driver_error(&e, &secrets);
+        let kind = match err.kind {
+            StoreErrorKind::Unavailable => StoreErrorKind::Unavailable,
+            _ => StoreErrorKind::BadRequest,
+        };
+        StoreError {
+            kind,
+            code: err.code,
+            message: format!("invalid MongoDB URI: {}", err.message),
+        }
+    })?;
+    if let Some(timeout) = options.server_selection_timeout {
+        client_options.server_selection_timeout = Some(timeout);
+    }
+    if let Some(app_name) = &options.app_name {
+        client_options.app_name = Some(app_name.clone());
+    }
+    let client = Client::with_options(client_options).map_err(|e| {
+        let err = map_driver_error(&e, &secrets);
+        StoreError {
+            kind: StoreErrorKind::BadRequest,
+            code: err.code,
+            message: format!("invalid MongoDB client options: {}", err.message),
+        }
+    })?;
+    let store = MongoStore::from_parts(client, options, secrets);
+    store.ping().await?;
+    Ok(store)
+}
+
+fn outcome(result: mongodb::results::UpdateResult) -> UpdateOutcome {
+    UpdateOutcome {
+        matched: result.matched_count,
+        modified: result.modified_count,
+        upserted: result.upserted_id.is_some(),
+    }
+}
+
+fn server_time(reply: &Document) -> Option<bson::DateTime> {
+    if let Ok(t) = reply.get_datetime("localTime") {
+        return Some(*t);
+    }
+    // A server without `localTime` still stamps its replies with its cluster time.
+    reply
+        .get_timestamp("operationTime")
+        .ok()
+        .map(|ts| bson::DateTime::from_millis(i64::from(ts.time) * 1000))
+}
+
+#[async_trait]
+impl Store for MongoStore {
+    fn name(&self) -> &str {
+        "mongodb"
+    }
+
+    async fn now(&self) -> Result<bson::DateTime, StoreError> {
+        let db = self.inner.client.database("admin");
+        let reply = self
+            .run(Command::Hello, "admin", || {
+                let db = db.clone();
+                async move { db.run_command(doc! { "hello": 1 }).await }
+            })
+            .await?;
+        server_time(&reply).ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::Other,
+                "the server's hello reply has neither localTime nor operationTime",
+            )
+        })
+    }
+
+    async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        self.run(Command::InsertOne, &ns_name, || {
+            let coll = coll.clone();
+            let doc = doc.clone();
+            async move { coll.insert_one(doc).await.map(|_| ()) }
+        })
+        .await
+    }
+
+    async fn update_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+        upsert: bool,
+    ) -> Result<UpdateOutcome, StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        self.run(Command::UpdateOne, &ns_name, || {
+            let coll = coll.clone();
+            let filter = filter.clone();
+            let update = update.clone();
+            async move { coll.update_one(filter, update).upsert(upsert).await }
+        })
+        .await
+        .map(outcome)
+    }
+
+    async fn find_one_and_update(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+        ret: ReturnDocument,
+        upsert: bool,
+    ) -> Result<Option<Document>, StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        let ret = match ret {
+            ReturnDocument::Before => mongodb::options::ReturnDocument::Before,
+            ReturnDocument::After => mongodb::options::ReturnDocument::After,
+        };
+        self.run(Command::FindOneAndUpdate, &ns_name, || {
+            let coll = coll.clone();
+            let filter = filter.clone();
+            let update = update.clone();
+            let ret = ret.clone();
+            async move {
+                coll.find_one_and_update(filter, update)
+                    .return_document(ret)
+                    .upsert(upsert)
+                    .await
+            }
+        })
+        .await
+    }
+
+    async fn replace_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        replacement: Document,
+    ) -> Result<UpdateOutcome, StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        self.run(Command::ReplaceOne, &ns_name, || {
+            let coll = coll.clone();
+            let filter = filter.clone();
+            let replacement = replacement.clone();
+            async move { coll.replace_one(filter, replacement).await }
+        })
+        .await
+        .map(outcome)
+    }
+
+    async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        self.run(Command::DeleteOne, &ns_name, || {
+            let coll = coll.clone();
+            let filter = filter.clone();
+            async move { coll.delete_one(filter).await.map(|r| r.deleted_count) }
+        })
+        .await
+    }
+
+    async fn find_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+    ) -> Result<Option<Document>, StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        self.run(Command::FindOne, &ns_name, || {
+            let coll = coll.clone();
+            let filter = filter.clone();
+            async move { coll.find_one(filter).await }
+        })
+        .await
+    }
+
+    async fn find(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        options: FindOptions,
+    ) -> Result<Vec<Document>, StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        self.run(Command::Find, &ns_name, || {
+            let coll = coll.clone();
+            let filter = filter.clone();
+            let options = options.clone();
+            async move {
+                let mut action = coll.find(filter);
+                if let Some(sort) = options.sort {
+                    action = action.sort(sort);
+                }
+                if let Some(limit) = options.limit {
+                    action = action.limit(limit);
+                }
+                action.await?.try_collect::<Vec<Document>>().await
+            }
+        })
+        .await
+    }
+
+    async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        let mut options = IndexOptions::default();
+        options.name = Some(index.name.clone());
+        options.expire_after = index.expire_after_secs.map(Duration::from_secs);
+        options.partial_filter_expression = index.partial_filter.clone();
+        let model = IndexModel::builder()
+            .keys(index.keys.clone())
+            .options(options)
+            .build();
+        self.run(Command::CreateIndexes, &ns_name, || {
+            let coll = coll.clone();
+            let model = model.clone();
+            async move { coll.create_index(model).await.map(|_| ()) }
+        })
+        .await
+    }
+}

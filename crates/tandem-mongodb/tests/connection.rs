@@ -1,0 +1,141 @@
+//! Connecting, the server clock, and errors of bad or unreachable deployments.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bson::doc;
+use common::{mongodb_uri, TestDb};
+use tandem::store::{Namespace, Store, StoreErrorKind};
+use tandem_mongodb::{MongoStore, RetryPolicy};
+
+const PASSWORD: &str = "hunter2-Secret";
+
+#[tokio::test]
+async fn now_is_the_server_clock() {
+    let Some(t) = TestDb::new("now").await else {
+        return;
+    };
+    let machine_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let server = t.store.now().await.unwrap();
+    // The server runs on this machine: its clock agrees within a generous bound.
+    let skew = (server.timestamp_millis() - machine_ms).abs();
+    assert!(skew < 60_000, "server clock {server} is {skew} ms off");
+    let later = t.store.now().await.unwrap();
+    assert!(later >= server);
+    assert_eq!(t.store.metrics().hello, 2);
+    t.drop().await;
+}
+
+#[tokio::test]
+async fn new_wraps_an_existing_client() {
+    let Some(uri) = mongodb_uri() else {
+        return;
+    };
+    let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
+    let store = MongoStore::new(client);
+    let db = common::unique_name("new");
+    let ns = Namespace::new(db.clone(), "docs");
+    store.insert_one(&ns, doc! { "_id": 1 }).await.unwrap();
+    assert_eq!(
+        store.find_one(&ns, doc! {}).await.unwrap(),
+        Some(doc! { "_id": 1 })
+    );
+    assert!(store.options().write_concern.is_some());
+    store.client().database(&db).drop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_uri_is_a_bad_request_without_the_password() {
+    // No server is needed: these fail while parsing.
+    for uri in [
+        format!("mongodb://alice:{PASSWORD}@127.0.0.1:notaport/"),
+        format!("mongodb://alice:{PASSWORD}@127.0.0.1:27017/?journal=maybe"),
+        format!("mongodb://alice:{PASSWORD}@127.0.0.1:27017/?unknownTimeoutMS=abc&w=-7"),
+        format!("mongodb://alice:{PASSWORD}@127.0.0.1:27017/?authMechanism=NOPE"),
+        format!("notmongodb://alice:{PASSWORD}@127.0.0.1:27017/"),
+        format!("mongodb://alice:{PASSWORD}@"),
+    ] {
+        let err = MongoStore::connect(&uri).await.unwrap_err();
+        assert_eq!(err.kind, StoreErrorKind::BadRequest, "{uri}: {err}");
+        println!("bad URI -> {err}");
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains(PASSWORD), "password leaked: {shown}");
+        assert!(!shown.contains("hunter2"), "password leaked: {shown}");
+    }
+}
+
+/// A loopback port where nothing listens.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    port
+}
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable() {
+    let port = closed_port();
+    let uri = format!("mongodb://alice:{PASSWORD}@127.0.0.1:{port}/?directConnection=true");
+    let started = std::time::Instant::now();
+    let err = MongoStore::builder()
+        .server_selection_timeout(Duration::from_millis(300))
+        .connect(&uri)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::Unavailable, "{err}");
+    println!("unreachable -> {err}");
+    assert!(!format!("{err} {err:?}").contains(PASSWORD), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+
+    // A store made without a check fails the same way on its first command,
+    // without retrying.
+    let mut options =
+        mongodb::options::ClientOptions::parse(format!("mongodb://127.0.0.1:{port}/"))
+            .await
+            .unwrap();
+    options.server_selection_timeout = Some(Duration::from_millis(300));
+    let store = MongoStore::builder()
+        .retry_policy(RetryPolicy::default())
+        .build(mongodb::Client::with_options(options).unwrap());
+    let err = store
+        .find_one(&Namespace::new("x", "y"), doc! {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::Unavailable, "{err}");
+    let err = store.now().await.unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::Unavailable, "{err}");
+    assert_eq!(store.metrics().retries, 0);
+}
+
+#[tokio::test]
+async fn wrong_credentials_are_unauthorized_or_ignored() {
+    // SecantusDB without --auth accepts any client; a server with auth
+    // refuses the handshake. Either way the password never shows.
+    let Some(uri) = mongodb_uri() else {
+        return;
+    };
+    let Some(rest) = uri.strip_prefix("mongodb://") else {
+        return;
+    };
+    if rest.contains('@') {
+        return; // The URI carries its own credentials.
+    }
+    let with_creds = format!("mongodb://nobody:{PASSWORD}@{rest}");
+    match MongoStore::builder()
+        .server_selection_timeout(Duration::from_secs(5))
+        .connect(&with_creds)
+        .await
+    {
+        Ok(store) => {
+            store.now().await.unwrap();
+        }
+        Err(err) => {
+            assert_eq!(err.kind, StoreErrorKind::Unauthorized, "{err}");
+            assert!(!format!("{err} {err:?}").contains(PASSWORD), "{err}");
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! Retries of transient errors, provoked with the server's `failCommand` failpoint.
+//!
+//! Failpoints are global to the server, so every case runs in order inside one
+//! test, and each failpoint only hits commands from this test's own
+//! application name (`appName` in the failpoint data).
+
+mod common;
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use bson::{doc, Document};
+use futures::FutureExt;
+use tandem::store::{FindOptions, Namespace, ReturnDocument, Store, StoreErrorKind};
+use tandem_mongodb::{MongoStore, RetryPolicy};
+
+struct Fixture {
+    /// Configures failpoints; has no application name, so failpoints never hit it.
+    admin: mongodb::Client,
+    /// The store under test, with its own application name. Its client has the
+    /// driver's own retries off, so every repeat counted is the store's.
+    store: MongoStore,
+    /// A store with the same application name whose client keeps the driver's
+    /// retryable reads and writes (the default).
+    driver_retrying: MongoStore,
+    app_name: String,
+    db: String,
+    /// The test server's URI with `heartbeatFrequencyMS=500` (see [`with_options`]).
+    uri: String,
+}
+
+/// `uri` with extra query options.
+///
+/// `heartbeatFrequencyMS=500`: a failpoint's state-change error (e.g. 91) makes
+/// the driver mark the server unknown until its monitor's next `hello`; with
+/// the streaming protocol that answer comes only after `heartbeatFrequencyMS`
+/// (10 s by default), since a failpoint does not change the server's topology
+/// version. A short heartbeat keeps those waits short.
+fn with_options(uri: &str, options: &str) -> String {
+    let sep = if uri.contains('?') {
+        "&"
+    } else if uri.ends_with('/') {
+        "?"
+    } else {
+        "/?"
+    };
+    format!("{uri}{sep}{options}")
+}
+
+impl Fixture {
+    fn ns(&self) -> Namespace {
+        Namespace::new(self.db.clone(), "docs")
+    }
+
+    /// Arms `failCommand` for this fixture's application name.
+    async fn fail(&self, mode: bson::Bson, mut data: Document) {
+        data.insert("appName", self.app_name.clone());
+        self.admin
+            .database("admin")
+            .run_command(doc! {
+                "configureFailPoint": "failCommand",
+                "mode": mode,
+                "data": data,
+            })
+            .await
+            .expect("configureFailPoint");
+    }
+
+    async fn fail_times(&self, times: i32, data: Document) {
+        self.fail(doc! { "times": times }.into(), data).await;
+    }
+
+    async fn off(&self) {
+        self.admin
+            .database("admin")
+            .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
+            .await
+            .expect("turn the failpoint off");
+    }
+
+    async fn n(&self) -> i64 {
+        let doc = self
+            .store
+            .find_one(&self.ns(), doc! { "_id": "counter" })
+            .await
+            .unwrap()
+            .expect("counter document");
+        match doc.get("n") {
+            Some(bson::Bson::Int32(n)) => i64::from(*n),
+            Some(bson::Bson::Int64(n)) => *n,
+            other => panic!("n is {other:?}"),
+        }
+    }
+
+    async fn inc(&self) -> Result<(), tandem::store::StoreError> {
+        Self::inc_with(&self.store, &self.ns()).await
+    }
+
+    async fn inc_with(store: &MongoStore, ns: &Namespace) -> Result<(), tandem::store::StoreError> {
+        store
+            .update_one(
+                ns,
+                doc! { "_id": "counter" },
+                doc! { "$inc": { "n": 1 } },
+                false,
+            )
+            .await
+            .map(|_| ())
+    }
+}
+
+fn policy() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 6,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(200),
+        budget: Duration::from_secs(20),
+    }
+}
+
+#[tokio::test]
+async fn transient_errors_are_retried_and_others_are_not() {
+    let Some(uri) = common::mongodb_uri() else {
+        return;
+    };
+    let app_name = common::unique_name("fp");
+    let admin = mongodb::Client::with_uri_str(&uri).await.unwrap();
+    let uri = with_options(&uri, "heartbeatFrequencyMS=500");
+    let store = MongoStore::builder()
+        .app_name(app_name.clone())
+        .server_selection_timeout(Duration::from_secs(10))
+        .retry_policy(policy())
+        .connect(&with_options(&uri, "retryWrites=false&retryReads=false"))
+        .await
+        .unwrap();
+    let driver_retrying = MongoStore::builder()
+        .app_name(app_name.clone())
+        .server_selection_timeout(Duration::from_secs(10))
+        .retry_policy(policy())
+        .connect(&uri)
+        .await
+        .unwrap();
+    let fx = Fixture {
+        admin,
+        store,
+        driver_retrying,
+        db: app_name.clone(),
+        app_name,
+        uri,
+    };
+    fx.off().await;
+
+    let cases: Vec<(&str, CaseFn)> = vec![
+        ("failpoints_are_scoped_by_app_name", |fx| {
+            Box::pin(scoped_by_app_name(fx))
+        }),
+        ("close_connection_on_update_is_retried", |fx| {
+            Box::pin(close_connection_on_update(fx))
+        }),
+        ("shutdown_in_progress_without_label_is_retried", |fx| {
+            Box::pin(shutdown_without_label(fx))
+        }),
+        ("shutdown_in_progress_with_label_is_retried", |fx| {
+            Box::pin(shutdown_with_label(fx))
+        }),
+        ("transient_codes_on_every_command_are_retried", |fx| {
+            Box::pin(every_command(fx))
+        }),
+        ("write_concern_error_is_retried", |fx| {
+            Box::pin(write_concern_error(fx))
+        }),
+        ("non_retryable_code_is_not_retried", |fx| {
+            Box::pin(non_retryable(fx))
+        }),
+        ("exhausted_budget_returns_the_transient_error", |fx| {
+            Box::pin(exhausted(fx))
+        }),
+    ];
+
+    let mut failed = Vec::new();
+    for (name, case) in cases {
+        fx.store
+            .update_one(
+                &fx.ns(),
+                doc! { "_id": "counter" },
+                doc! { "$set": { "n": 0_i64 } },
+                true,
+            )
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let outcome = AssertUnwindSafe(case(&fx)).catch_unwind().await;
+        // Whatever happened, leave no failpoint armed.
+        fx.off().await;
+        match outcome {
+            Ok(()) => println!("case {name}: ok ({:?})", started.elapsed()),
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                println!("case {name}: FAILED: {msg}");
+                failed.push(name);
+            }
+        }
+    }
+    fx.store.client().database(&fx.db).drop().await.unwrap();
+    assert!(failed.is_empty(), "failed cases: {failed:?}");
+}
+
+type CaseFn = for<'a> fn(&'a Fixture) -> std::pin::Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+async fn scoped_by_app_name(fx: &Fixture) {
+    // A failpoint for another application does not hit this store.
+    fx.admin
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": "alwaysOn",
+            "data": { "failCommands": ["update"], "errorCode": 2, "appName": "someone-else" },
+        })
+        .await
+        .unwrap();
+    let before = fx.store.metrics();
+    fx.inc().await.unwrap();
+    assert_eq!(fx.n().await, 1);
+    assert_eq!(fx.store.metrics().failures, before.failures);
+    // And a failpoint for this application does not hit another client.
+    fx.off().await;
+    fx.fail(
+        "alwaysOn".into(),
+        doc! { "failCommands": ["find"], "errorCode": 2 },
+    )
+    .await;
+    let other = MongoStore::connect(&fx.uri).await.unwrap();
+    assert!(other
+        .find_one(&fx.ns(), doc! { "_id": "counter" })
+        .await
+        .unwrap()
+        .is_some());
+}
+
+async fn close_connection_on_update(fx: &Fixture) {
+    fx.fail_times(
+        2,
+        doc! { "failCommands": ["update"], "closeConnection": true },
+    )
+    .await;
+    let before = fx.store.metrics();
+    fx.inc().await.unwrap();
+    let after = fx.store.metrics();
+    assert_eq!(after.retries - before.retries, 2, "{before:?} -> {after:?}");
+    assert_eq!(after.update_one - before.update_one, 3);
+    // The connection closed before the command ran: applied exactly once.
+    assert_eq!(fx.n().await, 1);
+
+    // With the driver's retryable writes on, the driver repeats once itself
+    // (exactly once, by transaction number) and the store repeats the rest.
+    fx.fail_times(
+        3,
+        doc! { "failCommands": ["update"], "closeConnection": true },
+    )
+    .await;
+    let before = fx.driver_retrying.metrics();
+    Fixture::inc_with(&fx.driver_retrying, &fx.ns())
+        .await
+        .unwrap();
+    let after = fx.driver_retrying.metrics();
+    assert!(after.retries > before.retries, "{before:?} -> {after:?}");
+    assert_eq!(fx.n().await, 2);
+}
+
+async fn shutdown_without_label(fx: &Fixture) {
+    // The store's client sends no transaction number (retryWrites=false), so
+    // the server adds no RetryableWriteError label, and the driver does not retry.
+    fx.fail_times(2, doc! { "failCommands": ["update"], "errorCode": 91 })
+        .await;
+    let before = fx.store.metrics();
+    fx.inc().await.unwrap();
+    let after = fx.store.metrics();
+    assert_eq!(after.retries - before.retries, 2, "{before:?} -> {after:?}");
+    assert_eq!(after.update_one - before.update_one, 3);
+    assert_eq!(fx.n().await, 1);
+}
+
+async fn shutdown_with_label(fx: &Fixture) {
+    fx.fail_times(
+        3,
+        doc! {
+            "failCommands": ["update"],
+            "errorCode": 91,
+            "errorLabels": ["RetryableWriteError"],
+        },
+    )
+    .await;
+    let before = fx.store.metrics();
+    fx.inc().await.unwrap();
+    let after = fx.store.metrics();
+    assert_eq!(after.retries - before.retries, 3, "{before:?} -> {after:?}");
+    assert_eq!(fx.n().await, 1);
+
+    // The same through a client with the driver's retryable writes.
+    fx.fail_times(
+        3,
+        doc! {
+            "failCommands": ["update"],
+            "errorCode": 91,
+            "errorLabels": ["RetryableWriteError"],
+        },
+    )
+    .await;
+    let before = fx.driver_retrying.metrics();
+    Fixture::inc_with(&fx.driver_retrying, &fx.ns())
+        .await
+        .unwrap();
+    let after = fx.driver_retrying.metrics();
+    assert!(after.retries > before.retries, "{before:?} -> {after:?}");
+    assert_eq!(fx.n().await, 2);
+}
+
+async fn every_command(fx: &Fixture) {
+    let ns = fx.ns();
+    let codes = [
+        11600, 10107, 112, 189, 11602, 13435, 13436, 9001, 89, 262, 6, 7,
+    ];
+    for (i, code) in codes.into_iter().enumerate() {
+        let id = format!("doc{i}");
+        fx.fail_times(1, doc! { "failCommands": ["insert"], "errorCode": code })
+            .await;
+        fx.store
+            .insert_one(&ns, doc! { "_id": &id, "v": 0 })
+            .await
+            .unwrap_or_else(|e| panic!("insert after {code}: {e}"));
+
+        fx.fail_times(
+            1,
+            doc! { "failCommands": ["findAndModify"], "errorCode": code },
+        )
+        .await;
+        let after = fx
+            .store
+            .find_one_and_update(
+                &ns,
+                doc! { "_id": &id, "v": 0 },
+                doc! { "$set": { "v": 1 } },
+                ReturnDocument::After,
+                false,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("findAndModify after {code}: {e}"));
+        assert_eq!(after, Some(doc! { "_id": &id, "v": 1 }));
+
+        fx.fail_times(1, doc! { "failCommands": ["find"], "errorCode": code })
+            .await;
+        let found = fx
+            .store
+            .find(&ns, doc! { "_id": &id }, FindOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("find after {code}: {e}"));
+        assert_eq!(found.len(), 1);
+
+        fx.fail_times(1, doc! { "failCommands": ["delete"], "errorCode": code })
+            .await;
+        let deleted = fx
+            .store
+            .delete_one(&ns, doc! { "_id": &id })
+            .await
+            .unwrap_or_else(|e| panic!("delete after {code}: {e}"));
+        assert_eq!(deleted, 1);
+    }
+    let m = fx.store.metrics();
+    assert!(m.retries >= codes.len() as u64, "{m:?}");
+}
+
+async fn write_concern_error(fx: &Fixture) {
+    // The write is applied but not acknowledged as asked: repeating the
+    // (idempotent) write is what the protocol relies on.
+    fx.fail_times(
+        2,
+        doc! {
+            "failCommands": ["update"],
+            "writeConcernError": { "code": 91, "errmsg": "shutdown in progress" },
+        },
+    )
+    .await;
+    let before = fx.store.metrics();
+    fx.store
+        .update_one(
+            &fx.ns(),
+            doc! { "_id": "counter" },
+            doc! { "$set": { "n": 42_i64 } },
+            false,
+        )
+        .await
+        .unwrap();
+    let after = fx.store.metrics();
+    assert!(after.retries > before.retries, "{before:?} -> {after:?}");
+    assert_eq!(fx.n().await, 42);
+}
+
+async fn non_retryable(fx: &Fixture) {
+    fx.fail_times(1, doc! { "failCommands": ["update"], "errorCode": 2 })
+        .await;
+    let before = fx.store.metrics();
+    let err = fx.inc().await.unwrap_err();
+    let after = fx.store.metrics();
+    assert_eq!(err.kind, StoreErrorKind::BadRequest, "{err}");
+    assert_eq!(err.code, Some(2));
+    assert_eq!(after.update_one - before.update_one, 1, "sent once");
+    assert_eq!(after.retries, before.retries);
+    assert_eq!(fx.n().await, 0);
+
+    // Another non-transient code keeps its code and is not retried either.
+    fx.fail_times(
+        1,
+        doc! { "failCommands": ["findAndModify"], "errorCode": 14 },
+    )
+    .await;
+    let err = fx
+        .store
+        .find_one_and_update(
+            &fx.ns(),
+            doc! { "_id": "counter" },
+            doc! { "$inc": { "n": 1 } },
+            ReturnDocument::After,
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::TypeMismatch, "{err}");
+    assert_eq!(err.code, Some(14));
+    assert_eq!(fx.store.metrics().retries, before.retries);
+    assert_eq!(fx.n().await, 0);
+}
+
+async fn exhausted(fx: &Fixture) {
+    fx.fail(
+        "alwaysOn".into(),
+        doc! { "failCommands": ["update"], "errorCode": 112 },
+    )
+    .await;
+    let before = fx.store.metrics();
+    let err = fx.inc().await.unwrap_err();
+    let after = fx.store.metrics();
+    assert_eq!(err.kind, StoreErrorKind::Transient, "{err}");
+    assert_eq!(err.code, Some(112));
+    assert_eq!(
+        after.update_one - before.update_one,
+        u64::from(policy().max_attempts)
+    );
+
+    // A short budget stops earlier than max_attempts.
+    let tight = MongoStore::builder()
+        .app_name(fx.app_name.clone())
+        .retry_policy(RetryPolicy {
+            max_attempts: 100,
+            base_delay: Duration::from_millis(50),
+            max_delay: Duration::from_millis(50),
+            budget: Duration::from_millis(200),
+        })
+        .connect(&fx.uri)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = tight
+        .update_one(
+            &fx.ns(),
+            doc! { "_id": "counter" },
+            doc! { "$inc": { "n": 1 } },
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::Transient, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let m = tight.metrics();
+    assert!(m.update_one >= 2 && m.update_one < 100, "{m:?}");
+    assert_eq!(fx.n().await, 0);
+}
