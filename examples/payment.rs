@@ -1,0 +1,182 @@
+//! A payment: the order goes `UnPaid → Paid` and the buyer's balance goes down
+//! by the amount, all or nothing.
+//!
+//! Runs on the embedded store; set `MONGODB_URI` to run it on a MongoDB server
+//! (database `TANDEM_DB`, default `tandem_demo`).
+//!
+//! ```sh
+//! cargo run --example payment
+//! ```
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tandem::testing::FaultStore;
+use tandem::{
+    participant, CommitPoint, Coordinator, Namespace, ParticipantDocument, RecoveryConfig, Store,
+    Transaction, TxError,
+};
+use tandem_suite::{demo_store, reset};
+
+// ANCHOR: documents
+/// The state of an order, stored as a string.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+enum OrderState {
+    UnPaid,
+    Paid,
+}
+
+/// An order document in the `orders` collection.
+#[participant(collection = "orders")]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Order {
+    #[serde(rename = "_id")]
+    id: String,
+    state: OrderState,
+    amount: i64,
+}
+
+/// A balance document in the `balances` collection.
+#[participant(collection = "balances")]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Balance {
+    #[serde(rename = "_id")]
+    id: String,
+    balance: i64,
+}
+// ANCHOR_END: documents
+
+// ANCHOR: payment
+/// Pay `order` from `buyer`'s balance: one transaction, two documents.
+fn payment(order: &Order, buyer: &str) -> Transaction {
+    Transaction::new()
+        .change(
+            Order::change(order.id.clone())
+                .set_state(OrderState::Paid)
+                .require_state_eq(OrderState::UnPaid),
+        )
+        .change(
+            Balance::change(buyer)
+                .inc_balance(-order.amount)
+                .require_balance_gte(order.amount),
+        )
+}
+// ANCHOR_END: payment
+
+/// Where a document type lives in the demo database.
+fn ns(db: &str, collection: &str) -> Namespace {
+    Namespace::new(db, collection)
+}
+
+async fn show(store: &dyn Store, db: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let shown = [
+        (ns(db, Order::COLLECTION), "order-1"),
+        (ns(db, Order::COLLECTION), "order-2"),
+        (ns(db, Order::COLLECTION), "order-3"),
+        (ns(db, Balance::COLLECTION), "alice"),
+    ];
+    for (place, id) in shown {
+        if let Some(doc) = store.find_one(&place, bson::doc! { "_id": id }).await? {
+            let mut doc = doc;
+            doc.remove("_tandem");
+            println!("    {place}: {doc}");
+        }
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let demo = demo_store().await?;
+    let (store, db) = (demo.store.clone(), demo.db.clone());
+    println!("payment demo on the {}", demo.description);
+
+    let order1 = Order {
+        id: "order-1".into(),
+        state: OrderState::UnPaid,
+        amount: 300,
+    };
+    let order2 = Order {
+        id: "order-2".into(),
+        state: OrderState::UnPaid,
+        amount: 5000,
+    };
+    let order3 = Order {
+        id: "order-3".into(),
+        state: OrderState::UnPaid,
+        amount: 200,
+    };
+    for order in [&order1, &order2, &order3] {
+        reset(
+            store.as_ref(),
+            &ns(&db, Order::COLLECTION),
+            &[bson::to_document(order)?],
+        )
+        .await?;
+    }
+    let alice = Balance {
+        id: "alice".into(),
+        balance: 1000,
+    };
+    reset(
+        store.as_ref(),
+        &ns(&db, Balance::COLLECTION),
+        &[bson::to_document(&alice)?],
+    )
+    .await?;
+
+    // ANCHOR: coordinator
+    let coordinator = Coordinator::builder_shared(store.clone())
+        .database(&db)
+        .commit_point(CommitPoint::Done)
+        .on_event(|event| println!("  {event}"))
+        .build();
+    // ANCHOR_END: coordinator
+
+    println!("\n1. alice pays order-1 (300 of her 1000):");
+    // ANCHOR: run
+    let receipt = coordinator.run(payment(&order1, "alice")).await?;
+    println!("  committed: {} is {}", receipt.id, receipt.state);
+    // ANCHOR_END: run
+    show(store.as_ref(), &db).await?;
+
+    println!("\n2. alice tries to pay order-2 (5000, more than she has):");
+    // ANCHOR: refused
+    match coordinator.run(payment(&order2, "alice")).await {
+        Err(TxError::Canceled { cause, .. }) => println!("  canceled, nothing changed: {cause}"),
+        other => return Err(format!("expected a cancellation, got {other:?}").into()),
+    }
+    // ANCHOR_END: refused
+    show(store.as_ref(), &db).await?;
+
+    println!("\n3. the process dies in the middle of paying order-3; recovery rolls the half-done payment back:");
+    // ANCHOR: crash
+    // A store that stops answering after 3 operations (create, pending, apply
+    // the order): the coordinator "dies" with the order marked paid and the
+    // balance not yet debited.
+    let dying = FaultStore::new(store.clone()).crash_after(3);
+    let doomed = Coordinator::builder(dying)
+        .database(&db)
+        .lease(Duration::ZERO) // it is dead: recovery may take over at once
+        .on_event(|event| println!("  {event}"))
+        .build();
+    let err = doomed.run(payment(&order3, "alice")).await.unwrap_err();
+    println!("  the coordinator stopped: {err}");
+
+    let recovery = coordinator.recovery(RecoveryConfig::default());
+    let report = recovery.run_once().await?;
+    println!(
+        "  recovery: claimed {}, canceled {}",
+        report.claimed, report.canceled
+    );
+    // ANCHOR_END: crash
+    show(store.as_ref(), &db).await?;
+
+    let balance = store
+        .find_one(&ns(&db, Balance::COLLECTION), bson::doc! { "_id": "alice" })
+        .await?
+        .and_then(|d| d.get_i64("balance").ok());
+    assert_eq!(balance, Some(700), "only order-1 was paid");
+    println!("\nalice paid exactly once: balance 700");
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! Every example runs to completion: on the embedded store, and on the MongoDB
+//! server at `MONGODB_URI` when it is set. The examples check their own results.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const EXAMPLES: [(&str, &str); 6] = [
+    ("payment", "alice paid exactly once: balance 700"),
+    ("transfer", "A: balance 900, pendingTransactions []"),
+    ("inventory", "kayaks left: 1"),
+    ("saga", "slots left on oslo-bergen: 0"),
+    ("service", "o-2 is still new"),
+    ("crash_recover", "after recovery: A = 900, B = 1100"),
+];
+
+/// `cargo test --all-targets` builds the examples next to this test's own directory.
+fn example(name: &str) -> PathBuf {
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path = deps.parent().unwrap().join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: run with --all-targets or --examples",
+        path.display()
+    );
+    path
+}
+
+fn run(name: &str, expected: &str, uri: Option<&str>, db: &str) {
+    let mut cmd = Command::new(example(name));
+    cmd.env_remove("MONGODB_URI").env("TANDEM_DB", db);
+    if let Some(uri) = uri {
+        cmd.env("MONGODB_URI", uri);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name} failed ({:?}):\n{stdout}\n{}",
+        uri.map(|_| "MongoDB").unwrap_or("embedded"),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(expected), "{name} printed:\n{stdout}");
+}
+
+#[test]
+fn every_example_runs_on_the_embedded_store() {
+    for (name, expected) in EXAMPLES {
+        run(name, expected, None, "tandem_demo");
+    }
+}
+
+#[test]
+fn every_example_runs_on_mongodb() {
+    let uri = match std::env::var("MONGODB_URI") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            assert!(
+                std::env::var("TANDEM_REQUIRE_MONGODB").as_deref() != Ok("1"),
+                "MONGODB_URI is required"
+            );
+            println!("skipped: MONGODB_URI not set");
+            return;
+        }
+    };
+    let db = format!("tandem_examples_{}", std::process::id());
+    for (name, expected) in EXAMPLES {
+        run(name, expected, Some(&uri), &db);
+        // Twice: a demo must be repeatable on a database it already used.
+        run(name, expected, Some(&uri), &db);
+    }
+}
