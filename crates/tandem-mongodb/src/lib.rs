@@ -30,10 +30,12 @@
 
 pub mod error;
 pub mod metrics;
+mod native;
 pub mod options;
 mod store;
 
 pub use metrics::{Command, CommandCounts};
+pub use native::NativeOptions;
 pub use options::{MongoStoreBuilder, MongoStoreOptions, RetryPolicy};
 pub use store::MongoStore;
 

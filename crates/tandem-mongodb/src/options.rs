@@ -103,6 +103,8 @@ pub struct MongoStoreOptions {
     pub app_name: Option<String>,
     /// How commands that failed with a transient error are repeated.
     pub retry: RetryPolicy,
+    /// Settings of native multi-document transactions (the native strategy).
+    pub native: crate::NativeOptions,
 }
 
 impl MongoStoreOptions {
@@ -123,6 +125,7 @@ impl Default for MongoStoreOptions {
             server_selection_timeout: None,
             app_name: None,
             retry: RetryPolicy::default(),
+            native: crate::NativeOptions::default(),
         }
     }
 }

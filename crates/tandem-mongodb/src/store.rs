@@ -15,6 +15,7 @@ use tandem::store::{
     FindOptions, IndexSpec, Namespace, ReturnDocument, Store, StoreError, StoreErrorKind,
     UpdateOutcome,
 };
+use tandem::{DocumentChange, StepError};
 
 use crate::error::{map_driver_error, uri_secrets};
 use crate::metrics::{Command, CommandCounts, Counters};
@@ -298,6 +299,31 @@ fn server_time(reply: &Document) -> Option<bson::DateTime> {
 impl Store for MongoStore {
     fn name(&self) -> &str {
         "mongodb"
+    }
+
+    fn supports_native(&self) -> bool {
+        true
+    }
+
+    async fn run_native(&self, changes: &[DocumentChange]) -> Result<(), StepError> {
+        crate::native::run(
+            &self.inner.client,
+            self.inner.options.native,
+            &self.inner.secrets,
+            changes,
+        )
+        .await
+    }
+
+    async fn count(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        self.run(Command::Find, &ns_name, || {
+            let coll = coll.clone();
+            let filter = filter.clone();
+            async move { coll.count_documents(filter).await }
+        })
+        .await
     }
 
     async fn now(&self) -> Result<bson::DateTime, StoreError> {

@@ -1,0 +1,234 @@
+//! The native strategy: document changes inside one MongoDB multi-document transaction.
+//!
+//! Retries follow the drivers' convenient transaction API: the whole
+//! transaction is run again on `TransientTransactionError`, the commit alone on
+//! `UnknownTransactionCommitResult`, with jittered backoff, within a budget
+//! ([`NativeOptions::budget`], 120 s by default); `MaxTimeMSExpired` is never
+//! retried. Guards are checked inside the transaction, and a refusal is
+//! explained with [`DocumentChange::explain`], so the errors are the ones the
+//! two-phase strategy reports.
+
+use std::time::{Duration, Instant};
+
+use bson::{doc, Document};
+use mongodb::error::{
+    Error as DriverError, ErrorKind, TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT,
+};
+use mongodb::options::{Acknowledgment, ReadConcern, TransactionOptions, WriteConcern};
+use mongodb::{Client, ClientSession, Collection};
+use tandem::store::{StoreError, StoreErrorKind};
+use tandem::{DocumentChange, NativeCommand, StepError};
+
+use crate::error::map_driver_error;
+
+/// Settings of native transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeOptions {
+    /// How long retries of one transaction may go on, in all.
+    pub budget: Duration,
+    /// The first backoff between retries (doubled each time, with jitter, up to 1 s).
+    pub base_delay: Duration,
+}
+
+impl Default for NativeOptions {
+    /// A 120-second budget, as the drivers' convenient transaction API; 10 ms first backoff.
+    fn default() -> Self {
+        NativeOptions {
+            budget: Duration::from_secs(120),
+            base_delay: Duration::from_millis(10),
+        }
+    }
+}
+
+/// The MongoDB code of `MaxTimeMSExpired`, which is never retried.
+const MAX_TIME_MS_EXPIRED: i32 = 50;
+
+/// Why the body of a transaction stopped.
+enum Stop {
+    /// A participant refused: abort and report it.
+    Refused(StepError),
+    /// The driver failed: maybe retry the whole transaction.
+    Driver(DriverError),
+}
+
+impl From<DriverError> for Stop {
+    fn from(e: DriverError) -> Self {
+        Stop::Driver(e)
+    }
+}
+
+fn code_of(e: &DriverError) -> Option<i32> {
+    match e.kind.as_ref() {
+        ErrorKind::Command(c) => Some(c.code),
+        ErrorKind::Write(mongodb::error::WriteFailure::WriteError(w)) => Some(w.code),
+        ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(w)) => Some(w.code),
+        _ => None,
+    }
+}
+
+fn retryable(e: &DriverError, label: &str) -> bool {
+    e.contains_label(label) && code_of(e) != Some(MAX_TIME_MS_EXPIRED)
+}
+
+/// Runs `changes` in one transaction on `client`; `secrets` are redacted from messages.
+pub(crate) async fn run(
+    client: &Client,
+    options: NativeOptions,
+    secrets: &[String],
+    changes: &[DocumentChange],
+) -> Result<(), StepError> {
+    let label = changes.first().map(|c| c.label()).unwrap_or_default();
+    let failed = |e: &DriverError| StepError::Store {
+        participant: label.clone(),
+        source: map_driver_error(e, secrets),
+    };
+    let started = Instant::now();
+    let mut attempt = 0_u32;
+    let mut session = client.start_session().await.map_err(|e| failed(&e))?;
+    let txn_options = TransactionOptions::builder()
+        .read_concern(ReadConcern::snapshot())
+        .write_concern(
+            WriteConcern::builder()
+                .w(Acknowledgment::Majority)
+                .journal(true)
+                .build(),
+        )
+        .build();
+    'transaction: loop {
+        attempt += 1;
+        session
+            .start_transaction()
+            .with_options(txn_options.clone())
+            .await
+            .map_err(|e| failed(&e))?;
+        match body(client, &mut session, changes).await {
+            Ok(()) => {}
+            Err(Stop::Refused(refusal)) => {
+                let _ = session.abort_transaction().await;
+                return Err(refusal);
+            }
+            Err(Stop::Driver(e)) => {
+                let _ = session.abort_transaction().await;
+                if retryable(&e, TRANSIENT_TRANSACTION_ERROR) && within(started, options, attempt) {
+                    tokio::time::sleep(backoff(options, attempt)).await;
+                    continue 'transaction;
+                }
+                return Err(failed(&e));
+            }
+        }
+        loop {
+            match session.commit_transaction().await {
+                Ok(()) => return Ok(()),
+                Err(e)
+                    if retryable(&e, UNKNOWN_TRANSACTION_COMMIT_RESULT)
+                        && within(started, options, attempt) =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(backoff(options, attempt)).await;
+                }
+                Err(e)
+                    if retryable(&e, TRANSIENT_TRANSACTION_ERROR)
+                        && within(started, options, attempt) =>
+                {
+                    tokio::time::sleep(backoff(options, attempt)).await;
+                    continue 'transaction;
+                }
+                Err(e) => return Err(failed(&e)),
+            }
+        }
+    }
+}
+
+fn within(started: Instant, options: NativeOptions, attempt: u32) -> bool {
+    started.elapsed() + backoff(options, attempt) < options.budget
+}
+
+fn backoff(options: NativeOptions, attempt: u32) -> Duration {
+    let exp = options
+        .base_delay
+        .saturating_mul(1 << attempt.saturating_sub(1).min(7))
+        .min(Duration::from_secs(1));
+    // Jitter between half and all of the delay.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    exp.mul_f64(0.5 + f64::from(nanos % 1000) / 2000.0)
+}
+
+/// The changes, one command each, inside the session's transaction.
+async fn body(
+    client: &Client,
+    session: &mut ClientSession,
+    changes: &[DocumentChange],
+) -> Result<(), Stop> {
+    for change in changes {
+        // A plain handle: operations inside a transaction carry no concerns of their own.
+        let coll: Collection<Document> = client
+            .database(&change.namespace.db)
+            .collection(&change.namespace.collection);
+        let matched = match change.native_command() {
+            NativeCommand::Insert { doc } => {
+                match coll.insert_one(doc).session(&mut *session).await {
+                    Ok(_) => true,
+                    Err(e) if code_of(&e) == Some(11000) => {
+                        return Err(Stop::Refused(StepError::AlreadyExists {
+                            participant: change.label(),
+                        }))
+                    }
+                    Err(e) => return Err(refusal_or_driver(change, e)),
+                }
+            }
+            NativeCommand::Update { filter, update } => {
+                match coll.update_one(filter, update).session(&mut *session).await {
+                    Ok(r) => r.matched_count == 1,
+                    Err(e) => return Err(refusal_or_driver(change, e)),
+                }
+            }
+            NativeCommand::Delete { filter } => {
+                match coll.delete_one(filter).session(&mut *session).await {
+                    Ok(r) => r.deleted_count == 1,
+                    Err(e) => return Err(refusal_or_driver(change, e)),
+                }
+            }
+        };
+        if !matched {
+            let current = coll
+                .find_one(doc! { "_id": change.id.clone() })
+                .session(&mut *session)
+                .await?;
+            let refusal = change
+                .explain(current.as_ref(), None)
+                .err()
+                .unwrap_or_else(|| StepError::Conflict {
+                    participant: change.label(),
+                    holder: "(concurrent write)".into(),
+                });
+            return Err(Stop::Refused(refusal));
+        }
+    }
+    Ok(())
+}
+
+/// A store refusal of the change itself (wrong type, too large, overflow) is a
+/// participant's refusal; anything else is the driver's failure.
+fn refusal_or_driver(change: &DocumentChange, e: DriverError) -> Stop {
+    if e.contains_label(TRANSIENT_TRANSACTION_ERROR) {
+        return Stop::Driver(e);
+    }
+    let mapped: StoreError = map_driver_error(&e, &[]);
+    let participant = change.label();
+    match mapped.kind {
+        StoreErrorKind::TypeMismatch => Stop::Refused(StepError::TypeMismatch {
+            participant,
+            path: String::new(),
+            message: mapped.message,
+        }),
+        StoreErrorKind::DocumentTooLarge => Stop::Refused(StepError::TooLarge { participant }),
+        StoreErrorKind::Overflow => Stop::Refused(StepError::Overflow {
+            participant,
+            message: mapped.message,
+        }),
+        _ => Stop::Driver(e),
+    }
+}

@@ -1,0 +1,655 @@
+//! The conformance suite of the embedded store, run against a MongoDB server:
+//! crash points, the stalled worker, random interleavings, protocol runs under
+//! `failCommand` faults, and the native strategy. Every case ends with the
+//! invariants checked by `tandem::testing::audit`.
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bson::{doc, Document};
+use common::{mongodb_uri, unique_name};
+use proptest::prelude::*;
+use tandem::testing::scenarios::{self, Interleaving, PlannedTransfer, BANK};
+use tandem::testing::{audit, CrashHarness, StoreFactory};
+use tandem::{
+    CommitPoint, Coordinator, DocumentChange, Namespace, PendingPolicy, RecoveryConfig, StepError,
+    Store, Strategy as TxStrategy, Transaction, TxError, TxState,
+};
+use tandem_mongodb::MongoStore;
+
+/// A fresh database for each run of a scenario: drops the scenario's database first.
+struct MongoFactory {
+    store: Arc<dyn Store>,
+    client: mongodb::Client,
+    db: String,
+}
+
+#[async_trait]
+impl StoreFactory for MongoFactory {
+    async fn fresh(&self) -> Arc<dyn Store> {
+        self.client
+            .database(&self.db)
+            .drop()
+            .await
+            .expect("drop the scenario database");
+        self.store.clone()
+    }
+}
+
+/// `uri` with `heartbeatFrequencyMS=500`, so that after an injected state-change
+/// error the driver rediscovers the server quickly.
+fn fast_uri(uri: &str) -> String {
+    with_option(uri, "heartbeatFrequencyMS=500")
+}
+
+/// `uri` with one more query option.
+fn with_option(uri: &str, option: &str) -> String {
+    let sep = if uri.contains('?') {
+        "&"
+    } else if uri.ends_with('/') {
+        "?"
+    } else {
+        "/?"
+    };
+    format!("{uri}{sep}{option}")
+}
+
+async fn store(app_name: &str) -> Option<MongoStore> {
+    let uri = mongodb_uri()?;
+    Some(
+        MongoStore::builder()
+            .server_selection_timeout(Duration::from_secs(10))
+            .app_name(app_name)
+            .connect(&fast_uri(&uri))
+            .await
+            .expect("connect to the test server"),
+    )
+}
+
+async fn factory(prefix: &str) -> Option<MongoFactory> {
+    let store = store(prefix).await?;
+    Some(MongoFactory {
+        client: store.client().clone(),
+        store: Arc::new(store),
+        db: unique_name(prefix),
+    })
+}
+
+async fn done(f: MongoFactory) {
+    f.client.database(&f.db).drop().await.expect("drop");
+}
+
+#[tokio::test]
+async fn crash_points_on_mongodb() {
+    let Some(f) = factory("crash").await else {
+        return;
+    };
+    let db = f.db.clone();
+    let accounts = Namespace::new(&db, "accounts");
+    let orders = Namespace::new(&db, "orders");
+    let carts = Namespace::new(&db, "carts");
+    let documents = vec![
+        (
+            accounts.clone(),
+            doc! { "_id": "A", "balance": 1000_i64, "pendingTransactions": [] },
+        ),
+        (
+            accounts.clone(),
+            doc! { "_id": "B", "balance": 1000_i64, "pendingTransactions": [] },
+        ),
+        (orders.clone(), doc! { "_id": "o-1", "state": "UnPaid" }),
+        (carts.clone(), doc! { "_id": "cart-1", "items": ["x"] }),
+    ];
+    let tx = |n: usize, amount: i64| {
+        let all = [
+            DocumentChange::update(accounts.clone(), "A")
+                .inc("balance", -amount)
+                .require_gte("balance", amount),
+            DocumentChange::update(orders.clone(), "o-1")
+                .set("state", "Paid")
+                .require_eq("state", "UnPaid"),
+            DocumentChange::update(accounts.clone(), "B").inc("balance", amount),
+            DocumentChange::insert(
+                Namespace::new(&db, "receipts"),
+                "r-1",
+                doc! { "order": "o-1" },
+            ),
+            DocumentChange::delete(carts.clone(), "cart-1"),
+        ];
+        all.into_iter()
+            .take(n)
+            .fold(Transaction::new(), Transaction::change)
+    };
+    let mut total = 0;
+    for (commit_point, pending) in [
+        (CommitPoint::Done, PendingPolicy::RollBack),
+        (CommitPoint::Applied, PendingPolicy::RollForward),
+    ] {
+        for n in 1..=5 {
+            for amount in [100_i64, 5000] {
+                let harness = CrashHarness {
+                    commit_point,
+                    pending,
+                    database: db.clone(),
+                };
+                let report = harness
+                    .run_on(&f, &documents, || tx(n, amount), |_, _| async {})
+                    .await;
+                assert_eq!(
+                    report.outcomes.contains_key("done"),
+                    amount <= 1000,
+                    "{report:?}"
+                );
+                total += report.crash_points;
+            }
+        }
+    }
+    println!("crash points covered on MongoDB: {total}");
+    assert!(total > 100);
+    done(f).await;
+}
+
+#[tokio::test]
+async fn stalled_worker_on_mongodb() {
+    let Some(f) = factory("stalled").await else {
+        return;
+    };
+    let covered = scenarios::stalled_worker(&f, &f.db.clone()).await;
+    println!("stalled-worker scenarios on MongoDB: {covered}");
+    assert_eq!(covered, 16);
+    done(f).await;
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+fn planned() -> impl Strategy<Value = Interleaving> {
+    let transfer = (
+        0..BANK.len(),
+        0..BANK.len(),
+        1_i64..150,
+        prop::option::weighted(0.4, 0_u64..10),
+        any::<bool>(),
+        prop::bool::weighted(0.3),
+    )
+        .prop_filter("distinct accounts", |(f, t, ..)| f != t)
+        .prop_map(
+            |(from, to, amount, crash_after, applied, expired_lease)| PlannedTransfer {
+                from,
+                to,
+                amount,
+                crash_after,
+                commit_point: if applied {
+                    CommitPoint::Applied
+                } else {
+                    CommitPoint::Done
+                },
+                expired_lease,
+            },
+        );
+    (
+        prop::collection::vec(transfer, 1..6),
+        any::<u64>(),
+        0_usize..3,
+        any::<bool>(),
+    )
+        .prop_map(|(transfers, seed, recoveries, forward)| Interleaving {
+            transfers,
+            seed,
+            recoveries,
+            forward,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    #[test]
+    fn interleavings_on_mongodb(plan in planned()) {
+        runtime().block_on(async {
+            static F: tokio::sync::OnceCell<Option<MongoFactory>> = tokio::sync::OnceCell::const_new();
+            let f = F.get_or_init(|| factory("interleave")).await;
+            if let Some(f) = f {
+                scenarios::interleaving(f, &f.db.clone(), &plan).await;
+            }
+        });
+    }
+}
+
+/// Arms `failCommand` once for `app_name` on `commands`, with `extra` data.
+async fn fail_once(admin: &mongodb::Client, app_name: &str, commands: &[&str], extra: Document) {
+    fail_times(admin, app_name, commands, extra, 1).await;
+}
+
+/// Arms `failCommand` `times` times for `app_name` on `commands`, with `extra` data.
+async fn fail_times(
+    admin: &mongodb::Client,
+    app_name: &str,
+    commands: &[&str],
+    extra: Document,
+    times: i32,
+) {
+    let mut data = doc! { "failCommands": commands, "appName": app_name };
+    data.extend(extra);
+    admin
+        .database("admin")
+        .run_command(
+            doc! { "configureFailPoint": "failCommand", "mode": { "times": times }, "data": data },
+        )
+        .await
+        .expect("configureFailPoint");
+}
+
+async fn failpoint_off(admin: &mongodb::Client) {
+    admin
+        .database("admin")
+        .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
+        .await
+        .expect("failpoint off");
+}
+
+/// A transaction that sends every command kind of the protocol: insert (a
+/// receipt), update (balances), findAndModify (recovery's claim), find, and
+/// delete (a cart at commit).
+fn shopping(db: &str) -> Transaction {
+    let accounts = Namespace::new(db, "accounts");
+    Transaction::new()
+        .change(
+            DocumentChange::update(accounts.clone(), "A")
+                .inc("balance", -10_i64)
+                .require_gte("balance", 10_i64),
+        )
+        .change(DocumentChange::update(accounts, "B").inc("balance", 10_i64))
+        .change(DocumentChange::insert(
+            Namespace::new(db, "receipts"),
+            "r-1",
+            doc! { "amount": 10 },
+        ))
+        .change(DocumentChange::delete(
+            Namespace::new(db, "carts"),
+            "cart-1",
+        ))
+}
+
+fn shopping_documents(db: &str) -> Vec<(Namespace, Document)> {
+    let accounts = Namespace::new(db, "accounts");
+    vec![
+        (accounts.clone(), doc! { "_id": "A", "balance": 100_i64 }),
+        (accounts, doc! { "_id": "B", "balance": 100_i64 }),
+        (
+            Namespace::new(db, "carts"),
+            doc! { "_id": "cart-1", "items": ["x"] },
+        ),
+    ]
+}
+
+/// Every command kind × every fault: the run may commit, cancel or be left to
+/// recovery, and after recovery the invariants hold.
+#[tokio::test]
+async fn protocol_runs_under_faults_end_with_the_invariants_holding() {
+    // Faults the store's retries absorb.
+    faults_case(None, 1).await;
+}
+
+/// With the store's retries off and a fault that outlasts the coordinator's own
+/// retries, steps really fail: transactions are canceled or left to recovery.
+#[tokio::test]
+async fn protocol_runs_under_lasting_faults_end_with_the_invariants_holding() {
+    faults_case(Some(tandem_mongodb::RetryPolicy::NONE), 10).await;
+}
+
+async fn faults_case(retry: Option<tandem_mongodb::RetryPolicy>, times: i32) {
+    let app = unique_name("faults");
+    let Some(uri) = mongodb_uri() else { return };
+    let mut builder = MongoStore::builder()
+        .server_selection_timeout(Duration::from_secs(10))
+        .app_name(&app);
+    if let Some(retry) = retry {
+        builder = builder.retry_policy(retry);
+    }
+    let store = builder
+        // The driver's own single retry off too, so every fault reaches the store.
+        .connect(&fast_uri(&with_option(
+            &uri,
+            "retryWrites=false&retryReads=false",
+        )))
+        .await
+        .expect("connect");
+    let admin = store.client().clone();
+    let store: Arc<dyn Store> = Arc::new(store);
+    let faults: Vec<(String, Document)> = {
+        let mut v = vec![(
+            "closeConnection".to_owned(),
+            doc! { "closeConnection": true },
+        )];
+        for code in [91, 11600, 10107, 112] {
+            v.push((format!("code {code}"), doc! { "errorCode": code }));
+            v.push((
+                format!("code {code} labelled"),
+                doc! { "errorCode": code, "errorLabels": ["RetryableWriteError"] },
+            ));
+        }
+        v.push((
+            "writeConcernError".to_owned(),
+            doc! { "writeConcernError": { "code": 91, "errmsg": "injected" } },
+        ));
+        v
+    };
+    let mut cases = 0;
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+    for command in ["insert", "update", "findAndModify", "find", "delete"] {
+        for (name, fault) in &faults {
+            let db = unique_name("fault");
+            let documents = shopping_documents(&db);
+            for (ns, d) in &documents {
+                store.insert_one(ns, d.clone()).await.unwrap();
+            }
+            let coordinator = Coordinator::builder(store.clone())
+                .database(&db)
+                .commit_point(CommitPoint::Done)
+                .lease(Duration::ZERO)
+                .build();
+            fail_times(&admin, &app, &[command], fault.clone(), times).await;
+            let result = coordinator.run(shopping(&db)).await;
+            // The claim of recovery is a findAndModify: faults reach it as well.
+            let pass = coordinator
+                .recovery(RecoveryConfig::default())
+                .run_once()
+                .await;
+            failpoint_off(&admin).await;
+            let mut pass2 = coordinator
+                .recovery(RecoveryConfig::default())
+                .run_once()
+                .await
+                .unwrap();
+            // A fault that hit recovery's own steps leaves the record for the next pass.
+            for _ in 0..3 {
+                if pass2.claimed == 0 {
+                    break;
+                }
+                pass2 = coordinator
+                    .recovery(RecoveryConfig::default())
+                    .run_once()
+                    .await
+                    .unwrap();
+            }
+            assert_eq!(pass2.failed, 0, "{command} / {name}: {pass:?} {pass2:?}");
+            let audit = audit(
+                store.as_ref(),
+                &Namespace::new(&db, "transactions"),
+                &documents,
+            )
+            .await
+            .unwrap();
+            assert!(
+                audit.violations.is_empty(),
+                "{command} / {name}: {result:?}: {:?}",
+                audit.violations
+            );
+            let state = audit
+                .records
+                .first()
+                .map(|r| r.state.to_string())
+                .unwrap_or_else(|| "removed".into());
+            *outcomes.entry(state).or_default() += 1;
+            admin.database(&db).drop().await.unwrap();
+            cases += 1;
+        }
+    }
+    println!(
+        "fault cases on MongoDB (store retries {}, fault {times}x): {cases}, outcomes {outcomes:?}",
+        if retry.is_some() { "off" } else { "on" }
+    );
+    assert_eq!(cases, 5 * faults.len());
+}
+
+async fn native_fixture(prefix: &str) -> Option<(Arc<dyn Store>, mongodb::Client, String, String)> {
+    let app = unique_name(prefix);
+    let store = store(&app).await?;
+    let client = store.client().clone();
+    let db = unique_name(prefix);
+    let store: Arc<dyn Store> = Arc::new(store);
+    for (ns, d) in shopping_documents(&db) {
+        store.insert_one(&ns, d).await.unwrap();
+    }
+    Some((store, client, db, app))
+}
+
+async fn balance(store: &dyn Store, db: &str, id: &str) -> i64 {
+    store
+        .find_one(&Namespace::new(db, "accounts"), doc! { "_id": id })
+        .await
+        .unwrap()
+        .unwrap()
+        .get_i64("balance")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn native_and_two_phase_agree_on_outcomes_and_errors() {
+    let Some((store, client, db, _)) = native_fixture("native").await else {
+        return;
+    };
+    let accounts = Namespace::new(&db, "accounts");
+    for strategy in [TxStrategy::Native, TxStrategy::TwoPhase] {
+        let coordinator = Coordinator::builder(store.clone())
+            .database(&db)
+            .commit_point(CommitPoint::Done)
+            .strategy(strategy)
+            .build();
+        // A guard failure after a credit: nothing changes, the same typed error.
+        let tx = Transaction::new()
+            .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 500_i64))
+            .change(
+                DocumentChange::update(accounts.clone(), "A")
+                    .inc("balance", -500_i64)
+                    .require_gte("balance", 500_i64),
+            );
+        match coordinator.run(tx).await {
+            Err(TxError::Canceled {
+                cause: StepError::GuardFailed { participant, guard },
+                ..
+            }) => {
+                assert_eq!(participant, format!("{db}.accounts/A"));
+                assert_eq!(guard, "balance >= 500 (found 100)");
+            }
+            other => panic!("{strategy:?}: {other:?}"),
+        }
+        assert_eq!(
+            (
+                balance(store.as_ref(), &db, "A").await,
+                balance(store.as_ref(), &db, "B").await
+            ),
+            (100, 100)
+        );
+        // A missing document.
+        let tx = Transaction::new()
+            .change(DocumentChange::update(accounts.clone(), "nobody").inc("balance", 1_i64));
+        assert!(
+            matches!(
+                coordinator.run(tx).await,
+                Err(TxError::Canceled {
+                    cause: StepError::NotFound { .. },
+                    ..
+                })
+            ),
+            "{strategy:?}"
+        );
+        // An insert of an existing document.
+        let tx = Transaction::new()
+            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -1_i64))
+            .change(DocumentChange::insert(
+                accounts.clone(),
+                "B",
+                doc! { "balance": 0_i64 },
+            ));
+        assert!(
+            matches!(
+                coordinator.run(tx).await,
+                Err(TxError::Canceled {
+                    cause: StepError::AlreadyExists { .. },
+                    ..
+                })
+            ),
+            "{strategy:?}"
+        );
+        assert_eq!(
+            balance(store.as_ref(), &db, "A").await,
+            100,
+            "{strategy:?}: all or nothing"
+        );
+    }
+    // A committed native transfer, with its insert and delete.
+    let coordinator = Coordinator::builder(store.clone())
+        .database(&db)
+        .strategy(TxStrategy::Native)
+        .build();
+    let receipt = coordinator.run(shopping(&db)).await.unwrap();
+    assert_eq!(receipt.state, TxState::Done);
+    assert_eq!(
+        (
+            balance(store.as_ref(), &db, "A").await,
+            balance(store.as_ref(), &db, "B").await
+        ),
+        (90, 110)
+    );
+    assert!(store
+        .find_one(&Namespace::new(&db, "carts"), doc! { "_id": "cart-1" })
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .find_one(&Namespace::new(&db, "receipts"), doc! { "_id": "r-1" })
+        .await
+        .unwrap()
+        .is_some());
+    // A balance stored as a string is a type mismatch in both strategies.
+    store
+        .update_one(
+            &accounts,
+            doc! { "_id": "A" },
+            doc! { "$set": { "balance": "90" } },
+            false,
+        )
+        .await
+        .unwrap();
+    for strategy in [TxStrategy::Native, TxStrategy::TwoPhase] {
+        let tx = Transaction::new()
+            .strategy(strategy)
+            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", 1_i64))
+            .change(DocumentChange::update(accounts.clone(), "B").inc("balance", -1_i64));
+        let err = Coordinator::builder(store.clone())
+            .database(&db)
+            .commit_point(CommitPoint::Done)
+            .build()
+            .run(tx)
+            .await;
+        assert!(
+            matches!(
+                err,
+                Err(TxError::Canceled {
+                    cause: StepError::TypeMismatch { .. },
+                    ..
+                })
+            ),
+            "{strategy:?}: {err:?}"
+        );
+        assert_eq!(balance(store.as_ref(), &db, "B").await, 110);
+    }
+    client.database(&db).drop().await.unwrap();
+}
+
+/// Native faults: each case must end committed exactly once, or not at all — never partly.
+#[tokio::test]
+async fn native_transactions_retry_transient_faults_without_partial_effects() {
+    let cases: Vec<(&str, &[&str], Document, bool)> = vec![
+        (
+            "TransientTransactionError on insert",
+            &["insert"],
+            doc! { "errorCode": 112, "errorLabels": ["TransientTransactionError"] },
+            true,
+        ),
+        (
+            "TransientTransactionError on update",
+            &["update"],
+            doc! { "errorCode": 112, "errorLabels": ["TransientTransactionError"] },
+            true,
+        ),
+        (
+            "UnknownTransactionCommitResult on commit",
+            &["commitTransaction"],
+            doc! { "errorCode": 91, "errorLabels": ["UnknownTransactionCommitResult"] },
+            true,
+        ),
+        (
+            "closeConnection on commit",
+            &["commitTransaction"],
+            doc! { "closeConnection": true },
+            true,
+        ),
+        (
+            "MaxTimeMSExpired on commit is not retried",
+            &["commitTransaction"],
+            doc! { "errorCode": 50, "errorLabels": ["UnknownTransactionCommitResult"] },
+            false,
+        ),
+    ];
+    for (name, commands, fault, commits) in cases {
+        let Some((store, client, db, app)) = native_fixture("nfault").await else {
+            return;
+        };
+        println!("native fault case: {name}");
+        let started = std::time::Instant::now();
+        let coordinator = Coordinator::builder(store.clone())
+            .database(&db)
+            .strategy(TxStrategy::Native)
+            .build();
+        fail_once(&client, &app, commands, fault).await;
+        let result = coordinator.run(shopping(&db)).await;
+        failpoint_off(&client).await;
+        println!(
+            "  {:?} in {:?}",
+            result.as_ref().map(|r| r.state),
+            started.elapsed()
+        );
+        let (a, b) = (
+            balance(store.as_ref(), &db, "A").await,
+            balance(store.as_ref(), &db, "B").await,
+        );
+        let receipt = store
+            .find_one(&Namespace::new(&db, "receipts"), doc! { "_id": "r-1" })
+            .await
+            .unwrap();
+        let cart = store
+            .find_one(&Namespace::new(&db, "carts"), doc! { "_id": "cart-1" })
+            .await
+            .unwrap();
+        let applied = (a, b) == (90, 110) && receipt.is_some() && cart.is_none();
+        let untouched = (a, b) == (100, 100) && receipt.is_none() && cart.is_some();
+        assert!(
+            applied || untouched,
+            "{name}: partial state A={a} B={b} receipt={receipt:?} cart={cart:?}"
+        );
+        if commits {
+            assert!(result.is_ok() && applied, "{name}: {result:?}");
+            client.database(&db).drop().await.unwrap();
+        } else {
+            assert!(
+                matches!(result, Err(TxError::Interrupted { state: None, .. })),
+                "{name}: a MaxTimeMSExpired commit is reported as an unknown outcome, not retried: {result:?}"
+            );
+            // The server keeps that transaction open until its lifetime limit, and
+            // dropping the database would wait for it: leave this database alone.
+        }
+    }
+}
