@@ -218,6 +218,24 @@ impl DocumentChange {
         update
     }
 
+    /// Applies `update` under the apply filter; explains a miss.
+    async fn guarded_apply(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+        update: Document,
+    ) -> Result<(), StepError> {
+        let outcome = store
+            .update_one(&self.namespace, self.apply_filter(ctx), update, false)
+            .await
+            .map_err(|e| self.store_err(e))?;
+        if outcome.matched == 1 {
+            Ok(())
+        } else {
+            self.diagnose(store, ctx).await
+        }
+    }
+
     /// Works out why a guarded apply matched nothing.
     async fn diagnose(&self, store: &dyn Store, ctx: &StepContext<'_>) -> Result<(), StepError> {
         let current = store
@@ -505,33 +523,15 @@ impl Participant for DocumentChange {
                 }
             }
             DocumentOp::Update { ops } => {
-                let filter = self.apply_filter(&ctx);
                 let update = self.apply_update(&ctx, ops);
-                let outcome = store
-                    .update_one(&self.namespace, filter, update, false)
-                    .await
-                    .map_err(|e| self.store_err(e))?;
-                if outcome.matched == 1 {
-                    Ok(())
-                } else {
-                    self.diagnose(store.as_ref(), &ctx).await
-                }
+                self.guarded_apply(store.as_ref(), &ctx, update).await
             }
             DocumentOp::Delete => {
-                let filter = self.apply_filter(&ctx);
                 let update = doc! {
                     "$set": { LOCK: tx, DELETING: true },
                     "$push": { self.marker.clone(): tx },
                 };
-                let outcome = store
-                    .update_one(&self.namespace, filter, update, false)
-                    .await
-                    .map_err(|e| self.store_err(e))?;
-                if outcome.matched == 1 {
-                    Ok(())
-                } else {
-                    self.diagnose(store.as_ref(), &ctx).await
-                }
+                self.guarded_apply(store.as_ref(), &ctx, update).await
             }
         }
     }
