@@ -212,7 +212,7 @@ fn planned() -> impl Strategy<Value = Interleaving> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, .. ProptestConfig::default() })]
 
     #[test]
     fn interleavings_on_mongodb(plan in planned()) {
