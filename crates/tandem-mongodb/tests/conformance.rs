@@ -653,3 +653,44 @@ async fn native_transactions_retry_transient_faults_without_partial_effects() {
         }
     }
 }
+
+/// The cost of one two-document transfer on MongoDB, counted by the store: the
+/// commands sent, and the sequential round trips before the caller's answer.
+#[tokio::test]
+async fn a_transfer_costs_eight_commands_and_four_sequential_round_trips() {
+    let Some(store) = store(&unique_name("cost")).await else {
+        return;
+    };
+    let client = store.client().clone();
+    let db = unique_name("cost");
+    let accounts = Namespace::new(&db, "accounts");
+    for id in ["A", "B"] {
+        store
+            .insert_one(&accounts, doc! { "_id": id, "balance": 100_i64 })
+            .await
+            .unwrap();
+    }
+    let store = Arc::new(store);
+    let coordinator = Coordinator::builder(store.clone()).database(&db).build();
+    let transfer = || {
+        Transaction::new()
+            .change(
+                DocumentChange::update(accounts.clone(), "A")
+                    .inc("balance", -1_i64)
+                    .require_gte("balance", 1_i64),
+            )
+            .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 1_i64))
+    };
+    let before = store.metrics().total;
+    let receipt = coordinator.run(transfer()).await.unwrap();
+    coordinator.drain().await;
+    let commands = store.metrics().total - before;
+    println!(
+        "one transfer: {commands} commands, {} sequential round trips to the answer",
+        receipt.round_trips
+    );
+    // create, pending, 2 applies, applied | 2 clears, done.
+    assert_eq!(commands, 8);
+    assert_eq!(receipt.round_trips, 4);
+    client.database(&db).drop().await.unwrap();
+}
