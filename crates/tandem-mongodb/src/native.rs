@@ -133,7 +133,17 @@ pub(crate) async fn run(
                     tokio::time::sleep(backoff(options, attempt)).await;
                     continue 'transaction;
                 }
-                Err(e) => return Err(failed(&e)),
+                Err(e) => {
+                    // The commit's outcome is unknown and will not be retried: end the
+                    // session on the server so a transaction still open there is aborted
+                    // now rather than holding its locks until its lifetime runs out.
+                    let lsid = session.id().clone();
+                    let _ = client
+                        .database("admin")
+                        .run_command(doc! { "killSessions": [lsid] })
+                        .await;
+                    return Err(failed(&e));
+                }
             }
         }
     }

@@ -516,12 +516,7 @@ impl DocumentChange {
                 path: self.marker.clone(),
             });
         }
-        if self.id == Bson::Null {
-            return Err(ChangeError::InvalidPath {
-                path: "_id".into(),
-                reason: "the document id is null",
-            });
-        }
+        check_id(&self.id)?;
         let reserved = |path: &str| {
             let root = path.split('.').next().unwrap_or(path);
             root == "_id" || root == META_FIELD || root == self.marker
@@ -544,8 +539,12 @@ impl DocumentChange {
                             path: path.to_owned(),
                         });
                     }
-                    if let FieldOp::Inc { by, .. } = op {
-                        check_amount(path, by)?;
+                    match op {
+                        FieldOp::Inc { by, .. } => check_amount(path, by)?,
+                        FieldOp::Set { value, .. }
+                        | FieldOp::Push { value, .. }
+                        | FieldOp::Pull { value, .. } => check_value(path, value)?,
+                        FieldOp::Unset { .. } => {}
                     }
                     for other in &ops[..i] {
                         if overlaps(path, other.path()) {
@@ -569,11 +568,52 @@ impl DocumentChange {
                     if reserved(key) {
                         return Err(ChangeError::ReservedField { path: key.clone() });
                     }
+                    check_value(key, &doc[key])?;
                 }
             }
             DocumentOp::Delete => {}
         }
         Ok(())
+    }
+}
+
+/// A document id must be a plain value: not null, not an array, not a regular
+/// expression, and not a document with `$` keys, which a filter would run as an operator.
+fn check_id(id: &Bson) -> Result<(), ChangeError> {
+    let bad = |reason| {
+        Err(ChangeError::InvalidPath {
+            path: "_id".into(),
+            reason,
+        })
+    };
+    match id {
+        Bson::Null | Bson::Undefined => bad("the document id is null"),
+        Bson::Array(_) => bad("the document id cannot be an array"),
+        Bson::RegularExpression(_) => bad("the document id cannot be a regular expression"),
+        Bson::Document(d) if d.keys().any(|k| k.starts_with('$')) => {
+            bad("the document id is a document with '$' keys, which would act as a query operator")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A stored value may not hold documents with `$` keys, at any depth.
+fn check_value(path: &str, value: &Bson) -> Result<(), ChangeError> {
+    match value {
+        Bson::Document(d) => {
+            for (key, inner) in d {
+                if key.starts_with('$') {
+                    return Err(ChangeError::OperatorInValue {
+                        path: path.to_owned(),
+                        key: key.clone(),
+                    });
+                }
+                check_value(path, inner)?;
+            }
+            Ok(())
+        }
+        Bson::Array(items) => items.iter().try_for_each(|v| check_value(path, v)),
+        _ => Ok(()),
     }
 }
 
@@ -656,6 +696,39 @@ mod tests {
             .inc("a.b", 1)
             .validate()
             .is_ok());
+    }
+
+    #[test]
+    fn ids_that_would_act_as_operators_are_rejected() {
+        for id in [Bson::Null, bson::bson!({ "$gt": "" }), bson::bson!([1, 2])] {
+            let err = DocumentChange::update(ns(), id.clone())
+                .inc("n", 1)
+                .validate();
+            assert!(
+                matches!(err, Err(ChangeError::InvalidPath { .. })),
+                "{id:?}"
+            );
+        }
+        assert!(DocumentChange::update(ns(), bson::bson!({ "a": 1 }))
+            .inc("n", 1)
+            .validate()
+            .is_ok());
+    }
+
+    #[test]
+    fn values_with_operator_keys_are_rejected() {
+        let hostile = bson::doc! { "$ne": "x" };
+        for change in [
+            DocumentChange::update(ns(), "A").pull("tags", hostile.clone()),
+            DocumentChange::update(ns(), "A").push("tags", vec![hostile.clone()]),
+            DocumentChange::update(ns(), "A").set("owner", bson::doc! { "name": hostile.clone() }),
+            DocumentChange::insert(ns(), "A", bson::doc! { "owner": hostile.clone() }),
+        ] {
+            assert!(
+                matches!(change.validate(), Err(ChangeError::OperatorInValue { ref key, .. }) if key == "$ne"),
+                "{change:?}"
+            );
+        }
     }
 
     #[test]

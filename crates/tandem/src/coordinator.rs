@@ -655,6 +655,15 @@ impl Coordinator {
                     });
                 }
             }
+            Err(source) if source.kind == StoreErrorKind::DocumentTooLarge => {
+                // The record holds every change: one too large for it is refused outright.
+                return Err(TxError::Canceled {
+                    id: live.id.clone(),
+                    cause: StepError::TooLarge {
+                        participant: "(transaction record)".into(),
+                    },
+                });
+            }
             Err(source) => {
                 return Err(TxError::Interrupted {
                     id: live.id.clone(),

@@ -131,7 +131,41 @@ impl DocumentChange {
         let mut filter = self.guarded_filter(ctx.before);
         filter.insert(self.marker.clone(), doc! { "$ne": tx });
         filter.insert(TOMBSTONES, doc! { "$ne": tx });
+        // A credit deferred to the commit must not overflow there, where it cannot be refused.
+        let ceilings: Vec<Bson> = self
+            .deferred_credits()
+            .filter_map(|(path, by)| {
+                credit_ceiling(by).map(|max| {
+                    Bson::Document(doc! { "$or": [
+                        { path: { "$lte": max } },
+                        { path: { "$exists": false } },
+                    ] })
+                })
+            })
+            .collect();
+        if !ceilings.is_empty() {
+            match filter.get_array_mut("$and") {
+                Ok(conds) => conds.extend(ceilings),
+                Err(_) => {
+                    filter.insert("$and", ceilings);
+                }
+            }
+        }
         filter
+    }
+
+    /// The increments that take effect only at commit, with their amounts.
+    fn deferred_credits(&self) -> impl Iterator<Item = (&str, &Bson)> {
+        let ops: &[FieldOp] = match &self.op {
+            DocumentOp::Update { ops } => ops,
+            _ => &[],
+        };
+        ops.iter()
+            .filter(|op| !self.applies_early(op))
+            .filter_map(|op| match op {
+                FieldOp::Inc { path, by } => Some((path.as_str(), by)),
+                _ => None,
+            })
     }
 
     /// The document, not held by another transaction, not a ghost, with the guards
@@ -323,10 +357,25 @@ impl DocumentChange {
                             return Err(StepError::TypeMismatch {
                                 participant,
                                 path: path.clone(),
-                                message: format!("cannot increment a stored {} {v}", type_name(v)),
+                                message: format!(
+                                    "Cannot apply $inc to a value of non-numeric type {} ({v})",
+                                    type_name(v)
+                                ),
                             });
                         }
                     }
+                }
+            }
+        }
+        for (path, by) in self.deferred_credits() {
+            if let (Some(max), Some(found)) = (credit_ceiling(by), query::lookup(current, path)) {
+                if query::compare(found, &max) == Some(std::cmp::Ordering::Greater) {
+                    return Err(StepError::Overflow {
+                        participant,
+                        message: format!(
+                            "adding {by} to {path} = {found} would overflow a 64-bit integer"
+                        ),
+                    });
                 }
             }
         }
@@ -604,25 +653,19 @@ impl Participant for DocumentChange {
         let applied = doc! { "_id": self.id.clone(), self.marker.clone(): tx };
         let result = match &self.op {
             DocumentOp::Delete => store.delete_one(&self.namespace, applied).await.map(|_| ()),
-            op => {
+            _ => {
                 let mut update = doc! {
                     "$pull": { self.marker.clone(): tx },
                     "$unset": { LOCK: "" },
                     "$addToSet": { TOMBSTONES: tx },
                 };
                 // Credits deferred to the commit land with the marker's removal: exactly once.
-                if let DocumentOp::Update { ops } = op {
-                    let late: Document = ops
-                        .iter()
-                        .filter(|op| !self.applies_early(op))
-                        .filter_map(|op| match op {
-                            FieldOp::Inc { path, by } => Some((path.clone(), by.clone())),
-                            _ => None,
-                        })
-                        .collect();
-                    if !late.is_empty() {
-                        update.insert("$inc", late);
-                    }
+                let late: Document = self
+                    .deferred_credits()
+                    .map(|(path, by)| (path.to_owned(), by.clone()))
+                    .collect();
+                if !late.is_empty() {
+                    update.insert("$inc", late);
                 }
                 store
                     .update_one(&self.namespace, applied, update, false)
@@ -658,6 +701,16 @@ impl Participant for DocumentChange {
             .await
             .map(|_| ())
             .map_err(|e| self.store_err(e))
+    }
+}
+
+/// The largest stored value a deferred credit of `by` can be added to without
+/// overflowing a 64-bit integer at commit; `None` when no limit applies.
+fn credit_ceiling(by: &Bson) -> Option<Bson> {
+    match by {
+        Bson::Int32(i) if *i > 0 => Some(Bson::Int64(i64::MAX - i64::from(*i))),
+        Bson::Int64(i) if *i > 0 => Some(Bson::Int64(i64::MAX - i)),
+        _ => None,
     }
 }
 

@@ -24,6 +24,14 @@ pub enum ChangeError {
         /// Why it is invalid.
         reason: &'static str,
     },
+    /// A value holds a document with `$` keys: a store would read it as an operator.
+    #[error("value for {path:?} holds the key {key:?}: keys starting with '$' act as operators and cannot be stored")]
+    OperatorInValue {
+        /// The field.
+        path: String,
+        /// The offending key.
+        key: String,
+    },
     /// A change names a field tandem keeps for itself (the marker, `_tandem`, or `_id`).
     #[error("field {path:?} is reserved by tandem and cannot be changed")]
     ReservedField {
