@@ -47,6 +47,10 @@ export MONGODB_URI
 export TANDEM_REQUIRE_MONGODB=1
 
 status=0
+# tests/examples.rs runs the examples' own binaries, which `cargo test` builds only as test harnesses.
+say "cargo build --workspace --examples"
+cargo build --workspace --examples
+
 say "cargo test --workspace --all-targets --no-fail-fast"
 cargo test --workspace --all-targets --no-fail-fast "$@" || status=$?
 say "cargo test --workspace --doc --no-fail-fast"

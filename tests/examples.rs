@@ -13,7 +13,9 @@ const EXAMPLES: [(&str, &str); 6] = [
     ("crash_recover", "after recovery: A = 900, B = 1100"),
 ];
 
-/// `cargo test --all-targets` builds the examples next to this test's own directory.
+/// The example's binary, as `cargo build --examples` leaves it (the project's
+/// test script builds the examples first; `cargo test` alone builds them only
+/// as test harnesses).
 fn example(name: &str) -> PathBuf {
     let deps = std::env::current_exe()
         .unwrap()
@@ -23,7 +25,7 @@ fn example(name: &str) -> PathBuf {
     let path = deps.parent().unwrap().join("examples").join(name);
     assert!(
         path.exists(),
-        "{} is not built: run with --all-targets or --examples",
+        "{} is not built: run `cargo build --examples` first (scripts/test.sh does)",
         path.display()
     );
     path
