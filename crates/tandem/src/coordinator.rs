@@ -584,7 +584,10 @@ impl Coordinator {
             Ok(()) => Ok(Receipt {
                 id,
                 state: TxState::Done,
-                round_trips: 1,
+                // One command per change inside the transaction, then the commit.
+                round_trips: u32::try_from(changes.len())
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(1),
             }),
             Err(StepError::Store { source, .. }) => Err(TxError::Interrupted {
                 id,

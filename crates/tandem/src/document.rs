@@ -143,14 +143,7 @@ impl DocumentChange {
                 })
             })
             .collect();
-        if !ceilings.is_empty() {
-            match filter.get_array_mut("$and") {
-                Ok(conds) => conds.extend(ceilings),
-                Err(_) => {
-                    filter.insert("$and", ceilings);
-                }
-            }
-        }
+        merge_conditions(&mut filter, ceilings);
         filter
     }
 
@@ -195,9 +188,7 @@ impl DocumentChange {
                 conds.push(Bson::Document(cond));
             }
         }
-        if !conds.is_empty() {
-            filter.insert("$and", conds);
-        }
+        merge_conditions(&mut filter, conds);
         filter
     }
 
@@ -465,6 +456,36 @@ impl DocumentChange {
                     update,
                 }
             }
+        }
+    }
+}
+
+/// Adds single-key conditions to `filter`: at its top level where the key is
+/// free, so the store still sees a plain `_id` lookup (a server may scan
+/// instead when conditions sit inside `$and`), and inside `$and` only where
+/// the key is taken already.
+fn merge_conditions(filter: &mut Document, conds: Vec<Bson>) {
+    let mut rest = Vec::new();
+    for cond in conds {
+        match cond {
+            Bson::Document(d) if d.len() == 1 => {
+                let (key, value) = d.into_iter().next().expect("one key");
+                if filter.contains_key(&key) {
+                    rest.push(Bson::Document(doc! { key: value }));
+                } else {
+                    filter.insert(key, value);
+                }
+            }
+            other => rest.push(other),
+        }
+    }
+    if rest.is_empty() {
+        return;
+    }
+    match filter.get_array_mut("$and") {
+        Ok(conds) => conds.extend(rest),
+        Err(_) => {
+            filter.insert("$and", rest);
         }
     }
 }
