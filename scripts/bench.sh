@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The project's benchmark command.
+#
+#   bash scripts/bench.sh [--quick]
+#
+# Installs what it needs (SecantusDB into .venv via scripts/db.sh install; Fawn
+# 2.1.5 and the mongoose it depends on into bench/fawn/, which ignores itself),
+# builds tandem-bench in release mode (timed separately), starts one SecantusDB
+# server on a free loopback port, runs the benchmark against it, stops the
+# server whatever happens, and writes the report to target/bench-report.md
+# (also printed). --quick runs fewer transfers (under two minutes once built).
+# Without node and npm, the Fawn variant is left out and the report says so.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+FAWN_VERSION="2.1.5"
+MONGOOSE_VERSION="4.12.3" # the exact version fawn 2.1.5 depends on
+FAWN_DIR="$ROOT/bench/fawn"
+REPORT="$ROOT/target/bench-report.md"
+
+say() { echo "bench.sh: $*" >&2; }
+
+quick=()
+for arg in "$@"; do
+    case "$arg" in
+        --quick) quick=(--quick) ;;
+        -h | --help)
+            sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+            exit 0
+            ;;
+        *)
+            say "unknown argument: $arg"
+            exit 2
+            ;;
+    esac
+done
+
+# --- installs ---------------------------------------------------------------
+say "installing the server"
+scripts/db.sh install
+
+fawn_args=()
+installed_fawn() {
+    node -e "process.stdout.write(require('$FAWN_DIR/node_modules/fawn/package.json').version)" 2>/dev/null || true
+}
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+    mkdir -p "$FAWN_DIR"
+    # Everything in bench/fawn/ is installed here: keep it out of git.
+    printf '*\n' >"$FAWN_DIR/.gitignore"
+    [[ -f "$FAWN_DIR/package.json" ]] || printf '{ "private": true }\n' >"$FAWN_DIR/package.json"
+    if [[ "$(installed_fawn)" != "$FAWN_VERSION" ]]; then
+        say "installing fawn@$FAWN_VERSION and mongoose@$MONGOOSE_VERSION into bench/fawn"
+        (cd "$FAWN_DIR" && npm install --no-audit --no-fund --loglevel=error \
+            "fawn@$FAWN_VERSION" "mongoose@$MONGOOSE_VERSION" >&2)
+    else
+        say "fawn@$FAWN_VERSION already installed"
+    fi
+    fawn_args=(--fawn-modules "$FAWN_DIR/node_modules" --node "$(command -v node)")
+else
+    say "node or npm not found: the Fawn variant is left out"
+fi
+
+# --- build (timed on its own) -----------------------------------------------
+say "building tandem-bench (release)"
+build_start=$SECONDS
+cargo build --release -p tandem-bench --bins
+build_secs=$((SECONDS - build_start))
+say "build took ${build_secs} s"
+
+# --- server -----------------------------------------------------------------
+TANDEM_DB_STATE_DIR="$ROOT/.tandem-test/bench-$$"
+export TANDEM_DB_STATE_DIR
+cleanup() {
+    say "stopping the server"
+    scripts/db.sh stop || true
+    rm -rf -- "$TANDEM_DB_STATE_DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
+
+say "starting the server"
+URI="$(scripts/db.sh start)"
+say "server at $URI"
+secantus="$(grep -o 'SECANTUS_VERSION="[^"]*"' scripts/db.sh | cut -d'"' -f2)"
+
+# --- run --------------------------------------------------------------------
+run_start=$SECONDS
+cargo run --release -q -p tandem-bench --bin tandem-bench -- \
+    --uri "$URI" "${quick[@]}" "${fawn_args[@]}" \
+    --server "SecantusDB ${secantus} (a Python server), in-memory storage" \
+    --build-time "${build_secs} s (cargo build --release -p tandem-bench --bins)" \
+    --out "$REPORT"
+say "benchmark took $((SECONDS - run_start)) s after a ${build_secs} s build; report in target/bench-report.md"
