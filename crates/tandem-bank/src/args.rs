@@ -14,12 +14,17 @@ tandem-bank: the bank test of tandem under faults
 
 Runs random transfers between accounts from several worker processes while a
 nemesis kills workers, kills the database server, arms failCommand failpoints,
-pauses workers and delays writes past the lease; then stops everything, runs recovery until nothing is left
-in flight, and checks the bank. Exits non-zero if any check fails.
+pauses workers and delays writes past the lease; then stops everything, runs
+recovery until nothing is left in flight, and checks the bank. The last line
+reads `bank: T transfers, C committed, X canceled, F faults, V violations`;
+the exit status is 0 when V is 0, 1 when it is not, 2 when the test could not
+run.
 
 Without MONGODB_URI it starts (and stops) its own SecantusDB server from
-.venv/bin/secantusd-py (install it with: scripts/db.sh install). With
-MONGODB_URI it uses that server and skips the server-kill nemesis.
+.venv/bin/secantusd-py (install it with: scripts/db.sh install, or run the
+test with: bash scripts/bank.sh). With MONGODB_URI it uses that server and
+skips the server-kill nemesis (and the failpoints, unless the server is on
+127.0.0.1).
 
 usage: tandem-bank [flags]
 
