@@ -135,12 +135,10 @@ impl DocumentChange {
         let ceilings: Vec<Bson> = self
             .deferred_credits()
             .filter_map(|(path, by)| {
-                credit_ceiling(by).map(|max| {
-                    Bson::Document(doc! { "$or": [
-                        { path: { "$lte": max } },
-                        { path: { "$exists": false } },
-                    ] })
-                })
+                // `$not: {$gt}` rather than `$or` of `$lte` and `$exists`: it also admits a
+                // missing field, and keeps the filter a plain `_id` look-up for the server.
+                credit_ceiling(by)
+                    .map(|max| Bson::Document(doc! { path: { "$not": { "$gt": max } } }))
             })
             .collect();
         merge_conditions(&mut filter, ceilings);
@@ -461,19 +459,30 @@ impl DocumentChange {
 }
 
 /// Adds single-key conditions to `filter`: at its top level where the key is
-/// free, so the store still sees a plain `_id` lookup (a server may scan
-/// instead when conditions sit inside `$and`), and inside `$and` only where
-/// the key is taken already.
+/// free, or merged into the operator document already there when the two use
+/// different operators, so the store still sees a plain `_id` lookup (a server
+/// may scan instead when conditions sit inside `$and` or `$or`); inside `$and`
+/// only where neither is possible.
 fn merge_conditions(filter: &mut Document, conds: Vec<Bson>) {
     let mut rest = Vec::new();
     for cond in conds {
         match cond {
             Bson::Document(d) if d.len() == 1 => {
                 let (key, value) = d.into_iter().next().expect("one key");
-                if filter.contains_key(&key) {
-                    rest.push(Bson::Document(doc! { key: value }));
-                } else {
-                    filter.insert(key, value);
+                match (filter.get_mut(&key), value) {
+                    (None, value) => {
+                        filter.insert(key, value);
+                    }
+                    (Some(Bson::Document(have)), Bson::Document(add))
+                        if query::is_operator_doc(have)
+                            && query::is_operator_doc(&add)
+                            && add
+                                .keys()
+                                .all(|op| op.starts_with('$') && !have.contains_key(op)) =>
+                    {
+                        have.extend(add);
+                    }
+                    (Some(_), value) => rest.push(Bson::Document(doc! { key: value })),
                 }
             }
             other => rest.push(other),

@@ -323,6 +323,11 @@ pub(crate) fn validate_operators(ops: &Document) -> Result<(), StoreError> {
     for (op, arg) in ops {
         match op.as_str() {
             "$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte" | "$exists" => {}
+            "$not" => match arg {
+                Bson::Document(inner) if is_operator_doc(inner) => validate_operators(inner)?,
+                Bson::RegularExpression(_) => return Err(unsupported_regex(op)),
+                _ => return Err(bad_request("$not needs an operator document")),
+            },
             "$in" | "$nin" => match arg {
                 Bson::Array(values) => {
                     if values
@@ -400,6 +405,12 @@ fn eval_operator(doc: &Document, path: &str, op: &str, arg: &Bson) -> bool {
         "$in" => test(&mut |x| in_list(x, arg)),
         "$nin" => !test(&mut |x| in_list(x, arg)),
         "$exists" => any_value(doc, path, &mut |v| v.is_some()) == truthy(arg),
+        "$not" => match arg {
+            Bson::Document(inner) => !inner
+                .iter()
+                .all(|(op, arg)| eval_operator(doc, path, op, arg)),
+            _ => false,
+        },
         _ => false,
     }
 }
@@ -880,6 +891,27 @@ mod tests {
     }
 
     #[test]
+    fn not_operator() {
+        let d = doc! { "a": 5, "s": "x", "arr": [1, 9] };
+        assert!(m(&d, doc! { "a": { "$not": { "$gt": 7 } } }));
+        assert!(!m(&d, doc! { "a": { "$not": { "$gt": 3 } } }));
+        // A missing field, and a value of another type, are not greater: `$not` matches.
+        assert!(m(&d, doc! { "b": { "$not": { "$gt": 7 } } }));
+        assert!(m(&d, doc! { "s": { "$not": { "$gt": 7 } } }));
+        // On an array, `$not` negates "some element matches".
+        assert!(!m(&d, doc! { "arr": { "$not": { "$gt": 5 } } }));
+        assert!(m(&d, doc! { "arr": { "$not": { "$gt": 9 } } }));
+        // It negates the whole inner document, and combines with siblings.
+        assert!(m(&d, doc! { "a": { "$not": { "$gt": 3, "$lt": 5 } } }));
+        assert!(m(&d, doc! { "a": { "$gte": 1, "$not": { "$gt": 5 } } }));
+        assert!(!m(&d, doc! { "a": { "$gte": 6, "$not": { "$gt": 5 } } }));
+        assert!(m(
+            &d,
+            doc! { "$or": [ { "a": { "$not": { "$eq": 5 } } }, { "s": "x" } ] }
+        ));
+    }
+
+    #[test]
     fn malformed_filters_are_rejected() {
         let d = doc! { "a": 1 };
         let e = err(&d, doc! { "a": { "$foo": 1 } });
@@ -894,7 +926,8 @@ mod tests {
         assert!(matches(&d, &doc! { "a": { "$in": 1 } }).is_err());
         assert!(matches(&d, &doc! { "$or": [] }).is_err());
         assert!(matches(&d, &doc! { "$and": [1] }).is_err());
-        assert!(matches(&d, &doc! { "$or": [ { "a": { "$not": { "$eq": 1 } } } ] }).is_err());
+        assert!(matches(&d, &doc! { "a": { "$not": 1 } }).is_err());
+        assert!(matches(&d, &doc! { "a": { "$not": { "$foo": 1 } } }).is_err());
         assert!(matches(&d, &doc! { "a": Bson::RegularExpression(bson::Regex { pattern: "x".into(), options: String::new() }) }).is_err());
         assert!(matches(&d, &doc! { "a..b": 1 }).is_err());
         // A document whose first key is not an operator is a literal value.
