@@ -23,10 +23,10 @@ pub const DB: &str = "bench";
 pub const POOL: usize = 256;
 
 /// The store operations a transfer makes before the crash that leaves it in
-/// flight: create the record, move it to `pending`, apply both accounts. The
-/// next one (moving to `applied`) fails, so the record stays `pending` with
-/// both markers set.
-pub const OPS_BEFORE_CRASH: u64 = 4;
+/// flight: create the record (`pending`), apply both accounts. The next one
+/// (moving to `applied`) fails, so the record stays `pending` with both
+/// markers set.
+pub const OPS_BEFORE_CRASH: u64 = 3;
 
 /// The accounts collection.
 pub fn accounts() -> Namespace {

@@ -15,6 +15,8 @@ pub enum Command {
     InsertOne,
     /// `update` of one document.
     UpdateOne,
+    /// `update` with several single-document statements.
+    UpdateEach,
     /// `findAndModify` with an update.
     FindOneAndUpdate,
     /// `update` of one document with a replacement.
@@ -37,6 +39,7 @@ impl Command {
             Command::Ping => "ping",
             Command::InsertOne => "insert_one",
             Command::UpdateOne => "update_one",
+            Command::UpdateEach => "update_each",
             Command::FindOneAndUpdate => "find_one_and_update",
             Command::ReplaceOne => "replace_one",
             Command::DeleteOne => "delete_one",
@@ -69,6 +72,8 @@ pub struct CommandCounts {
     pub insert_one: u64,
     /// `update` commands of `update_one`.
     pub update_one: u64,
+    /// `update` commands of `update_each` (one per request, whatever its statements).
+    pub update_each: u64,
     /// `findAndModify` commands of `find_one_and_update`.
     pub find_one_and_update: u64,
     /// `update` commands of `replace_one`.
@@ -97,6 +102,7 @@ impl CommandCounts {
             Command::Ping => self.ping,
             Command::InsertOne => self.insert_one,
             Command::UpdateOne => self.update_one,
+            Command::UpdateEach => self.update_each,
             Command::FindOneAndUpdate => self.find_one_and_update,
             Command::ReplaceOne => self.replace_one,
             Command::DeleteOne => self.delete_one,
@@ -113,6 +119,7 @@ pub(crate) struct Counters {
     ping: AtomicU64,
     insert_one: AtomicU64,
     update_one: AtomicU64,
+    update_each: AtomicU64,
     find_one_and_update: AtomicU64,
     replace_one: AtomicU64,
     delete_one: AtomicU64,
@@ -131,6 +138,7 @@ impl Counters {
             Command::Ping => &self.ping,
             Command::InsertOne => &self.insert_one,
             Command::UpdateOne => &self.update_one,
+            Command::UpdateEach => &self.update_each,
             Command::FindOneAndUpdate => &self.find_one_and_update,
             Command::ReplaceOne => &self.replace_one,
             Command::DeleteOne => &self.delete_one,
@@ -159,6 +167,7 @@ impl Counters {
             ping: get(&self.ping),
             insert_one: get(&self.insert_one),
             update_one: get(&self.update_one),
+            update_each: get(&self.update_each),
             find_one_and_update: get(&self.find_one_and_update),
             replace_one: get(&self.replace_one),
             delete_one: get(&self.delete_one),

@@ -31,6 +31,7 @@ use crate::options::{MongoStoreBuilder, MongoStoreOptions};
 /// | [`now`](Store::now) | `hello` (its `localTime`) |
 /// | [`insert_one`](Store::insert_one) | `insert` |
 /// | [`update_one`](Store::update_one) | `update` (`multi: false`, optional `upsert`) |
+/// | [`update_each`](Store::update_each) | one `update` with a statement per document (`ordered: false`) |
 /// | [`find_one_and_update`](Store::find_one_and_update) | `findAndModify` |
 /// | [`replace_one`](Store::replace_one) | `update` with a replacement document |
 /// | [`delete_one`](Store::delete_one) | `delete` (`limit: 1`) |
@@ -276,6 +277,26 @@ pub(crate) async fn connect(
     Ok(store)
 }
 
+/// The first write error or write concern error of a write command's reply,
+/// which the driver's `run_command` returns as it came.
+fn write_errors(reply: &Document) -> Result<(), StoreError> {
+    let failure = |e: &Document, write_concern_error: bool| {
+        let code = e.get_i32("code").unwrap_or(0);
+        let message = e.get_str("errmsg").unwrap_or("").to_owned();
+        let kind = crate::error::classify_code(code, &message, write_concern_error);
+        StoreError::new(kind, format!("{code}: {message}")).with_code(code)
+    };
+    if let Ok(errors) = reply.get_array("writeErrors") {
+        if let Some(e) = errors.iter().find_map(bson::Bson::as_document) {
+            return Err(failure(e, false));
+        }
+    }
+    if let Ok(e) = reply.get_document("writeConcernError") {
+        return Err(failure(e, true));
+    }
+    Ok(())
+}
+
 fn outcome(result: mongodb::results::UpdateResult) -> UpdateOutcome {
     UpdateOutcome {
         matched: result.matched_count,
@@ -370,6 +391,47 @@ impl Store for MongoStore {
         })
         .await
         .map(outcome)
+    }
+
+    async fn update_each(
+        &self,
+        ns: &Namespace,
+        statements: Vec<(Document, Document)>,
+    ) -> Result<u64, StoreError> {
+        let updates: Vec<Document> = statements
+            .into_iter()
+            .map(|(q, u)| doc! { "q": q, "u": u, "multi": false, "upsert": false })
+            .collect();
+        let mut command = doc! {
+            "update": ns.collection.as_str(),
+            "updates": updates,
+            "ordered": false,
+        };
+        if let Some(wc) = &self.inner.options.write_concern {
+            let wc = bson::to_bson(wc).map_err(|e| {
+                StoreError::new(
+                    StoreErrorKind::BadRequest,
+                    format!("unserializable write concern: {e}"),
+                )
+            })?;
+            command.insert("writeConcern", wc);
+        }
+        let db = self.inner.client.database(&ns.db);
+        let ns_name = ns.to_string();
+        let reply = self
+            .run(Command::UpdateEach, &ns_name, || {
+                let db = db.clone();
+                let command = command.clone();
+                async move { db.run_command(command).await }
+            })
+            .await?;
+        write_errors(&reply)?;
+        Ok(match reply.get("n") {
+            Some(bson::Bson::Int32(n)) => u64::try_from(*n).unwrap_or(0),
+            Some(bson::Bson::Int64(n)) => u64::try_from(*n).unwrap_or(0),
+            Some(bson::Bson::Double(n)) => *n as u64,
+            _ => 0,
+        })
     }
 
     async fn find_one_and_update(

@@ -131,6 +131,77 @@ async fn update_one_matches_modifies_and_upserts() {
 }
 
 #[tokio::test]
+async fn update_each_sends_one_command_and_counts_matches() {
+    let Some(t) = TestDb::new("update_each").await else {
+        return;
+    };
+    let ns = t.ns("docs");
+    for id in ["a", "b", "c"] {
+        t.store
+            .insert_one(&ns, doc! { "_id": id, "n": 1, "s": "text" })
+            .await
+            .unwrap();
+    }
+    let before = t.store.metrics();
+    let matched = t
+        .store
+        .update_each(
+            &ns,
+            vec![
+                (doc! { "_id": "a" }, doc! { "$inc": { "n": 10 } }),
+                (
+                    doc! { "_id": "b", "n": { "$gte": 1 } },
+                    doc! { "$inc": { "n": 20 } },
+                ),
+                // Matches nothing: the others still land.
+                (doc! { "_id": "c", "n": 5 }, doc! { "$inc": { "n": 30 } }),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(matched, 2);
+    let after = t.store.metrics();
+    assert_eq!(after.update_each - before.update_each, 1);
+    assert_eq!(
+        after.total - before.total,
+        1,
+        "one command for three statements"
+    );
+    let n = |d: Option<Document>| d.unwrap().get_i32("n").unwrap();
+    assert_eq!(
+        n(t.store.find_one(&ns, doc! { "_id": "a" }).await.unwrap()),
+        11
+    );
+    assert_eq!(
+        n(t.store.find_one(&ns, doc! { "_id": "b" }).await.unwrap()),
+        21
+    );
+    assert_eq!(
+        n(t.store.find_one(&ns, doc! { "_id": "c" }).await.unwrap()),
+        1
+    );
+
+    // A statement that fails is reported with its kind; unordered, the others land.
+    let err = t
+        .store
+        .update_each(
+            &ns,
+            vec![
+                (doc! { "_id": "a" }, doc! { "$inc": { "s": 1 } }),
+                (doc! { "_id": "c" }, doc! { "$inc": { "n": 1 } }),
+            ],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::TypeMismatch, "{err}");
+    assert_eq!(
+        n(t.store.find_one(&ns, doc! { "_id": "c" }).await.unwrap()),
+        2
+    );
+    t.drop().await;
+}
+
+#[tokio::test]
 async fn array_operators_and_ne_on_arrays() {
     let Some(t) = TestDb::new("arrays").await else {
         return;

@@ -484,11 +484,9 @@ impl Coordinator {
             parties,
         };
 
+        // The record is created `pending`: it holds every participant before any is
+        // applied, so there is nothing an `initial` state would add but a round trip.
         self.create_record(&live, entries).await?;
-        round_trips += 1;
-        engine
-            .transition(&live, TxState::Initial, TxState::Pending, None)
-            .await?;
         round_trips += 1;
         let applied = engine.apply_or_cancel(&live).await;
         round_trips += 2;
@@ -598,7 +596,7 @@ impl Coordinator {
         }
     }
 
-    /// Writes the record in state `initial`, with timestamps from the store's clock.
+    /// Writes the record in state `pending`, with timestamps from the store's clock.
     async fn create_record(
         &self,
         live: &Live,
@@ -619,13 +617,13 @@ impl Coordinator {
         let filter = doc! { "_id": live.id.as_str(), "state": { "$in": [] } };
         let update = doc! {
             "$setOnInsert": {
-                "state": TxState::Initial,
+                "state": TxState::Pending,
                 "participants": participants,
                 "owner": &config.owner,
                 "epoch": live.epoch,
                 "leaseMillis": lease_millis,
                 "attempts": 0,
-                "history": [history(TxState::Initial, &config.owner, live.epoch, "create")],
+                "history": [history(TxState::Pending, &config.owner, live.epoch, "create")],
             },
             "$currentDate": { "created": true, "lastModified": true },
         };
@@ -650,7 +648,7 @@ impl Coordinator {
                             source,
                         })?;
                 let ours = existing.is_some_and(|r| {
-                    r.owner == config.owner && r.epoch == live.epoch && r.state == TxState::Initial
+                    r.owner == config.owner && r.epoch == live.epoch && r.state == TxState::Pending
                 });
                 if !ours {
                     return Err(TxError::Duplicate {

@@ -12,12 +12,14 @@
 //! * `_tandem.deleting`: set while a delete waits for its commit;
 //! * `_tandem.ghost`: marks the placeholder left where an insert was undone.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use bson::{doc, Bson, Document};
 
 use crate::change::{DocumentChange, DocumentOp, FieldOp, GuardOp, META_FIELD};
 use crate::error::{ChangeError, StepError};
-use crate::participant::{Participant, StepContext};
+use crate::participant::{Participant, StepContext, StepUpdate};
 use crate::query;
 use crate::store::{Store, StoreError, StoreErrorKind};
 use crate::TxId;
@@ -188,6 +190,39 @@ impl DocumentChange {
         }
         merge_conditions(&mut filter, conds);
         filter
+    }
+
+    /// The document as this transaction's apply left it: its marker is there.
+    fn applied_filter(&self, ctx: &StepContext<'_>) -> Document {
+        doc! { "_id": self.id.clone(), self.marker.clone(): ctx.tx.as_str() }
+    }
+
+    /// The apply of a delete: hold the document and mark it for deletion at commit.
+    fn delete_update(&self, ctx: &StepContext<'_>) -> Document {
+        let tx = ctx.tx.as_str();
+        doc! {
+            "$set": { LOCK: tx, DELETING: true },
+            "$push": { self.marker.clone(): tx },
+        }
+    }
+
+    /// The commit of an applied change (not a delete): the marker becomes a
+    /// tombstone, the hold is released, and deferred credits land, exactly once.
+    fn clear_update(&self, ctx: &StepContext<'_>) -> Document {
+        let tx = ctx.tx.as_str();
+        let mut update = doc! {
+            "$pull": { self.marker.clone(): tx },
+            "$unset": { LOCK: "" },
+            "$addToSet": { TOMBSTONES: tx },
+        };
+        let late: Document = self
+            .deferred_credits()
+            .map(|(path, by)| (path.to_owned(), by.clone()))
+            .collect();
+        if !late.is_empty() {
+            update.insert("$inc", late);
+        }
+        update
     }
 
     fn apply_update(&self, ctx: &StepContext<'_>, ops: &[FieldOp]) -> Document {
@@ -606,13 +641,36 @@ impl Participant for DocumentChange {
                 self.guarded_apply(store.as_ref(), &ctx, update).await
             }
             DocumentOp::Delete => {
-                let update = doc! {
-                    "$set": { LOCK: tx, DELETING: true },
-                    "$push": { self.marker.clone(): tx },
-                };
+                let update = self.delete_update(&ctx);
                 self.guarded_apply(store.as_ref(), &ctx, update).await
             }
         }
+    }
+
+    fn apply_statement(&self, ctx: &StepContext<'_>) -> Option<StepUpdate> {
+        let update = match &self.op {
+            DocumentOp::Insert { .. } => return None,
+            DocumentOp::Update { ops } => self.apply_update(ctx, ops),
+            DocumentOp::Delete => self.delete_update(ctx),
+        };
+        Some(StepUpdate {
+            store: Arc::clone(self.store(ctx).ok()?),
+            namespace: self.namespace.clone(),
+            filter: self.apply_filter(ctx),
+            update,
+        })
+    }
+
+    fn clear_statement(&self, ctx: &StepContext<'_>) -> Option<StepUpdate> {
+        if matches!(self.op, DocumentOp::Delete) {
+            return None;
+        }
+        Some(StepUpdate {
+            store: Arc::clone(self.store(ctx).ok()?),
+            namespace: self.namespace.clone(),
+            filter: self.applied_filter(ctx),
+            update: self.clear_update(ctx),
+        })
     }
 
     async fn compensate(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
@@ -683,25 +741,10 @@ impl Participant for DocumentChange {
         let applied = doc! { "_id": self.id.clone(), self.marker.clone(): tx };
         let result = match &self.op {
             DocumentOp::Delete => store.delete_one(&self.namespace, applied).await.map(|_| ()),
-            _ => {
-                let mut update = doc! {
-                    "$pull": { self.marker.clone(): tx },
-                    "$unset": { LOCK: "" },
-                    "$addToSet": { TOMBSTONES: tx },
-                };
-                // Credits deferred to the commit land with the marker's removal: exactly once.
-                let late: Document = self
-                    .deferred_credits()
-                    .map(|(path, by)| (path.to_owned(), by.clone()))
-                    .collect();
-                if !late.is_empty() {
-                    update.insert("$inc", late);
-                }
-                store
-                    .update_one(&self.namespace, applied, update, false)
-                    .await
-                    .map(|_| ())
-            }
+            _ => store
+                .update_one(&self.namespace, applied, self.clear_update(&ctx), false)
+                .await
+                .map(|_| ()),
         };
         result.map_err(|e| self.store_err(e))
     }

@@ -39,6 +39,26 @@ pub(crate) enum Step {
     Forget,
 }
 
+/// Single-document updates of several participants, for one request.
+struct Batch {
+    store: Arc<dyn Store>,
+    namespace: Namespace,
+    /// Indexes into `Live::parties`, in the order of `statements`.
+    members: Vec<usize>,
+    statements: Vec<(Document, Document)>,
+}
+
+impl Step {
+    fn name(self) -> &'static str {
+        match self {
+            Step::Apply => "apply",
+            Step::Compensate => "compensate",
+            Step::Clear => "clear",
+            Step::Forget => "forget",
+        }
+    }
+}
+
 /// The shared machinery: stores, participant kinds, configuration, events.
 pub(crate) struct Engine {
     pub stores: Stores,
@@ -210,13 +230,109 @@ impl Engine {
     }
 
     /// Runs one step on every participant at once.
+    ///
+    /// Applies and clears that are single-document updates
+    /// ([`Participant::apply_statement`]) go to their store together, one request
+    /// per store and collection ([`Store::update_each`]). If any of a request's
+    /// statements did not match, or the request failed, each of its participants
+    /// runs its step on its own, which finds out what landed and why the rest did not.
     pub async fn step_all(&self, live: &Live, step: Step) -> Vec<Result<(), StepError>> {
-        join_all(
-            live.parties
+        let (groups, solo) = self.batches(live, step);
+        let solo_runs = join_all(
+            solo.iter()
+                .map(|&i| async move { (i, self.step(live, &live.parties[i], step).await) }),
+        );
+        let batch_runs = join_all(groups.into_iter().map(|batch| async move {
+            let size = batch.statements.len() as u64;
+            let landed = match batch.store.update_each(&batch.namespace, batch.statements).await {
+                Ok(matched) => matched == size,
+                Err(e) => {
+                    tracing::debug!(target: "tandem", "{} of {}: one request failed ({e}); step by step", step.name(), live.id);
+                    false
+                }
+            };
+            (batch.members, landed)
+        }));
+        let (solo_results, batch_results) = futures::future::join(solo_runs, batch_runs).await;
+        let mut results: Vec<Option<Result<(), StepError>>> =
+            (0..live.parties.len()).map(|_| None).collect();
+        for (i, result) in solo_results {
+            results[i] = Some(result);
+        }
+        let mut again = Vec::new();
+        for (members, landed) in batch_results {
+            if landed {
+                for i in members {
+                    results[i] = Some(Ok(()));
+                }
+            } else {
+                again.extend(members);
+            }
+        }
+        let retried = join_all(
+            again
                 .iter()
-                .map(|party| self.step(live, party, step)),
+                .map(|&i| async move { (i, self.step(live, &live.parties[i], step).await) }),
         )
-        .await
+        .await;
+        for (i, result) in retried {
+            results[i] = Some(result);
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every participant ran its step"))
+            .collect()
+    }
+
+    /// Splits the participants into requests of several single-document
+    /// updates (for applies and clears, where at least two share a store and a
+    /// collection) and those that run their step on their own.
+    fn batches(&self, live: &Live, step: Step) -> (Vec<Batch>, Vec<usize>) {
+        let mut groups: Vec<Batch> = Vec::new();
+        let mut solo = Vec::new();
+        if !matches!(step, Step::Apply | Step::Clear) || live.parties.len() < 2 {
+            return (groups, (0..live.parties.len()).collect());
+        }
+        for (i, party) in live.parties.iter().enumerate() {
+            let ctx = StepContext {
+                tx: &live.id,
+                epoch: live.epoch,
+                before: party.before.as_ref(),
+                stores: &self.stores,
+            };
+            let statement = match step {
+                Step::Apply => party.participant.apply_statement(&ctx),
+                _ => party.participant.clear_statement(&ctx),
+            };
+            let Some(st) = statement else {
+                solo.push(i);
+                continue;
+            };
+            let same =
+                |b: &&mut Batch| Arc::ptr_eq(&b.store, &st.store) && b.namespace == st.namespace;
+            match groups.iter_mut().find(same) {
+                Some(batch) => {
+                    batch.members.push(i);
+                    batch.statements.push((st.filter, st.update));
+                }
+                None => groups.push(Batch {
+                    store: st.store,
+                    namespace: st.namespace,
+                    members: vec![i],
+                    statements: vec![(st.filter, st.update)],
+                }),
+            }
+        }
+        // A request of one statement saves nothing over the step itself.
+        groups.retain(|b| {
+            if b.members.len() < 2 {
+                solo.extend(&b.members);
+                false
+            } else {
+                true
+            }
+        });
+        (groups, solo)
     }
 
     /// Runs a step everywhere; the first failure means the store failed mid-way.

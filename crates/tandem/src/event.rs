@@ -13,7 +13,7 @@ use crate::TxId;
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum TxEvent {
-    /// The record was written in state `initial`.
+    /// The record was written, in state `pending`.
     Created {
         /// The transaction.
         id: TxId,
@@ -62,7 +62,7 @@ impl fmt::Display for TxEvent {
             TxEvent::Created { id, participants } => {
                 write!(
                     f,
-                    "{id}: created with {participants} participants (initial)"
+                    "{id}: created with {participants} participants (pending)"
                 )
             }
             TxEvent::StateChanged { id, from, to } => write!(f, "{id}: {from} -> {to}"),

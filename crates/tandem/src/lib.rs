@@ -28,7 +28,7 @@ pub use document::NativeCommand;
 pub use error::{ChangeError, StepError, TxError};
 pub use event::{EventSink, TxEvent};
 pub use memory::MemoryStore;
-pub use participant::{Participant, ParticipantKinds, StepContext, Stores};
+pub use participant::{Participant, ParticipantKinds, StepContext, StepUpdate, Stores};
 pub use record::{TxId, TxRecord, TxState};
 pub use recovery::{RecoveryReport, RecoveryWorker};
 pub use store::{Namespace, Store, StoreError, StoreErrorKind};

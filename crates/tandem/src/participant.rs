@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use bson::Document;
 
 use crate::error::{ChangeError, StepError};
-use crate::store::Store;
+use crate::store::{Namespace, Store};
 use crate::TxId;
 
 /// The stores a coordinator knows: a default one and any number of named ones.
@@ -84,6 +84,31 @@ pub struct StepContext<'a> {
     pub stores: &'a Stores,
 }
 
+/// A participant step written as one update of one document: see
+/// [`Participant::apply_statement`].
+#[derive(Clone)]
+pub struct StepUpdate {
+    /// The store holding the document.
+    pub store: Arc<dyn Store>,
+    /// Its collection.
+    pub namespace: Namespace,
+    /// The filter, matching at most the one document (it names its `_id`).
+    pub filter: Document,
+    /// The update.
+    pub update: Document,
+}
+
+impl fmt::Debug for StepUpdate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepUpdate")
+            .field("store", &self.store.name())
+            .field("namespace", &self.namespace)
+            .field("filter", &self.filter)
+            .field("update", &self.update)
+            .finish()
+    }
+}
+
 /// One party of a transaction.
 ///
 /// Document changes implement it already (see [`DocumentChange`](crate::DocumentChange));
@@ -122,11 +147,35 @@ pub trait Participant: Send + Sync + fmt::Debug {
     /// Applies the change and leaves the marker. Succeeds if it was applied already.
     async fn apply(&self, ctx: StepContext<'_>) -> Result<(), StepError>;
 
+    /// The [`apply`](Participant::apply) step as one guarded update of one
+    /// document, when it is exactly that, so that the coordinator can send it
+    /// together with other participants' in one request ([`Store::update_each`]).
+    ///
+    /// The update must match only where `apply` would make the change, and then
+    /// do exactly what `apply` does. When every statement of such a request
+    /// matches, each participant counts as applied; otherwise the coordinator
+    /// runs `apply` on each of them, which must succeed for those whose update
+    /// landed (as it does for an apply repeated after a lost answer).
+    /// The default, `None`, always runs `apply`.
+    fn apply_statement(&self, ctx: &StepContext<'_>) -> Option<StepUpdate> {
+        let _ = ctx;
+        None
+    }
+
     /// Fences off late applies, then undoes the change if it was applied. Idempotent.
     async fn compensate(&self, ctx: StepContext<'_>) -> Result<(), StepError>;
 
     /// Removes the marker after commit, keeping a tombstone. Idempotent.
     async fn clear_marker(&self, ctx: StepContext<'_>) -> Result<(), StepError>;
+
+    /// The [`clear_marker`](Participant::clear_marker) step as one update of one
+    /// document, under the same contract as
+    /// [`apply_statement`](Participant::apply_statement). The default, `None`,
+    /// always runs `clear_marker`.
+    fn clear_statement(&self, ctx: &StepContext<'_>) -> Option<StepUpdate> {
+        let _ = ctx;
+        None
+    }
 
     /// Removes the tombstone once the record is garbage-collected. Idempotent.
     async fn forget(&self, ctx: StepContext<'_>) -> Result<(), StepError> {

@@ -1,14 +1,16 @@
 //! The transaction record and its state machine.
 //!
 //! ```text
-//!  initial ──► pending ──► applied ──► done
+//! (initial) ─► pending ──► applied ──► done
 //!                 │
 //!                 └──► canceling ──► canceled
 //! ```
 //!
 //! The record lives in one collection of the coordinator's store (by default
 //! `tandem.transactions`). Every change of state is a compare-and-set on the
-//! expected state and the owner's epoch.
+//! expected state and the owner's epoch. tandem writes records as `pending`;
+//! `initial` is there for records of the hand-written pattern, which recovery
+//! removes.
 
 use std::fmt;
 use std::str::FromStr;

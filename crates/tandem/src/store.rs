@@ -10,7 +10,8 @@
 //!
 //! * filter operators: plain equality (including "array contains" on arrays and
 //!   dotted paths such as `"a.b"` or `"list.0"`), `$eq`, `$ne`, `$gt`, `$gte`,
-//!   `$lt`, `$lte`, `$in`, `$nin`, `$exists`, and top-level `$and` / `$or`;
+//!   `$lt`, `$lte`, `$in`, `$nin`, `$exists`, `$not` (of an operator document),
+//!   and top-level `$and` / `$or`;
 //! * update operators: `$set`, `$unset`, `$inc`, `$push`, `$pull` (by equality),
 //!   `$addToSet`, `$currentDate` (with `true`), `$setOnInsert`, and upserts.
 
@@ -213,6 +214,27 @@ pub trait Store: Send + Sync + 'static {
         options: FindOptions,
     ) -> Result<Vec<Document>, StoreError>;
 
+    /// Several single-document updates in one request, each `(filter, update)`
+    /// statement updating at most one document atomically on its own; returns
+    /// how many statements matched a document.
+    ///
+    /// Together the statements are not atomic and may land in any order; after
+    /// an error any subset of them may have been applied, so callers send only
+    /// updates that are harmless to repeat. MongoDB: one `update` command with
+    /// several statements (`ordered: false`). The default sends
+    /// [`update_one`](Store::update_one) for each statement, one after another.
+    async fn update_each(
+        &self,
+        ns: &Namespace,
+        statements: Vec<(Document, Document)>,
+    ) -> Result<u64, StoreError> {
+        let mut matched = 0;
+        for (filter, update) in statements {
+            matched += self.update_one(ns, filter, update, false).await?.matched;
+        }
+        Ok(matched)
+    }
+
     /// `countDocuments`: how many documents match. The default counts the results of [`find`](Store::find).
     async fn count(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
         Ok(self.find(ns, filter, FindOptions::default()).await?.len() as u64)
@@ -265,6 +287,13 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         upsert: bool,
     ) -> Result<UpdateOutcome, StoreError> {
         (**self).update_one(ns, filter, update, upsert).await
+    }
+    async fn update_each(
+        &self,
+        ns: &Namespace,
+        statements: Vec<(Document, Document)>,
+    ) -> Result<u64, StoreError> {
+        (**self).update_each(ns, statements).await
     }
     async fn find_one_and_update(
         &self,

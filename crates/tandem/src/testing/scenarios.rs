@@ -60,14 +60,18 @@ async fn balance(store: &dyn Store, db: &str, name: &str) -> i64 {
         .expect("an account with an i64 balance")
 }
 
+/// The store operations of one transfer run to `done` by a coordinator: create
+/// the record (`pending`), apply A, apply B, `applied`, clear A, clear B, `done`.
+pub const STALLED_WORKER_OPERATIONS: u64 = 7;
+
 /// Worker 1 is paused before each of its store operations in turn; worker 2
 /// (recovery) takes over and finishes; worker 1 resumes. Nothing may apply
 /// twice, and worker 1 must learn it was superseded. Returns the scenarios run.
 pub async fn stalled_worker<F: StoreFactory + ?Sized>(factory: &F, db: &str) -> usize {
     let mut covered = 0;
     for policy in [PendingPolicy::RollForward, PendingPolicy::RollBack] {
-        // create, pending, apply A, apply B, applied, clear A, clear B, done.
-        for pause_at in 1..=8 {
+        // create (pending), apply A, apply B, applied, clear A, clear B, done.
+        for pause_at in 1..=STALLED_WORKER_OPERATIONS {
             let store = factory.fresh().await;
             let seeded = seed_bank(store.as_ref(), db, &["A", "B"], 1000).await;
             let faulty = FaultStore::new(store.clone());
@@ -79,8 +83,13 @@ pub async fn stalled_worker<F: StoreFactory + ?Sized>(factory: &F, db: &str) -> 
                 .lease(Duration::ZERO)
                 .build();
             let tx = transfer(db, "A", "B", 100);
-            let run1 = tokio::spawn(async move { worker1.run(tx).await });
-            pause.reached.await.expect("worker 1 reaches its pause");
+            let mut run1 = tokio::spawn(async move { worker1.run(tx).await });
+            tokio::select! {
+                reached = pause.reached => reached.expect("worker 1 reaches its pause"),
+                finished = &mut run1 => panic!(
+                    "worker 1 finished ({finished:?}) before its store operation {pause_at}"
+                ),
+            }
 
             let worker2 = Coordinator::builder_shared(store.clone())
                 .database(db)
