@@ -39,6 +39,7 @@
 //! only equals a bitwise-identical Decimal128). They are rejected with
 //! [`StoreErrorKind::BadRequest`] rather than silently misread.
 
+pub(crate) mod size;
 pub mod update;
 
 use std::cmp::Ordering;
