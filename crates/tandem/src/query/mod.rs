@@ -144,7 +144,14 @@ pub fn compare(a: &Bson, b: &Bson) -> Option<Ordering> {
 
 /// Whether two values are equal under [`compare`].
 pub(crate) fn values_equal(a: &Bson, b: &Bson) -> bool {
-    compare(a, b) == Some(Ordering::Equal)
+    // The common cases first: marker and tombstone arrays hold strings.
+    match (a, b) {
+        (Bson::String(x), Bson::String(y)) => x == y,
+        (Bson::Int32(x), Bson::Int32(y)) => x == y,
+        (Bson::Int64(x), Bson::Int64(y)) => x == y,
+        (Bson::ObjectId(x), Bson::ObjectId(y)) => x == y,
+        _ => compare(a, b) == Some(Ordering::Equal),
+    }
 }
 
 /// A total order over all BSON values: by type bracket, then as [`compare`]
@@ -791,6 +798,35 @@ mod tests {
             })
         };
         assert_eq!(compare(&bin(&[9]), &bin(&[1, 1])), Some(Ordering::Less));
+    }
+
+    #[test]
+    fn equality_shortcuts_agree_with_compare() {
+        let values = [
+            Bson::String("t1".into()),
+            Bson::String("t2".into()),
+            Bson::String(String::new()),
+            Bson::Symbol("t1".into()),
+            Bson::Int32(1),
+            Bson::Int32(2),
+            Bson::Int64(1),
+            Bson::Int64(i64::MAX),
+            Bson::Double(1.0),
+            Bson::Double(f64::NAN),
+            Bson::ObjectId(ObjectId::from_bytes([1; 12])),
+            Bson::ObjectId(ObjectId::from_bytes([2; 12])),
+            Bson::Null,
+            bson::bson!(["t1"]),
+        ];
+        for a in &values {
+            for b in &values {
+                assert_eq!(
+                    values_equal(a, b),
+                    compare(a, b) == Some(Ordering::Equal),
+                    "{a:?} {b:?}"
+                );
+            }
+        }
     }
 
     #[test]
