@@ -18,8 +18,8 @@ use crate::document::NativeCommand;
 use crate::error::StepError;
 use crate::query::size::document_len;
 use crate::query::update::{
-    apply_logged, apply_to_new, apply_update, check_update, upsert_seed, validate_replacement,
-    UndoLog,
+    apply_logged_taking, apply_to_new, apply_update, check_update, upsert_seed,
+    validate_replacement, UndoLog,
 };
 use crate::query::{self, is_operator_doc, lookup, total_cmp};
 use crate::store::{
@@ -401,7 +401,7 @@ impl MemoryStore {
         &self,
         ns: &Namespace,
         filter: &Document,
-        update: Document,
+        mut update: Document,
         upsert: bool,
         ret: Option<ReturnDocument>,
     ) -> Result<(UpdateOutcome, Option<Document>), StoreError> {
@@ -419,8 +419,8 @@ impl MemoryStore {
                 _ => None,
             };
             let mut undo = UndoLog::default();
-            let applied =
-                apply_logged(&mut stored.doc, &update, now, false, &mut undo).and_then(|()| {
+            let applied = apply_logged_taking(&mut stored.doc, &mut update, now, false, &mut undo)
+                .and_then(|()| {
                     let len = stored.len.checked_add_signed(undo.size_delta());
                     let len = len.expect("a document's size stays positive");
                     debug_assert_eq!(len, document_len(&stored.doc), "{}", stored.doc);

@@ -122,28 +122,94 @@ pub(crate) fn apply_logged<'u>(
         if op == "$setOnInsert" && !inserting {
             continue;
         }
-        let kind = match op.as_str() {
-            "$unset" => OpKind::Unset,
-            "$push" | "$addToSet" => OpKind::Append,
-            "$pull" => OpKind::Pull,
-            _ => OpKind::Write,
-        };
         for (path, value) in spec {
-            undo.save(doc, path, kind);
-            match op.as_str() {
-                "$set" | "$setOnInsert" => set_value(doc, path, value.clone())?,
-                "$unset" => unset(doc, path),
-                "$inc" => inc(doc, path, value)?,
-                "$push" => push(doc, path, value, false)?,
-                "$addToSet" => push(doc, path, value, true)?,
-                "$pull" => pull(doc, path, value, undo.pulled())?,
-                "$currentDate" => set_value(doc, path, current_date(value, now))?,
-                _ => {}
-            }
-            undo.measure(doc);
+            apply_one(doc, op, path, Arg::Borrowed(value), now, undo)?;
         }
     }
     check_id_kept(doc, original_id)
+}
+
+/// [`apply_logged`], moving the values the update writes out of `update`
+/// instead of cloning them: for a caller that drops the update afterwards
+/// (it may be left partly emptied).
+pub(crate) fn apply_logged_taking<'u>(
+    doc: &mut Document,
+    update: &'u mut Document,
+    now: DateTime,
+    inserting: bool,
+    undo: &mut UndoLog<'u>,
+) -> Result<(), StoreError> {
+    let touches_id = validate_update(update)?;
+    let original_id = if touches_id {
+        doc.get("_id").cloned()
+    } else {
+        None
+    };
+    for (op, spec) in update.iter_mut() {
+        let Bson::Document(spec) = spec else {
+            continue;
+        };
+        if op == "$setOnInsert" && !inserting {
+            continue;
+        }
+        for (path, value) in spec.iter_mut() {
+            apply_one(doc, op, path, Arg::Taken(value), now, undo)?;
+        }
+    }
+    check_id_kept(doc, original_id)
+}
+
+/// An operator's argument: borrowed from an update the caller keeps, or
+/// to be taken from one it drops.
+enum Arg<'a> {
+    Borrowed(&'a Bson),
+    Taken(&'a mut Bson),
+}
+
+impl Arg<'_> {
+    fn get(&self) -> &Bson {
+        match self {
+            Arg::Borrowed(v) => v,
+            Arg::Taken(v) => v,
+        }
+    }
+
+    fn into_value(self) -> Bson {
+        match self {
+            Arg::Borrowed(v) => v.clone(),
+            Arg::Taken(v) => std::mem::replace(v, Bson::Null),
+        }
+    }
+}
+
+/// Applies operator `op` at `path`, logging it in `undo`.
+fn apply_one<'u>(
+    doc: &mut Document,
+    op: &str,
+    path: &'u str,
+    value: Arg<'_>,
+    now: DateTime,
+    undo: &mut UndoLog<'u>,
+) -> Result<(), StoreError> {
+    let kind = match op {
+        "$unset" => OpKind::Unset,
+        "$push" | "$addToSet" => OpKind::Append,
+        "$pull" => OpKind::Pull,
+        _ => OpKind::Write,
+    };
+    undo.save(doc, path, kind);
+    match op {
+        "$set" | "$setOnInsert" => set_value(doc, path, value.into_value())?,
+        "$unset" => unset(doc, path),
+        "$inc" => inc(doc, path, value.get())?,
+        "$push" => push(doc, path, value, false)?,
+        "$addToSet" => push(doc, path, value, true)?,
+        "$pull" => pull(doc, path, value.get(), undo.pulled())?,
+        "$currentDate" => set_value(doc, path, current_date(value.get(), now))?,
+        _ => {}
+    }
+    undo.measure(doc);
+    Ok(())
 }
 
 /// Applies `update` to a document being created by an upsert, which the
@@ -165,13 +231,13 @@ pub(crate) fn apply_to_new(
         let Bson::Document(spec) = spec else {
             continue;
         };
-        for (path, value) in spec {
+        for (path, mut value) in spec {
             match op.as_str() {
                 "$set" | "$setOnInsert" => set_value(doc, &path, value)?,
                 "$unset" => unset(doc, &path),
                 "$inc" => inc(doc, &path, &value)?,
-                "$push" => push(doc, &path, &value, false)?,
-                "$addToSet" => push(doc, &path, &value, true)?,
+                "$push" => push(doc, &path, Arg::Taken(&mut value), false)?,
+                "$addToSet" => push(doc, &path, Arg::Taken(&mut value), true)?,
                 "$pull" => pull(doc, &path, &value, None)?,
                 "$currentDate" => set_value(doc, &path, current_date(&value, now))?,
                 _ => {}
@@ -1116,13 +1182,22 @@ fn as_f64(v: &Bson) -> f64 {
     }
 }
 
-fn push(doc: &mut Document, path: &str, value: &Bson, as_set: bool) -> Result<(), StoreError> {
-    let items: &[Bson] = match value {
-        Bson::Document(d) if is_operator_doc(d) => match d.get("$each") {
-            Some(Bson::Array(each)) => each,
-            _ => &[],
-        },
-        v => std::slice::from_ref(v),
+fn push(doc: &mut Document, path: &str, value: Arg<'_>, as_set: bool) -> Result<(), StoreError> {
+    let items = match value {
+        Arg::Borrowed(value) => Items::Borrowed(match value {
+            Bson::Document(d) if is_operator_doc(d) => match d.get("$each") {
+                Some(Bson::Array(each)) => each,
+                _ => &[],
+            },
+            v => std::slice::from_ref(v),
+        }),
+        Arg::Taken(value) => Items::Taken(match value {
+            Bson::Document(d) if is_operator_doc(d) => match d.get_mut("$each") {
+                Some(Bson::Array(each)) => each,
+                _ => &mut [],
+            },
+            v => std::slice::from_mut(v),
+        }),
     };
     let found = {
         let Some((mut parent, last)) = parent(doc, path, true)? else {
@@ -1151,10 +1226,40 @@ fn push(doc: &mut Document, path: &str, value: &Bson, as_set: bool) -> Result<()
     ))
 }
 
-fn append(array: &mut Vec<Bson>, items: &[Bson], as_set: bool) {
-    for item in items {
-        if !as_set || !array.iter().any(|e| super::values_equal(e, item)) {
-            array.push(item.clone());
+/// The values a `$push` or `$addToSet` appends.
+enum Items<'a> {
+    Borrowed(&'a [Bson]),
+    /// To be moved out (leaving nulls).
+    Taken(&'a mut [Bson]),
+}
+
+impl Items<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Items::Borrowed(items) => items.len(),
+            Items::Taken(items) => items.len(),
+        }
+    }
+}
+
+fn append(array: &mut Vec<Bson>, items: Items<'_>, as_set: bool) {
+    let new = |array: &Vec<Bson>, item: &Bson| {
+        !as_set || !array.iter().any(|e| super::values_equal(e, item))
+    };
+    match items {
+        Items::Borrowed(items) => {
+            for item in items {
+                if new(array, item) {
+                    array.push(item.clone());
+                }
+            }
+        }
+        Items::Taken(items) => {
+            for item in items {
+                if new(array, item) {
+                    array.push(std::mem::replace(item, Bson::Null));
+                }
+            }
         }
     }
 }
@@ -1913,6 +2018,17 @@ mod tests {
                         );
                         let measured = size::document_len(&original) as isize + undo.size_delta();
                         prop_assert_eq!(measured, bson::to_vec(&d).unwrap().len() as isize);
+                        // Taking the values out of the update gives the same result.
+                        let mut taken = original.clone();
+                        let mut emptied = u.clone();
+                        let mut undo_taking = UndoLog::default();
+                        apply_logged_taking(&mut taken, &mut emptied, now(), inserting, &mut undo_taking).unwrap();
+                        prop_assert_eq!(format!("{taken}"), format!("{d}"));
+                        prop_assert_eq!(keys(&taken), keys(&d));
+                        prop_assert_eq!(undo_taking.changed(&taken), undo.changed(&d));
+                        prop_assert_eq!(undo_taking.size_delta(), undo.size_delta());
+                        undo_taking.rollback(&mut taken);
+                        prop_assert_eq!(format!("{taken}"), format!("{original}"));
                         // Applied to a new document, the update gives the same result.
                         if inserting {
                             let mut created = original.clone();
@@ -1934,9 +2050,17 @@ mod tests {
             ) {
                 let mut logged = original.clone();
                 let mut created = original.clone();
+                let mut taken = original.clone();
                 let a = apply_update(&mut logged, &u, now(), true);
                 let b = apply_to_new(&mut created, u.clone(), now());
-                prop_assert_eq!(a.map_err(|e| (e.kind, e.code, e.message)), b.map_err(|e| (e.kind, e.code, e.message)));
+                let mut emptied = u.clone();
+                let mut undo = UndoLog::default();
+                let c = apply_logged_taking(&mut taken, &mut emptied, now(), true, &mut undo);
+                let a = a.map_err(|e| (e.kind, e.code, e.message));
+                prop_assert_eq!(&a, &b.map_err(|e| (e.kind, e.code, e.message)));
+                prop_assert_eq!(&a, &c.map_err(|e| (e.kind, e.code, e.message)));
+                undo.rollback(&mut taken);
+                prop_assert_eq!(format!("{taken}"), format!("{original}"));
             }
         }
     }
