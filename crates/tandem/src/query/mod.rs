@@ -393,8 +393,26 @@ fn eval_condition(doc: &Document, path: &str, cond: &Bson) -> bool {
         Bson::Document(ops) if is_operator_doc(ops) => ops
             .iter()
             .all(|(op, arg)| eval_operator(doc, path, op, arg)),
+        _ => any_equal(doc, path, cond),
+    }
+}
+
+/// Whether a value at `path` equals `arg`, or is an array holding it.
+fn any_equal(doc: &Document, path: &str, arg: &Bson) -> bool {
+    match arg {
+        // The common case (ids, states, the marker and tombstone arrays),
+        // without the general comparison: only strings and symbols of the
+        // same bytes equal a string, and an array or a missing value never does.
+        Bson::String(s) => {
+            let same = |x: &Bson| matches!(x, Bson::String(x) | Bson::Symbol(x) if x == s);
+            any_value(doc, path, &mut |v| match v {
+                None => false,
+                Some(Bson::Array(elements)) => elements.iter().any(same),
+                Some(x) => same(x),
+            })
+        }
         _ => any_value(doc, path, &mut |v| {
-            test_value(v, &mut |x| values_equal(x, cond))
+            test_value(v, &mut |x| values_equal(x, arg))
         }),
     }
 }
@@ -402,8 +420,8 @@ fn eval_condition(doc: &Document, path: &str, cond: &Bson) -> bool {
 fn eval_operator(doc: &Document, path: &str, op: &str, arg: &Bson) -> bool {
     let test = |t: &mut dyn FnMut(&Bson) -> bool| any_value(doc, path, &mut |v| test_value(v, t));
     match op {
-        "$eq" => test(&mut |x| values_equal(x, arg)),
-        "$ne" => !test(&mut |x| values_equal(x, arg)),
+        "$eq" => any_equal(doc, path, arg),
+        "$ne" => !any_equal(doc, path, arg),
         "$gt" => test(&mut |x| compare(x, arg) == Some(Ordering::Greater)),
         "$gte" => {
             test(&mut |x| matches!(compare(x, arg), Some(Ordering::Greater | Ordering::Equal)))
@@ -798,6 +816,29 @@ mod tests {
             })
         };
         assert_eq!(compare(&bin(&[9]), &bin(&[1, 1])), Some(Ordering::Less));
+    }
+
+    #[test]
+    fn string_equality_agrees_with_the_general_test() {
+        let docs = [
+            doc! { "s": "t1", "l": ["t0", "t1"], "d": [ { "k": "t1" }, { "k": 1 } ] },
+            doc! { "s": Bson::Symbol("t1".into()), "l": [["t1"]], "d": { "k": "t2" } },
+            doc! { "s": 1, "l": [], "d": [ [ "t1" ] ], "n": Bson::Null },
+            doc! { "l": [Bson::Null, "", 1.0], "d": [ { "j": 1 } ] },
+        ];
+        for d in &docs {
+            for path in [
+                "s", "l", "l.0", "l.1", "d", "d.k", "d.0", "d.0.k", "d.1.k", "n", "x.y",
+            ] {
+                for arg in ["t1", "t2", ""] {
+                    let arg = Bson::String(arg.into());
+                    let general = any_value(d, path, &mut |v| {
+                        test_value(v, &mut |x| compare(x, &arg) == Some(Ordering::Equal))
+                    });
+                    assert_eq!(any_equal(d, path, &arg), general, "{d} {path} {arg}");
+                }
+            }
+        }
     }
 
     #[test]
