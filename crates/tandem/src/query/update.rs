@@ -233,6 +233,13 @@ pub(crate) fn apply_to_new(
         };
         for (path, mut value) in spec {
             match op.as_str() {
+                // A top-level field: the key is moved too.
+                "$set" | "$setOnInsert" if !path.contains('.') => match doc.get_mut(&path) {
+                    Some(slot) => *slot = value,
+                    None => {
+                        doc.insert(path, value);
+                    }
+                },
                 "$set" | "$setOnInsert" => set_value(doc, &path, value)?,
                 "$unset" => unset(doc, &path),
                 "$inc" => inc(doc, &path, &value)?,
