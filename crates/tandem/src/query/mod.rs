@@ -146,12 +146,32 @@ pub fn compare(a: &Bson, b: &Bson) -> Option<Ordering> {
 pub(crate) fn values_equal(a: &Bson, b: &Bson) -> bool {
     // The common cases first: marker and tombstone arrays hold strings.
     match (a, b) {
-        (Bson::String(x), Bson::String(y)) => x == y,
+        (Bson::String(x), Bson::String(y)) => same_str(x, y),
         (Bson::Int32(x), Bson::Int32(y)) => x == y,
         (Bson::Int64(x), Bson::Int64(y)) => x == y,
         (Bson::ObjectId(x), Bson::ObjectId(y)) => x == y,
         _ => compare(a, b) == Some(Ordering::Equal),
     }
+}
+
+/// Whether two strings are equal. Ids that differ tend to differ at the
+/// end (the counter of an ObjectId in hex, a sequence number), so strings of
+/// the same length are told apart by their last eight bytes first.
+#[inline]
+fn same_str(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let last8 = |s: &[u8]| {
+        let mut word = [0; 8];
+        word.copy_from_slice(&s[s.len() - 8..]);
+        u64::from_ne_bytes(word)
+    };
+    if a.len() >= 8 && last8(a) != last8(b) {
+        return false;
+    }
+    a == b
 }
 
 /// A total order over all BSON values: by type bracket, then as [`compare`]
@@ -404,7 +424,7 @@ fn any_equal(doc: &Document, path: &str, arg: &Bson) -> bool {
         // without the general comparison: only strings and symbols of the
         // same bytes equal a string, and an array or a missing value never does.
         Bson::String(s) => {
-            let same = |x: &Bson| matches!(x, Bson::String(x) | Bson::Symbol(x) if x == s);
+            let same = |x: &Bson| matches!(x, Bson::String(x) | Bson::Symbol(x) if same_str(x, s));
             any_value(doc, path, &mut |v| match v {
                 None => false,
                 Some(Bson::Array(elements)) => elements.iter().any(same),
@@ -837,6 +857,28 @@ mod tests {
                     });
                     assert_eq!(any_equal(d, path, &arg), general, "{d} {path} {arg}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn same_str_is_equality() {
+        let samples = [
+            "",
+            "a",
+            "ab",
+            "abcdefgh",
+            "abcdefgi",
+            "bbcdefgh",
+            "6740a1b2c3d4e5f600000001",
+            "6740a1b2c3d4e5f600000002",
+            "7740a1b2c3d4e5f600000001",
+            "ünïcødé",
+            "ünïcødè",
+        ];
+        for a in samples {
+            for b in samples {
+                assert_eq!(same_str(a, b), a == b, "{a} {b}");
             }
         }
     }
