@@ -16,8 +16,10 @@ use crate::change::DocumentChange;
 use crate::clock::{Clock, SystemClock};
 use crate::document::NativeCommand;
 use crate::error::StepError;
+use crate::query::size::document_len;
 use crate::query::update::{
-    apply_logged, apply_update, check_update, upsert_seed, validate_replacement, UndoLog,
+    apply_logged_taking, apply_to_new, apply_update, check_update, upsert_seed,
+    validate_replacement, UndoLog,
 };
 use crate::query::{self, is_operator_doc, lookup, total_cmp};
 use crate::store::{
@@ -99,16 +101,32 @@ type FxBuildHasher = BuildHasherDefault<FxHasher>;
 /// the ordered set serves scans, which must follow `_id` order.
 #[derive(Default)]
 struct Collection {
-    docs: HashMap<IdKey, Document, FxBuildHasher>,
+    docs: HashMap<IdKey, Stored, FxBuildHasher>,
     order: BTreeSet<IdKey>,
+}
+
+/// A stored document and its size as BSON, kept up to date by every write
+/// so that the 16 MiB limit is checked without measuring the whole document.
+#[derive(Debug)]
+struct Stored {
+    doc: Document,
+    len: usize,
+}
+
+impl Stored {
+    /// `doc`, measured.
+    fn new(doc: Document) -> Stored {
+        let len = document_len(&doc);
+        Stored { doc, len }
+    }
 }
 
 impl Collection {
     fn get(&self, id: &Bson) -> Option<&Document> {
-        self.docs.get(&IdRef(id) as &dyn IdView)
+        self.docs.get(&IdRef(id) as &dyn IdView).map(|s| &s.doc)
     }
 
-    fn get_mut(&mut self, id: &Bson) -> Option<&mut Document> {
+    fn get_mut(&mut self, id: &Bson) -> Option<&mut Stored> {
         self.docs.get_mut(&IdRef(id) as &dyn IdView)
     }
 
@@ -116,7 +134,7 @@ impl Collection {
     fn iter(&self) -> impl Iterator<Item = (&IdKey, &Document)> + '_ {
         self.order
             .iter()
-            .filter_map(|key| self.docs.get(key).map(|doc| (key, doc)))
+            .filter_map(|key| self.docs.get(key).map(|stored| (key, &stored.doc)))
     }
 
     /// The documents of this collection matching a validated `filter`, in `_id` order.
@@ -133,23 +151,23 @@ impl Collection {
     }
 
     /// The first document matching a validated `filter`.
-    fn first_match_mut(&mut self, filter: &Document) -> Option<&mut Document> {
+    fn first_match_mut(&mut self, filter: &Document) -> Option<&mut Stored> {
         match id_equality(filter) {
-            Some(id) => self.get_mut(id).filter(|doc| eval_rest(doc, filter)),
+            Some(id) => self.get_mut(id).filter(|s| eval_rest(&s.doc, filter)),
             None => {
                 let docs = &self.docs;
                 let key = self
                     .order
                     .iter()
-                    .find(|key| docs.get(*key).is_some_and(|doc| query::eval(doc, filter)))?;
+                    .find(|key| docs.get(*key).is_some_and(|s| query::eval(&s.doc, filter)))?;
                 self.docs.get_mut(key)
             }
         }
     }
 
-    /// Inserts a document whose `_id` is set, unless that `_id` is taken.
-    fn insert_new(&mut self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
-        let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+    /// Inserts a measured document whose `_id` is set, unless that `_id` is taken.
+    fn insert_new(&mut self, ns: &Namespace, doc: Stored) -> Result<(), StoreError> {
+        let id = doc.doc.get("_id").cloned().unwrap_or(Bson::Null);
         if let Some((existing, _)) = self.docs.get_key_value(&IdRef(&id) as &dyn IdView) {
             return Err(StoreError::new(
                 StoreErrorKind::DuplicateKey,
@@ -165,7 +183,7 @@ impl Collection {
         Ok(())
     }
 
-    fn remove(&mut self, id: &Bson) -> Option<Document> {
+    fn remove(&mut self, id: &Bson) -> Option<Stored> {
         let doc = self.docs.remove(&IdRef(id) as &dyn IdView)?;
         self.order.remove(&IdRef(id) as &dyn IdView);
         Some(doc)
@@ -383,7 +401,7 @@ impl MemoryStore {
         &self,
         ns: &Namespace,
         filter: &Document,
-        update: &Document,
+        mut update: Document,
         upsert: bool,
         ret: Option<ReturnDocument>,
     ) -> Result<(UpdateOutcome, Option<Document>), StoreError> {
@@ -397,21 +415,30 @@ impl MemoryStore {
             // Applied in place, with an undo log: the stored document is
             // restored unless every operator succeeded and the result fits.
             let before = match ret {
-                Some(ReturnDocument::Before) => Some(stored.clone()),
+                Some(ReturnDocument::Before) => Some(stored.doc.clone()),
                 _ => None,
             };
             let mut undo = UndoLog::default();
-            let applied = apply_logged(stored, update, now, false, &mut undo)
-                .and_then(|()| check_size(stored));
-            if let Err(e) = applied {
-                undo.rollback(stored);
-                return Err(e);
+            let applied = apply_logged_taking(&mut stored.doc, &mut update, now, false, &mut undo)
+                .and_then(|()| {
+                    let len = stored.len.checked_add_signed(undo.size_delta());
+                    debug_assert_eq!(len, Some(document_len(&stored.doc)), "{}", stored.doc);
+                    // (A size that went negative would be a bug: measure instead.)
+                    let len = len.unwrap_or_else(|| document_len(&stored.doc));
+                    check_len(len).map(|()| len)
+                });
+            match applied {
+                Ok(len) => stored.len = len,
+                Err(e) => {
+                    undo.rollback(&mut stored.doc);
+                    return Err(e);
+                }
             }
-            let modified = undo.changed(stored);
+            let modified = undo.changed(&stored.doc);
             let returned = match ret {
                 None => None,
                 Some(ReturnDocument::Before) => before,
-                Some(ReturnDocument::After) => Some(stored.clone()),
+                Some(ReturnDocument::After) => Some(stored.doc.clone()),
             };
             let outcome = UpdateOutcome {
                 matched: 1,
@@ -422,16 +449,16 @@ impl MemoryStore {
         }
         if !upsert {
             // MongoDB rejects a malformed update even when nothing matches.
-            check_update(update)?;
+            check_update(&update)?;
             return Ok((UpdateOutcome::default(), None));
         }
         let mut created = upsert_seed(filter);
-        apply_update(&mut created, update, now, true)?;
+        apply_to_new(&mut created, update, now)?;
         let created = with_id_first(created);
         check_id(&created)?;
-        check_size(&created)?;
+        let created = checked(created)?;
         let returned = match ret {
-            Some(ReturnDocument::After) => Some(created.clone()),
+            Some(ReturnDocument::After) => Some(created.doc.clone()),
             _ => None,
         };
         collection(&mut data, ns).insert_new(ns, created)?;
@@ -449,7 +476,7 @@ impl MemoryStore {
     fn native(&self, changes: &[DocumentChange]) -> Result<(), StepError> {
         let now = self.inner.clock.now();
         let mut data = self.lock();
-        let mut undo: Vec<(Namespace, Bson, Option<Document>)> = Vec::new();
+        let mut undo: Vec<(Namespace, Bson, Option<Stored>)> = Vec::new();
         let result = changes.iter().try_for_each(|change| {
             let ns = &change.namespace;
             let failed = |e: StoreError| match e.kind {
@@ -481,8 +508,7 @@ impl MemoryStore {
             };
             match change.native_command() {
                 NativeCommand::Insert { doc } => {
-                    let doc = with_id_first(doc);
-                    check_size(&doc).map_err(failed)?;
+                    let doc = checked(with_id_first(doc)).map_err(failed)?;
                     collection(&mut data, ns).insert_new(ns, doc).map_err(|_| {
                         StepError::AlreadyExists {
                             participant: change.label(),
@@ -496,9 +522,9 @@ impl MemoryStore {
                     else {
                         return refusal(&data);
                     };
-                    let mut next = stored.clone();
+                    let mut next = stored.doc.clone();
                     apply_update(&mut next, &update, now, false).map_err(failed)?;
-                    check_size(&next).map_err(failed)?;
+                    let next = checked(next).map_err(failed)?;
                     let before = std::mem::replace(stored, next);
                     undo.push((ns.clone(), change.id.clone(), Some(before)));
                     Ok(())
@@ -559,7 +585,7 @@ impl Store for MemoryStore {
         self.count();
         let doc = with_id_first(doc);
         check_id(&doc)?;
-        check_size(&doc)?;
+        let doc = checked(doc)?;
         let mut data = self.lock();
         collection(&mut data, ns).insert_new(ns, doc)
     }
@@ -572,7 +598,7 @@ impl Store for MemoryStore {
         upsert: bool,
     ) -> Result<UpdateOutcome, StoreError> {
         self.count();
-        self.update(ns, &filter, &update, upsert, None)
+        self.update(ns, &filter, update, upsert, None)
             .map(|(outcome, _)| outcome)
     }
 
@@ -585,7 +611,7 @@ impl Store for MemoryStore {
         upsert: bool,
     ) -> Result<Option<Document>, StoreError> {
         self.count();
-        let (_, returned) = self.update(ns, &filter, &update, upsert, Some(ret))?;
+        let (_, returned) = self.update(ns, &filter, update, upsert, Some(ret))?;
         Ok(returned)
     }
 
@@ -605,7 +631,7 @@ impl Store for MemoryStore {
         else {
             return Ok(UpdateOutcome::default());
         };
-        let id = stored.get("_id").cloned().unwrap_or(Bson::Null);
+        let id = stored.doc.get("_id").cloned().unwrap_or(Bson::Null);
         let mut new = Document::new();
         new.insert("_id", id.clone());
         for (k, v) in replacement {
@@ -623,8 +649,8 @@ impl Store for MemoryStore {
                 new.insert(k, v);
             }
         }
-        check_size(&new)?;
-        let modified = !same_document(stored, &new);
+        let new = checked(new)?;
+        let modified = !same_document(&stored.doc, &new.doc);
         if modified {
             *stored = new;
         }
@@ -782,8 +808,15 @@ fn check_id(doc: &Document) -> Result<(), StoreError> {
     }
 }
 
-fn check_size(doc: &Document) -> Result<(), StoreError> {
-    let size = document_len(doc);
+/// `doc`, measured, if it is within the size limit.
+fn checked(doc: Document) -> Result<Stored, StoreError> {
+    let stored = Stored::new(doc);
+    check_len(stored.len)?;
+    Ok(stored)
+}
+
+/// Refuses a document of `size` bytes over the limit.
+fn check_len(size: usize) -> Result<(), StoreError> {
     if size > MAX_DOCUMENT_BYTES {
         return Err(StoreError::new(
             StoreErrorKind::DocumentTooLarge,
@@ -827,60 +860,6 @@ fn sort_keys(spec: &Document) -> Result<Vec<(&str, bool)>, StoreError> {
             Ok((path.as_str(), descending))
         })
         .collect()
-}
-
-/// The length of `doc` serialized as BSON, computed without serializing.
-fn document_len(doc: &Document) -> usize {
-    // int32 length, elements, trailing NUL; each element is a type byte,
-    // the NUL-terminated key, then the value.
-    5 + doc
-        .iter()
-        .map(|(k, v)| 2 + k.len() + value_len(v))
-        .sum::<usize>()
-}
-
-fn value_len(v: &Bson) -> usize {
-    // A BSON string: int32 length, bytes, NUL.
-    let string = |s: &str| 5 + s.len();
-    match v {
-        Bson::Double(_) | Bson::Int64(_) | Bson::DateTime(_) | Bson::Timestamp(_) => 8,
-        Bson::Int32(_) => 4,
-        Bson::Boolean(_) => 1,
-        Bson::Null | Bson::Undefined | Bson::MinKey | Bson::MaxKey => 0,
-        Bson::ObjectId(_) => 12,
-        Bson::Decimal128(_) => 16,
-        Bson::String(s) | Bson::Symbol(s) | Bson::JavaScriptCode(s) => string(s),
-        Bson::Document(d) => document_len(d),
-        Bson::Array(a) => {
-            5 + a
-                .iter()
-                .enumerate()
-                .map(|(i, e)| 2 + decimal_digits(i) + value_len(e))
-                .sum::<usize>()
-        }
-        Bson::Binary(b) => {
-            let old = b.subtype == bson::spec::BinarySubtype::BinaryOld;
-            5 + b.bytes.len() + if old { 4 } else { 0 }
-        }
-        Bson::RegularExpression(r) => r.pattern.len() + 1 + r.options.len() + 1,
-        Bson::JavaScriptCodeWithScope(c) => 4 + string(&c.code) + document_len(&c.scope),
-        // A namespace string and an ObjectId; the namespace is not public,
-        // so measure the value through its serialized form.
-        Bson::DbPointer(_) => {
-            let mut d = Document::new();
-            d.insert("", v.clone());
-            bson::to_vec(&d).map(|b| b.len() - 7).unwrap_or(0)
-        }
-    }
-}
-
-fn decimal_digits(mut i: usize) -> usize {
-    let mut n = 1;
-    while i >= 10 {
-        i /= 10;
-        n += 1;
-    }
-    n
 }
 
 #[cfg(test)]
@@ -1560,6 +1539,58 @@ mod tests {
         for d in samples {
             assert_eq!(document_len(&d), bson::to_vec(&d).unwrap().len(), "{d}");
         }
+    }
+
+    #[tokio::test]
+    async fn stored_sizes_follow_updates() {
+        let s = store_with(vec![doc! { "_id": "a", "n": 1, "l": ["t0"] }]).await;
+        let sizes_match = |s: &MemoryStore| {
+            let data = s.lock();
+            for stored in data.get(&ns()).unwrap().docs.values() {
+                assert_eq!(
+                    stored.len,
+                    bson::to_vec(&stored.doc).unwrap().len(),
+                    "{}",
+                    stored.doc
+                );
+            }
+        };
+        for u in [
+            doc! { "$push": { "l": { "$each": (1..12).map(|i| format!("t{i}")).collect::<Vec<_>>() } } },
+            doc! { "$pull": { "l": { "$in": ["t0", "t5"] } }, "$set": { "m.x": [1, 2] } },
+            doc! { "$addToSet": { "_tandem.tombstones": "tx1" }, "$inc": { "n": 2_i64 } },
+            doc! { "$unset": { "m": "", "n": "" }, "$currentDate": { "at": true } },
+            doc! { "$set": { "l.20": { "k": "v" } }, "$pull": { "_tandem.tombstones": "tx1" } },
+        ] {
+            s.update_one(&ns(), doc! { "_id": "a" }, u.clone(), false)
+                .await
+                .unwrap();
+            sizes_match(&s);
+            // A refused update leaves the size as it was.
+            let e = s
+                .update_one(
+                    &ns(),
+                    doc! { "_id": "a" },
+                    doc! { "$set": { "z": 1 }, "$inc": { "l": 1 } },
+                    false,
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind, StoreErrorKind::TypeMismatch, "{u}");
+            sizes_match(&s);
+        }
+        s.update_one(
+            &ns(),
+            doc! { "_id": "b" },
+            doc! { "$setOnInsert": { "p": [1, 2] } },
+            true,
+        )
+        .await
+        .unwrap();
+        s.replace_one(&ns(), doc! { "_id": "a" }, doc! { "r": "x" })
+            .await
+            .unwrap();
+        sizes_match(&s);
     }
 
     #[tokio::test]

@@ -39,6 +39,7 @@
 //! only equals a bitwise-identical Decimal128). They are rejected with
 //! [`StoreErrorKind::BadRequest`] rather than silently misread.
 
+pub(crate) mod size;
 pub mod update;
 
 use std::cmp::Ordering;
@@ -143,7 +144,34 @@ pub fn compare(a: &Bson, b: &Bson) -> Option<Ordering> {
 
 /// Whether two values are equal under [`compare`].
 pub(crate) fn values_equal(a: &Bson, b: &Bson) -> bool {
-    compare(a, b) == Some(Ordering::Equal)
+    // The common cases first: marker and tombstone arrays hold strings.
+    match (a, b) {
+        (Bson::String(x), Bson::String(y)) => same_str(x, y),
+        (Bson::Int32(x), Bson::Int32(y)) => x == y,
+        (Bson::Int64(x), Bson::Int64(y)) => x == y,
+        (Bson::ObjectId(x), Bson::ObjectId(y)) => x == y,
+        _ => compare(a, b) == Some(Ordering::Equal),
+    }
+}
+
+/// Whether two strings are equal. Ids that differ tend to differ at the
+/// end (the counter of an ObjectId in hex, a sequence number), so strings of
+/// the same length are told apart by their last eight bytes first.
+#[inline]
+fn same_str(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let last8 = |s: &[u8]| {
+        let mut word = [0; 8];
+        word.copy_from_slice(&s[s.len() - 8..]);
+        u64::from_ne_bytes(word)
+    };
+    if a.len() >= 8 && last8(a) != last8(b) {
+        return false;
+    }
+    a == b
 }
 
 /// A total order over all BSON values: by type bracket, then as [`compare`]
@@ -385,8 +413,26 @@ fn eval_condition(doc: &Document, path: &str, cond: &Bson) -> bool {
         Bson::Document(ops) if is_operator_doc(ops) => ops
             .iter()
             .all(|(op, arg)| eval_operator(doc, path, op, arg)),
+        _ => any_equal(doc, path, cond),
+    }
+}
+
+/// Whether a value at `path` equals `arg`, or is an array holding it.
+fn any_equal(doc: &Document, path: &str, arg: &Bson) -> bool {
+    match arg {
+        // The common case (ids, states, the marker and tombstone arrays),
+        // without the general comparison: only strings and symbols of the
+        // same bytes equal a string, and an array or a missing value never does.
+        Bson::String(s) => {
+            let same = |x: &Bson| matches!(x, Bson::String(x) | Bson::Symbol(x) if same_str(x, s));
+            any_value(doc, path, &mut |v| match v {
+                None => false,
+                Some(Bson::Array(elements)) => elements.iter().any(same),
+                Some(x) => same(x),
+            })
+        }
         _ => any_value(doc, path, &mut |v| {
-            test_value(v, &mut |x| values_equal(x, cond))
+            test_value(v, &mut |x| values_equal(x, arg))
         }),
     }
 }
@@ -394,8 +440,8 @@ fn eval_condition(doc: &Document, path: &str, cond: &Bson) -> bool {
 fn eval_operator(doc: &Document, path: &str, op: &str, arg: &Bson) -> bool {
     let test = |t: &mut dyn FnMut(&Bson) -> bool| any_value(doc, path, &mut |v| test_value(v, t));
     match op {
-        "$eq" => test(&mut |x| values_equal(x, arg)),
-        "$ne" => !test(&mut |x| values_equal(x, arg)),
+        "$eq" => any_equal(doc, path, arg),
+        "$ne" => !any_equal(doc, path, arg),
         "$gt" => test(&mut |x| compare(x, arg) == Some(Ordering::Greater)),
         "$gte" => {
             test(&mut |x| matches!(compare(x, arg), Some(Ordering::Greater | Ordering::Equal)))
@@ -790,6 +836,80 @@ mod tests {
             })
         };
         assert_eq!(compare(&bin(&[9]), &bin(&[1, 1])), Some(Ordering::Less));
+    }
+
+    #[test]
+    fn string_equality_agrees_with_the_general_test() {
+        let docs = [
+            doc! { "s": "t1", "l": ["t0", "t1"], "d": [ { "k": "t1" }, { "k": 1 } ] },
+            doc! { "s": Bson::Symbol("t1".into()), "l": [["t1"]], "d": { "k": "t2" } },
+            doc! { "s": 1, "l": [], "d": [ [ "t1" ] ], "n": Bson::Null },
+            doc! { "l": [Bson::Null, "", 1.0], "d": [ { "j": 1 } ] },
+        ];
+        for d in &docs {
+            for path in [
+                "s", "l", "l.0", "l.1", "d", "d.k", "d.0", "d.0.k", "d.1.k", "n", "x.y",
+            ] {
+                for arg in ["t1", "t2", ""] {
+                    let arg = Bson::String(arg.into());
+                    let general = any_value(d, path, &mut |v| {
+                        test_value(v, &mut |x| compare(x, &arg) == Some(Ordering::Equal))
+                    });
+                    assert_eq!(any_equal(d, path, &arg), general, "{d} {path} {arg}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn same_str_is_equality() {
+        let samples = [
+            "",
+            "a",
+            "ab",
+            "abcdefgh",
+            "abcdefgi",
+            "bbcdefgh",
+            "6740a1b2c3d4e5f600000001",
+            "6740a1b2c3d4e5f600000002",
+            "7740a1b2c3d4e5f600000001",
+            "ünïcødé",
+            "ünïcødè",
+        ];
+        for a in samples {
+            for b in samples {
+                assert_eq!(same_str(a, b), a == b, "{a} {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn equality_shortcuts_agree_with_compare() {
+        let values = [
+            Bson::String("t1".into()),
+            Bson::String("t2".into()),
+            Bson::String(String::new()),
+            Bson::Symbol("t1".into()),
+            Bson::Int32(1),
+            Bson::Int32(2),
+            Bson::Int64(1),
+            Bson::Int64(i64::MAX),
+            Bson::Double(1.0),
+            Bson::Double(f64::NAN),
+            Bson::ObjectId(ObjectId::from_bytes([1; 12])),
+            Bson::ObjectId(ObjectId::from_bytes([2; 12])),
+            Bson::Null,
+            bson::bson!(["t1"]),
+        ];
+        for a in &values {
+            for b in &values {
+                assert_eq!(
+                    values_equal(a, b),
+                    compare(a, b) == Some(Ordering::Equal),
+                    "{a:?} {b:?}"
+                );
+            }
+        }
     }
 
     #[test]

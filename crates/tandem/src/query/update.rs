@@ -37,7 +37,7 @@
 
 use bson::{Bson, DateTime, Document, Timestamp};
 
-use super::{array_index, is_operator_doc, split_dot, type_name};
+use super::{array_index, is_operator_doc, lookup, size, split_dot, type_name};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// MongoDB's `BadValue`.
@@ -123,20 +123,141 @@ pub(crate) fn apply_logged<'u>(
             continue;
         }
         for (path, value) in spec {
-            undo.save(doc, path, op == "$unset");
+            apply_one(doc, op, path, Arg::Borrowed(value), now, undo)?;
+        }
+    }
+    check_id_kept(doc, original_id)
+}
+
+/// [`apply_logged`], moving the values the update writes out of `update`
+/// instead of cloning them: for a caller that drops the update afterwards
+/// (it may be left partly emptied).
+pub(crate) fn apply_logged_taking<'u>(
+    doc: &mut Document,
+    update: &'u mut Document,
+    now: DateTime,
+    inserting: bool,
+    undo: &mut UndoLog<'u>,
+) -> Result<(), StoreError> {
+    let touches_id = validate_update(update)?;
+    let original_id = if touches_id {
+        doc.get("_id").cloned()
+    } else {
+        None
+    };
+    for (op, spec) in update.iter_mut() {
+        let Bson::Document(spec) = spec else {
+            continue;
+        };
+        if op == "$setOnInsert" && !inserting {
+            continue;
+        }
+        for (path, value) in spec.iter_mut() {
+            apply_one(doc, op, path, Arg::Taken(value), now, undo)?;
+        }
+    }
+    check_id_kept(doc, original_id)
+}
+
+/// An operator's argument: borrowed from an update the caller keeps, or
+/// to be taken from one it drops.
+enum Arg<'a> {
+    Borrowed(&'a Bson),
+    Taken(&'a mut Bson),
+}
+
+impl Arg<'_> {
+    fn get(&self) -> &Bson {
+        match self {
+            Arg::Borrowed(v) => v,
+            Arg::Taken(v) => v,
+        }
+    }
+
+    fn into_value(self) -> Bson {
+        match self {
+            Arg::Borrowed(v) => v.clone(),
+            Arg::Taken(v) => std::mem::replace(v, Bson::Null),
+        }
+    }
+}
+
+/// Applies operator `op` at `path`, logging it in `undo`.
+fn apply_one<'u>(
+    doc: &mut Document,
+    op: &str,
+    path: &'u str,
+    value: Arg<'_>,
+    now: DateTime,
+    undo: &mut UndoLog<'u>,
+) -> Result<(), StoreError> {
+    let kind = match op {
+        "$unset" => OpKind::Unset,
+        "$push" | "$addToSet" => OpKind::Append,
+        "$pull" => OpKind::Pull,
+        _ => OpKind::Write,
+    };
+    undo.save(doc, path, kind);
+    match op {
+        "$set" | "$setOnInsert" => set_value(doc, path, value.into_value())?,
+        "$unset" => unset(doc, path),
+        "$inc" => inc(doc, path, value.get())?,
+        "$push" => push(doc, path, value, false)?,
+        "$addToSet" => push(doc, path, value, true)?,
+        "$pull" => pull(doc, path, value.get(), undo.pulled())?,
+        "$currentDate" => set_value(doc, path, current_date(value.get(), now))?,
+        _ => {}
+    }
+    undo.measure(doc);
+    Ok(())
+}
+
+/// Applies `update` to a document being created by an upsert, which the
+/// caller drops on error: no undo is kept, and values are moved out of
+/// `update` rather than cloned. Otherwise the same as [`apply_update`] with
+/// `inserting`.
+pub(crate) fn apply_to_new(
+    doc: &mut Document,
+    update: Document,
+    now: DateTime,
+) -> Result<(), StoreError> {
+    let touches_id = validate_update(&update)?;
+    let original_id = if touches_id {
+        doc.get("_id").cloned()
+    } else {
+        None
+    };
+    for (op, spec) in update {
+        let Bson::Document(spec) = spec else {
+            continue;
+        };
+        for (path, mut value) in spec {
             match op.as_str() {
-                "$set" | "$setOnInsert" => set_value(doc, path, value.clone())?,
-                "$unset" => unset(doc, path),
-                "$inc" => inc(doc, path, value)?,
-                "$push" => push(doc, path, value, false)?,
-                "$addToSet" => push(doc, path, value, true)?,
-                "$pull" => pull(doc, path, value)?,
-                "$currentDate" => set_value(doc, path, current_date(value, now))?,
+                // A top-level field: the key is moved too.
+                "$set" | "$setOnInsert" if !path.contains('.') => match doc.get_mut(&path) {
+                    Some(slot) => *slot = value,
+                    None => {
+                        doc.insert(path, value);
+                    }
+                },
+                "$set" | "$setOnInsert" => set_value(doc, &path, value)?,
+                "$unset" => unset(doc, &path),
+                "$inc" => inc(doc, &path, &value)?,
+                "$push" => push(doc, &path, Arg::Taken(&mut value), false)?,
+                "$addToSet" => push(doc, &path, Arg::Taken(&mut value), true)?,
+                "$pull" => pull(doc, &path, &value, None)?,
+                "$currentDate" => set_value(doc, &path, current_date(&value, now))?,
                 _ => {}
             }
         }
     }
-    if let Some(original) = original_id {
+    check_id_kept(doc, original_id)
+}
+
+/// Refuses a change of `_id` (`original` is the `_id` before an update
+/// touching it, `None` if the update does not touch it).
+fn check_id_kept(doc: &Document, original: Option<Bson>) -> Result<(), StoreError> {
+    if let Some(original) = original {
         match doc.get("_id") {
             Some(id) if *id == original => {}
             Some(id) => {
@@ -154,59 +275,359 @@ pub(crate) fn apply_logged<'u>(
     Ok(())
 }
 
-/// The previous values of the top-level fields an update touched: enough to
-/// tell whether the update changed anything, and to undo it, without copying
-/// the whole document.
+/// What an operator may do to the value at its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpKind {
+    /// Replace or create it (`$set`, `$inc`, `$currentDate`, `$setOnInsert`).
+    Write,
+    /// Remove it (`$unset`).
+    Unset,
+    /// Append to the array there, or create it (`$push`, `$addToSet`).
+    Append,
+    /// Remove elements from the array there (`$pull`).
+    Pull,
+}
+
+/// How to undo the operators of an update, one entry per operator path, and
+/// what they changed: whether anything, and by how much the document's BSON
+/// size changed. Each entry records only what its operator touches: the
+/// previous value of the field it replaces, the length of the array it
+/// appends to, the elements it pulls; never a whole array it merely grows.
 #[derive(Debug, Default)]
 pub(crate) struct UndoLog<'u> {
-    saved: Vec<Saved<'u>>,
+    entries: Vec<Entry<'u>>,
+    /// Whether an operator changed a value (as `Bson`'s `==` tells).
+    changed: bool,
+    /// The change in the document's BSON size so far.
+    size_delta: isize,
 }
 
 #[derive(Debug)]
-struct Saved<'u> {
-    key: &'u str,
-    /// The previous value; `None` if the field did not exist.
-    old: Option<Bson>,
-    /// The field's previous position, kept when the update may remove it.
-    index: Option<usize>,
+struct Entry<'u> {
+    /// The operator's path.
+    path: &'u str,
+    undo: Undo<'u>,
+}
+
+#[derive(Debug)]
+enum Undo<'u> {
+    /// The operator could not change anything (or failed before changing anything).
+    Nothing,
+    /// The value at `at` (the operator's path, or the prefix of it that the
+    /// operator creates) before the operator replaced, created or removed it.
+    Value {
+        at: &'u str,
+        /// The previous value; `None` if there was none.
+        old: Option<Bson>,
+        /// The field's previous position in its document, kept when the
+        /// operator removes it.
+        index: Option<usize>,
+    },
+    /// The array at `at` had `len` elements; the operator may append to it.
+    Appended { at: &'u str, len: usize },
+    /// The array at `at` had `len` elements, of which the operator removed
+    /// `removed` (with their previous indexes, ascending).
+    Pulled {
+        at: &'u str,
+        len: usize,
+        removed: Vec<(usize, Bson)>,
+    },
 }
 
 impl<'u> UndoLog<'u> {
-    /// Remembers the top-level field `path` starts with, unless already done.
-    fn save(&mut self, doc: &Document, path: &'u str, may_remove: bool) {
-        let key = split_dot(path).map_or(path, |(first, _)| first);
-        if self.saved.iter().any(|s| s.key == key) {
-            return;
-        }
-        let old = doc.get(key).cloned();
-        let index = if may_remove && old.is_some() {
-            doc.keys().position(|k| k == key)
-        } else {
-            None
+    /// Records what the operator of `kind` at `path` is about to change in `doc`.
+    fn save(&mut self, doc: &Document, path: &'u str, kind: OpKind) {
+        let undo = match reach(doc, path) {
+            Reach::Blocked => Undo::Nothing,
+            Reach::MissingField { end } => match kind {
+                // Only creating operators change anything below a missing field.
+                OpKind::Write | OpKind::Append => Undo::Value {
+                    at: &path[..end],
+                    old: None,
+                    index: None,
+                },
+                OpKind::Unset | OpKind::Pull => Undo::Nothing,
+            },
+            Reach::MissingElement { array_end, len } => match kind {
+                OpKind::Write | OpKind::Append => Undo::Appended {
+                    at: &path[..array_end],
+                    len,
+                },
+                OpKind::Unset | OpKind::Pull => Undo::Nothing,
+            },
+            Reach::Parent(container, last_start) => {
+                let last = &path[last_start..];
+                let current = match container {
+                    Container::Doc(d) => d.get(last),
+                    Container::Arr(a) => match array_index(last) {
+                        // Setting a new field on an array fails.
+                        None => {
+                            self.push(path, Undo::Nothing);
+                            return;
+                        }
+                        Some(i) if i >= a.len() => {
+                            let undo = match kind {
+                                OpKind::Write | OpKind::Append => Undo::Appended {
+                                    at: &path[..last_start - 1],
+                                    len: a.len(),
+                                },
+                                OpKind::Unset | OpKind::Pull => Undo::Nothing,
+                            };
+                            self.push(path, undo);
+                            return;
+                        }
+                        Some(i) => Some(&a[i]),
+                    },
+                };
+                match (kind, current) {
+                    (OpKind::Append, Some(Bson::Array(a))) => Undo::Appended {
+                        at: path,
+                        len: a.len(),
+                    },
+                    (OpKind::Pull, Some(Bson::Array(a))) => Undo::Pulled {
+                        at: path,
+                        len: a.len(),
+                        removed: Vec::new(),
+                    },
+                    // A type mismatch: the operator fails without changing anything.
+                    (OpKind::Append | OpKind::Pull, Some(_)) => Undo::Nothing,
+                    (OpKind::Pull | OpKind::Unset, None) => Undo::Nothing,
+                    (OpKind::Unset, Some(old)) => Undo::Value {
+                        at: path,
+                        old: Some(old.clone()),
+                        index: match container {
+                            Container::Doc(d) => d.keys().position(|k| k == last),
+                            Container::Arr(_) => None,
+                        },
+                    },
+                    (OpKind::Write | OpKind::Append, current) => Undo::Value {
+                        at: path,
+                        old: current.cloned(),
+                        index: None,
+                    },
+                }
+            }
         };
-        self.saved.push(Saved { key, old, index });
+        self.push(path, undo);
     }
 
-    /// Whether `doc` differs from what it was when the changes were saved.
+    fn push(&mut self, path: &'u str, undo: Undo<'u>) {
+        self.entries.push(Entry { path, undo });
+    }
+
+    /// Where the `$pull` just saved collects the elements it removes.
+    fn pulled(&mut self) -> Option<&mut Vec<(usize, Bson)>> {
+        match self.entries.last_mut() {
+            Some(Entry {
+                undo: Undo::Pulled { removed, .. },
+                ..
+            }) => Some(removed),
+            _ => None,
+        }
+    }
+
+    /// Notes what the operator just saved and applied changed in `doc`.
+    fn measure(&mut self, doc: &Document) {
+        let Some(entry) = self.entries.last() else {
+            return;
+        };
+        let (changed, delta) = match &entry.undo {
+            Undo::Nothing => (false, 0),
+            Undo::Value { at, old, .. } => {
+                let new = lookup(doc, at);
+                let changed = new != old.as_ref();
+                let delta = match (old, new) {
+                    (Some(old), Some(new)) => {
+                        size::value_len(new) as isize - size::value_len(old) as isize
+                    }
+                    // A new field of a document (new array elements are `Appended`).
+                    (None, Some(new)) => {
+                        (2 + last_segment(at).len() + size::value_len(new)) as isize
+                    }
+                    (Some(old), None) => {
+                        -((2 + last_segment(at).len() + size::value_len(old)) as isize)
+                    }
+                    (None, None) => 0,
+                };
+                (changed, delta)
+            }
+            Undo::Appended { at, len } => match lookup(doc, at) {
+                Some(Bson::Array(a)) if a.len() > *len => {
+                    let added: usize = a[*len..]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, e)| size::array_element_len(len + i, e))
+                        .sum();
+                    (true, added as isize)
+                }
+                _ => (false, 0),
+            },
+            Undo::Pulled { len, removed, .. } => {
+                let values: usize = removed.iter().map(|(_, e)| 2 + size::value_len(e)).sum();
+                let keys = size::key_digits(*len) - size::key_digits(len - removed.len());
+                (!removed.is_empty(), -((values + keys) as isize))
+            }
+        };
+        self.changed |= changed;
+        self.size_delta += delta;
+    }
+
+    /// How much the operators applied so far changed the document's BSON size.
+    pub(crate) fn size_delta(&self) -> isize {
+        self.size_delta
+    }
+
+    /// Whether `doc` differs from what it was when the changes were saved,
+    /// as comparing each top-level field touched with `Bson`'s `==` tells (so
+    /// a touched field holding a NaN counts as changed, the NaN being unequal
+    /// to itself).
     pub(crate) fn changed(&self, doc: &Document) -> bool {
-        self.saved.iter().any(|s| doc.get(s.key) != s.old.as_ref())
+        self.changed
+            || self.entries.iter().any(|e| {
+                let key = split_dot(e.path).map_or(e.path, |(first, _)| first);
+                doc.get(key).is_some_and(contains_nan)
+            })
     }
 
     /// Restores `doc` as it was, field order included.
     pub(crate) fn rollback(self, doc: &mut Document) {
         // In reverse: each entry then sees the document as its operator left it.
-        for saved in self.saved.into_iter().rev() {
-            match saved.old {
-                None => {
-                    doc.remove(saved.key);
+        for entry in self.entries.into_iter().rev() {
+            match entry.undo {
+                Undo::Nothing => {}
+                Undo::Value { at, old, index } => restore(doc, at, old, index),
+                Undo::Appended { at, len } => {
+                    if let Some(Bson::Array(a)) = lookup_mut(doc, at) {
+                        a.truncate(len);
+                    }
                 }
-                Some(old) => match doc.get_mut(saved.key) {
-                    Some(slot) => *slot = old,
-                    // Removed by `$unset`: back to where it was.
-                    None => insert_at(doc, saved.index, saved.key, old),
-                },
+                Undo::Pulled { at, removed, .. } => {
+                    if removed.is_empty() {
+                        continue;
+                    }
+                    if let Some(Bson::Array(a)) = lookup_mut(doc, at) {
+                        let kept = std::mem::take(a);
+                        let mut kept = kept.into_iter();
+                        let mut merged = Vec::with_capacity(kept.len() + removed.len());
+                        for (i, e) in removed {
+                            while merged.len() < i {
+                                match kept.next() {
+                                    Some(k) => merged.push(k),
+                                    None => break,
+                                }
+                            }
+                            merged.push(e);
+                        }
+                        merged.extend(kept);
+                        *a = merged;
+                    }
+                }
             }
         }
+    }
+}
+
+/// Puts `old` back at path `at` of `doc` (removes what is there if `None`).
+fn restore(doc: &mut Document, at: &str, old: Option<Bson>, index: Option<usize>) {
+    let Ok(Some((parent, last))) = parent(doc, at, false) else {
+        return;
+    };
+    match (parent, old) {
+        (Parent::Doc(d), None) => {
+            d.remove(last);
+        }
+        (Parent::Doc(d), Some(old)) => match d.get_mut(last) {
+            Some(slot) => *slot = old,
+            // Removed by `$unset`: back to where it was.
+            None => insert_at(d, index, last, old),
+        },
+        (Parent::Arr(a, _), old) => {
+            if let Some(slot) = array_index(last).and_then(|i| a.get_mut(i)) {
+                *slot = old.unwrap_or(Bson::Null);
+            }
+        }
+    }
+}
+
+/// The last segment of a dotted path.
+fn last_segment(path: &str) -> &str {
+    path.rfind('.').map_or(path, |i| &path[i + 1..])
+}
+
+/// Whether `v` is or holds a Double NaN.
+fn contains_nan(v: &Bson) -> bool {
+    match v {
+        Bson::Double(f) => f.is_nan(),
+        Bson::Document(d) => d.values().any(contains_nan),
+        Bson::Array(a) => a.iter().any(contains_nan),
+        Bson::JavaScriptCodeWithScope(c) => c.scope.values().any(contains_nan),
+        _ => false,
+    }
+}
+
+/// The value at `path` of `doc`, as [`lookup`] finds it, mutably.
+fn lookup_mut<'a>(doc: &'a mut Document, path: &str) -> Option<&'a mut Bson> {
+    match parent(doc, path, false) {
+        Ok(Some((Parent::Doc(d), last))) => d.get_mut(last),
+        Ok(Some((Parent::Arr(a, _), last))) => a.get_mut(array_index(last)?),
+        _ => None,
+    }
+}
+
+/// A document or an array met on a path.
+#[derive(Clone, Copy)]
+enum Container<'d> {
+    Doc(&'d Document),
+    Arr(&'d [Bson]),
+}
+
+/// How far a path reaches into a document.
+enum Reach<'d> {
+    /// Every segment but the last exists: the container of the last, and
+    /// where the last segment starts in the path.
+    Parent(Container<'d>, usize),
+    /// The segment ending at byte `end` of the path is missing from a document.
+    MissingField { end: usize },
+    /// A segment indexes past the end of the array (of `len` elements) whose
+    /// path ends at byte `array_end`.
+    MissingElement { array_end: usize, len: usize },
+    /// The path runs through a scalar, or through an array by a non-numeric
+    /// segment.
+    Blocked,
+}
+
+/// Walks `path` in `doc` as [`parent`] does, without creating anything.
+fn reach<'d>(doc: &'d Document, path: &str) -> Reach<'d> {
+    let mut container = Container::Doc(doc);
+    let mut start = 0;
+    loop {
+        let end = match path[start..].find('.') {
+            None => return Reach::Parent(container, start),
+            Some(i) => start + i,
+        };
+        let seg = &path[start..end];
+        let child = match container {
+            Container::Doc(d) => match d.get(seg) {
+                Some(child) => child,
+                None => return Reach::MissingField { end },
+            },
+            Container::Arr(a) => match array_index(seg) {
+                None => return Reach::Blocked,
+                Some(i) if i >= a.len() => {
+                    return Reach::MissingElement {
+                        array_end: start - 1,
+                        len: a.len(),
+                    }
+                }
+                Some(i) => &a[i],
+            },
+        };
+        container = match child {
+            Bson::Document(d) => Container::Doc(d),
+            Bson::Array(a) => Container::Arr(a),
+            _ => return Reach::Blocked,
+        };
+        start = end + 1;
     }
 }
 
@@ -768,13 +1189,22 @@ fn as_f64(v: &Bson) -> f64 {
     }
 }
 
-fn push(doc: &mut Document, path: &str, value: &Bson, as_set: bool) -> Result<(), StoreError> {
-    let items: &[Bson] = match value {
-        Bson::Document(d) if is_operator_doc(d) => match d.get("$each") {
-            Some(Bson::Array(each)) => each,
-            _ => &[],
-        },
-        v => std::slice::from_ref(v),
+fn push(doc: &mut Document, path: &str, value: Arg<'_>, as_set: bool) -> Result<(), StoreError> {
+    let items = match value {
+        Arg::Borrowed(value) => Items::Borrowed(match value {
+            Bson::Document(d) if is_operator_doc(d) => match d.get("$each") {
+                Some(Bson::Array(each)) => each,
+                _ => &[],
+            },
+            v => std::slice::from_ref(v),
+        }),
+        Arg::Taken(value) => Items::Taken(match value {
+            Bson::Document(d) if is_operator_doc(d) => match d.get_mut("$each") {
+                Some(Bson::Array(each)) => each,
+                _ => &mut [],
+            },
+            v => std::slice::from_mut(v),
+        }),
     };
     let found = {
         let Some((mut parent, last)) = parent(doc, path, true)? else {
@@ -803,15 +1233,52 @@ fn push(doc: &mut Document, path: &str, value: &Bson, as_set: bool) -> Result<()
     ))
 }
 
-fn append(array: &mut Vec<Bson>, items: &[Bson], as_set: bool) {
-    for item in items {
-        if !as_set || !array.iter().any(|e| super::values_equal(e, item)) {
-            array.push(item.clone());
+/// The values a `$push` or `$addToSet` appends.
+enum Items<'a> {
+    Borrowed(&'a [Bson]),
+    /// To be moved out (leaving nulls).
+    Taken(&'a mut [Bson]),
+}
+
+impl Items<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Items::Borrowed(items) => items.len(),
+            Items::Taken(items) => items.len(),
         }
     }
 }
 
-fn pull(doc: &mut Document, path: &str, cond: &Bson) -> Result<(), StoreError> {
+fn append(array: &mut Vec<Bson>, items: Items<'_>, as_set: bool) {
+    let new = |array: &Vec<Bson>, item: &Bson| {
+        !as_set || !array.iter().any(|e| super::values_equal(e, item))
+    };
+    match items {
+        Items::Borrowed(items) => {
+            for item in items {
+                if new(array, item) {
+                    array.push(item.clone());
+                }
+            }
+        }
+        Items::Taken(items) => {
+            for item in items {
+                if new(array, item) {
+                    array.push(std::mem::replace(item, Bson::Null));
+                }
+            }
+        }
+    }
+}
+
+/// Removes the elements of the array at `path` that `cond` selects; when
+/// `removed` is given, moves them there with their previous indexes.
+fn pull(
+    doc: &mut Document,
+    path: &str,
+    cond: &Bson,
+    removed: Option<&mut Vec<(usize, Bson)>>,
+) -> Result<(), StoreError> {
     let found = {
         let Some((mut parent, last)) = parent(doc, path, false)? else {
             return Ok(());
@@ -819,7 +1286,10 @@ fn pull(doc: &mut Document, path: &str, cond: &Bson) -> Result<(), StoreError> {
         match leaf_mut(&mut parent, last) {
             None => return Ok(()),
             Some(Bson::Array(array)) => {
-                array.retain(|e| !pull_matches(e, cond));
+                match removed {
+                    Some(removed) => take_matching(array, cond, removed),
+                    None => array.retain(|e| !pull_matches(e, cond)),
+                }
                 return Ok(());
             }
             Some(other) => type_name(other),
@@ -832,6 +1302,21 @@ fn pull(doc: &mut Document, path: &str, cond: &Bson) -> Result<(), StoreError> {
             id_of(doc)
         ),
     ))
+}
+
+/// Moves the elements of `array` that `cond` selects to `removed`, with
+/// their indexes, keeping the order of the others.
+fn take_matching(array: &mut Vec<Bson>, cond: &Bson, removed: &mut Vec<(usize, Bson)>) {
+    let mut kept = 0;
+    for i in 0..array.len() {
+        if pull_matches(&array[i], cond) {
+            removed.push((i, std::mem::replace(&mut array[i], Bson::Null)));
+        } else {
+            array.swap(kept, i);
+            kept += 1;
+        }
+    }
+    array.truncate(kept);
 }
 
 /// Whether `$pull`'s condition selects `element`.
@@ -1407,12 +1892,228 @@ mod tests {
                         apply_logged(&mut logged, &u, now(), false, &mut undo).unwrap();
                         prop_assert_eq!(&logged, &d);
                         prop_assert_eq!(undo.changed(&logged), logged != original);
+                        prop_assert_eq!(
+                            size::document_len(&original) as isize + undo.size_delta(),
+                            size::document_len(&logged) as isize
+                        );
                         undo.rollback(&mut logged);
                         prop_assert_eq!(&logged, &original);
                         prop_assert_eq!(keys(&logged), keys(&original));
                     }
                 }
             }
+        }
+
+        /// Values for deeper documents: nested documents, arrays of
+        /// documents, arrays longer than ten elements, NaN.
+        fn deep_value() -> impl Strategy<Value = Bson> {
+            let leaf = prop_oneof![
+                (-3..3i32).prop_map(Bson::Int32),
+                Just(Bson::Int64(7)),
+                Just(Bson::Double(f64::NAN)),
+                Just(Bson::Double(-0.0)),
+                Just(Bson::Null),
+                "[a-c]{0,3}".prop_map(Bson::String),
+            ];
+            leaf.prop_recursive(3, 40, 12, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..13).prop_map(Bson::Array),
+                    proptest::collection::vec((prop_oneof!["x", "y", "k"], inner), 0..4).prop_map(
+                        |fields| {
+                            let mut d = Document::new();
+                            for (k, v) in fields {
+                                d.insert(k, v);
+                            }
+                            Bson::Document(d)
+                        }
+                    ),
+                ]
+            })
+        }
+
+        fn deep_document() -> impl Strategy<Value = Document> {
+            proptest::collection::vec((prop_oneof!["a", "b", "l", "d"], deep_value()), 0..5)
+                .prop_map(|fields| {
+                    let mut d = doc! { "_id": 1 };
+                    for (k, v) in fields {
+                        d.insert(k, v);
+                    }
+                    d
+                })
+        }
+
+        fn deep_update() -> impl Strategy<Value = Document> {
+            let op = prop_oneof![
+                Just("$set"),
+                Just("$unset"),
+                Just("$inc"),
+                Just("$push"),
+                Just("$addToSet"),
+                Just("$pull"),
+                Just("$currentDate"),
+                Just("$setOnInsert"),
+            ];
+            let path = prop_oneof![
+                "[abld]",
+                "[abld]\\.[xyk0-9]",
+                "[abld]\\.(1[0-2]|[0-9])\\.[xyk0-9]",
+                "[abld]\\.[xyk]\\.[xyk]",
+                Just("l.12".to_owned()),
+                Just("n.m.o".to_owned()),
+            ];
+            let value = prop_oneof![
+                deep_value(),
+                Just(Bson::Document(doc! { "$in": [1, "a", Bson::Null] })),
+                Just(Bson::Document(doc! { "$gte": 0 })),
+                Just(Bson::Document(doc! { "x": 1 })),
+                Just(Bson::Document(doc! { "$each": [1, 1, "b", [2]] })),
+            ];
+            proptest::collection::vec((op, path, value), 1..6).prop_map(|ops| {
+                let mut u = Document::new();
+                for (op, path, value) in ops {
+                    let value = match op {
+                        "$inc" => Bson::Int32(1),
+                        "$currentDate" => Bson::Boolean(true),
+                        _ => value,
+                    };
+                    if !u.contains_key(op) {
+                        u.insert(op, Document::new());
+                    }
+                    if let Some(Bson::Document(spec)) = u.get_mut(op) {
+                        spec.insert(path, value);
+                    }
+                }
+                u
+            })
+        }
+
+        /// Whether a top-level field that `u` touches differs (with `Bson`'s
+        /// `==`) between `before` and `after`.
+        fn touched_field_differs(
+            before: &Document,
+            after: &Document,
+            u: &Document,
+            inserting: bool,
+        ) -> bool {
+            u.iter()
+                .filter(|(op, _)| inserting || op.as_str() != "$setOnInsert")
+                .filter_map(|(_, spec)| spec.as_document())
+                .flat_map(Document::keys)
+                .any(|path| {
+                    let key = split_dot(path).map_or(path.as_str(), |(first, _)| first);
+                    before.get(key) != after.get(key)
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            #[test]
+            fn the_undo_log_restores_measures_and_detects_changes(
+                original in deep_document(),
+                u in deep_update(),
+                inserting in any::<bool>(),
+            ) {
+                let mut d = original.clone();
+                let mut undo = UndoLog::default();
+                match apply_logged(&mut d, &u, now(), inserting, &mut undo) {
+                    Err(_) => {}
+                    Ok(()) => {
+                        prop_assert_eq!(
+                            undo.changed(&d),
+                            touched_field_differs(&original, &d, &u, inserting)
+                        );
+                        let measured = size::document_len(&original) as isize + undo.size_delta();
+                        prop_assert_eq!(measured, bson::to_vec(&d).unwrap().len() as isize);
+                        // Taking the values out of the update gives the same result.
+                        let mut taken = original.clone();
+                        let mut emptied = u.clone();
+                        let mut undo_taking = UndoLog::default();
+                        apply_logged_taking(&mut taken, &mut emptied, now(), inserting, &mut undo_taking).unwrap();
+                        prop_assert_eq!(format!("{taken}"), format!("{d}"));
+                        prop_assert_eq!(keys(&taken), keys(&d));
+                        prop_assert_eq!(undo_taking.changed(&taken), undo.changed(&d));
+                        prop_assert_eq!(undo_taking.size_delta(), undo.size_delta());
+                        undo_taking.rollback(&mut taken);
+                        prop_assert_eq!(format!("{taken}"), format!("{original}"));
+                        // Applied to a new document, the update gives the same result.
+                        if inserting {
+                            let mut created = original.clone();
+                            apply_to_new(&mut created, u.clone(), now()).unwrap();
+                            prop_assert_eq!(keys(&created), keys(&d));
+                            prop_assert_eq!(format!("{created}"), format!("{d}"));
+                        }
+                    }
+                }
+                undo.rollback(&mut d);
+                prop_assert_eq!(format!("{d}"), format!("{original}"));
+                prop_assert_eq!(keys(&d), keys(&original));
+            }
+
+            #[test]
+            fn updates_of_new_documents_fail_as_logged_ones_do(
+                original in deep_document(),
+                u in deep_update(),
+            ) {
+                let mut logged = original.clone();
+                let mut created = original.clone();
+                let mut taken = original.clone();
+                let a = apply_update(&mut logged, &u, now(), true);
+                let b = apply_to_new(&mut created, u.clone(), now());
+                let mut emptied = u.clone();
+                let mut undo = UndoLog::default();
+                let c = apply_logged_taking(&mut taken, &mut emptied, now(), true, &mut undo);
+                let a = a.map_err(|e| (e.kind, e.code, e.message));
+                prop_assert_eq!(&a, &b.map_err(|e| (e.kind, e.code, e.message)));
+                prop_assert_eq!(&a, &c.map_err(|e| (e.kind, e.code, e.message)));
+                undo.rollback(&mut taken);
+                prop_assert_eq!(format!("{taken}"), format!("{original}"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_touched_field_holding_nan_counts_as_changed() {
+        // As when comparing the field before and after: NaN is unequal to itself.
+        let original = doc! { "_id": 1, "a": { "n": f64::NAN, "m": 1 }, "b": f64::NAN };
+        for (u, changed) in [
+            (doc! { "$set": { "a.m": 1 } }, true),
+            (doc! { "$inc": { "a.m": 0 } }, true),
+            (doc! { "$set": { "c": 1 } }, true),
+            (doc! { "$unset": { "c": "" } }, false),
+            (doc! { "$unset": { "b.x": "" } }, true),
+            (doc! { "$pull": { "z": 1 } }, false),
+        ] {
+            let mut d = original.clone();
+            let mut undo = UndoLog::default();
+            apply_logged(&mut d, &u, now(), false, &mut undo).unwrap();
+            assert_eq!(undo.changed(&d), changed, "{u}");
+        }
+    }
+
+    #[test]
+    fn sizes_follow_pulls_across_index_widths() {
+        let list: Vec<Bson> = (0..25)
+            .map(|i| Bson::String(format!("t{}", i % 4)))
+            .collect();
+        let original = doc! { "_id": 1, "l": list, "d": { "l": [1, 2, 1] } };
+        for u in [
+            doc! { "$pull": { "l": "t1" } },
+            doc! { "$pull": { "l": { "$in": ["t0", "t3"] } }, "$push": { "d.l": { "$each": (0..12).collect::<Vec<i32>>() } } },
+            doc! { "$pull": { "d.l": 1 }, "$addToSet": { "l": "t9" } },
+            doc! { "$set": { "l.30": 1, "d.l.1": "x" } },
+            doc! { "$unset": { "l.3": "", "d.l": "" } },
+        ] {
+            let mut d = original.clone();
+            let mut undo = UndoLog::default();
+            apply_logged(&mut d, &u, now(), false, &mut undo).unwrap();
+            assert_eq!(
+                size::document_len(&original) as isize + undo.size_delta(),
+                bson::to_vec(&d).unwrap().len() as isize,
+                "{u}"
+            );
+            undo.rollback(&mut d);
+            assert_eq!(d, original, "{u}");
         }
     }
 }
