@@ -602,6 +602,30 @@ impl Store for MemoryStore {
             .map(|(outcome, _)| outcome)
     }
 
+    /// One command, as on MongoDB: every statement is tried (unordered), and
+    /// the first error, if any, is returned after all of them ran.
+    async fn update_each(
+        &self,
+        ns: &Namespace,
+        statements: Vec<(Document, Document)>,
+    ) -> Result<u64, StoreError> {
+        self.count();
+        let mut matched = 0;
+        let mut first_error = None;
+        for (filter, update) in statements {
+            match self.update(ns, &filter, update, false, None) {
+                Ok((outcome, _)) => matched += outcome.matched,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(matched),
+        }
+    }
+
     async fn find_one_and_update(
         &self,
         ns: &Namespace,
@@ -954,6 +978,46 @@ mod tests {
             .unwrap();
         assert_eq!(found.len(), 6);
         assert_eq!(found[0], doc! { "_id": 2.5 });
+    }
+
+    #[tokio::test]
+    async fn update_each_runs_every_statement_and_counts_one_command() {
+        let s = store_with(vec![
+            doc! { "_id": 1, "n": 1 },
+            doc! { "_id": 2, "n": 1, "s": "text" },
+            doc! { "_id": 3, "n": 1 },
+        ])
+        .await;
+        let before = s.command_count();
+        let matched = s
+            .update_each(
+                &ns(),
+                vec![
+                    (doc! { "_id": 1 }, doc! { "$inc": { "n": 1 } }),
+                    (doc! { "_id": 2, "n": 5 }, doc! { "$inc": { "n": 1 } }),
+                    (doc! { "_id": 3, "n": { "$gte": 1 } }, doc! { "$inc": { "n": 2 } }),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(matched, 2);
+        assert_eq!(s.command_count() - before, 1);
+        // Unordered: a failing statement does not stop the ones after it.
+        let err = s
+            .update_each(
+                &ns(),
+                vec![
+                    (doc! { "_id": 2 }, doc! { "$inc": { "s": 1 } }),
+                    (doc! { "_id": 3 }, doc! { "$inc": { "n": 10 } }),
+                ],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, StoreErrorKind::TypeMismatch, "{err}");
+        let n = |d: Option<Document>| d.unwrap().get_i32("n").unwrap();
+        assert_eq!(n(s.find_one(&ns(), doc! { "_id": 1 }).await.unwrap()), 2);
+        assert_eq!(n(s.find_one(&ns(), doc! { "_id": 2 }).await.unwrap()), 1);
+        assert_eq!(n(s.find_one(&ns(), doc! { "_id": 3 }).await.unwrap()), 13);
     }
 
     #[tokio::test]
