@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tandem::store::{Namespace, Store};
 use tandem::testing::FaultStore;
 use tandem::{
-    CommitPoint, Coordinator, DocumentChange, ManualClock, MemoryStore, RecoveryConfig,
+    CommitPoint, Coordinator, DocumentChange, ManualClock, MemoryStore, RecoveryConfig, Strategy,
     Transaction, TxError, TxState,
 };
 
@@ -55,13 +55,20 @@ pub async fn fill(store: &dyn Store, ns: &Namespace, pool: usize) {
     }
 }
 
-/// A store with the account pool, and a coordinator on it returning at `point`.
+/// A store with the account pool, and a two-phase coordinator on it returning at `point`.
 pub async fn setup(point: CommitPoint) -> (MemoryStore, Coordinator) {
+    setup_with(point, Strategy::TwoPhase).await
+}
+
+/// A store with the account pool, and a coordinator on it using `strategy`
+/// (returning at `point`, for the two-phase strategy).
+pub async fn setup_with(point: CommitPoint, strategy: Strategy) -> (MemoryStore, Coordinator) {
     let store = MemoryStore::new();
     fill(&store, &accounts(), POOL).await;
     let coordinator = Coordinator::builder(store.clone())
         .database(DB)
         .commit_point(point)
+        .strategy(strategy)
         .build();
     (store, coordinator)
 }
@@ -104,13 +111,23 @@ pub const PER_STORE: u64 = 10_000;
 /// Transfers committed per second on one core, over `n` transfers, on a fresh
 /// store every `per_store` transfers (each store warmed up by 100 untimed transfers).
 pub fn transfers_per_second(point: CommitPoint, n: u64, per_store: u64) -> f64 {
+    transfers_per_second_with(point, Strategy::TwoPhase, n, per_store)
+}
+
+/// [`transfers_per_second`] with the given strategy.
+pub fn transfers_per_second_with(
+    point: CommitPoint,
+    strategy: Strategy,
+    n: u64,
+    per_store: u64,
+) -> f64 {
     let rt = one_core_runtime();
     rt.block_on(async {
         let mut busy = Duration::ZERO;
         let mut done = 0;
         while done < n {
             let chunk = per_store.max(1).min(n - done);
-            let (_store, coordinator) = setup(point).await;
+            let (_store, coordinator) = setup_with(point, strategy).await;
             run_transfers(&coordinator, 0, 100).await;
             busy += run_transfers(&coordinator, 100 + done, chunk).await;
             done += chunk;

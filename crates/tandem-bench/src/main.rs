@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use tandem::CommitPoint;
+use tandem::{CommitPoint, Strategy};
 use tandem_bench::embedded::{self, MemoryBreakdown};
 use tandem_bench::fawn::FawnDriver;
 use tandem_bench::report::{load, Embedded, Machine, Report};
@@ -163,6 +163,15 @@ fn embedded_part(quick: bool) -> Embedded {
         "embedded store: {transfers} transfers, CommitPoint::Applied"
     ));
     let applied_tps = embedded::transfers_per_second(CommitPoint::Applied, transfers, per_store);
+    say(&format!(
+        "embedded store: {transfers} transfers, Strategy::Native"
+    ));
+    let native_tps = embedded::transfers_per_second_with(
+        CommitPoint::Done,
+        Strategy::Native,
+        transfers,
+        per_store,
+    );
     let one_store = if quick {
         None
     } else {
@@ -185,6 +194,7 @@ fn embedded_part(quick: bool) -> Embedded {
     Embedded {
         done_tps,
         applied_tps,
+        native_tps,
         transfers,
         per_store,
         one_store,

@@ -57,6 +57,8 @@ pub struct Embedded {
     pub done_tps: f64,
     /// Transfers per second, `CommitPoint::Applied`.
     pub applied_tps: f64,
+    /// Transfers per second with `Strategy::Native` (the store's own all-or-nothing).
+    pub native_tps: f64,
     /// Transfers measured for each of the two.
     pub transfers: u64,
     /// Transfers per fresh store (the store is rebuilt, untimed, after this many).
@@ -336,7 +338,11 @@ Client CPU: user+system time of the client process (`getrusage`) over the sequen
             }
         }
         if let Some(e) = &self.embedded {
-            for (name, tps) in [("Applied", e.applied_tps), ("Done", e.done_tps)] {
+            for (name, tps) in [
+                ("two-phase, Applied", e.applied_tps),
+                ("two-phase, Done", e.done_tps),
+                ("native", e.native_tps),
+            ] {
                 let _ = writeln!(
                     s,
                     "| embedded store ≥ 100,000 transfers/s on one core ({name}) | {tps:.0} /s | {:.2}× | {} |",
@@ -388,6 +394,11 @@ Each command's time as the driver measured it (send to reply), for one transfer 
             s,
             "| transfers/s, `CommitPoint::Applied` ({} transfers, fresh store every {}, background finishing included) | {:.0} |",
             e.transfers, e.per_store, e.applied_tps
+        );
+        let _ = writeln!(
+            s,
+            "| transfers/s, `Strategy::Native` ({} transfers, fresh store every {}) | {:.0} |",
+            e.transfers, e.per_store, e.native_tps
         );
         if let Some((n, tps)) = e.one_store {
             let _ = writeln!(

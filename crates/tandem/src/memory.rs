@@ -995,7 +995,10 @@ mod tests {
                 vec![
                     (doc! { "_id": 1 }, doc! { "$inc": { "n": 1 } }),
                     (doc! { "_id": 2, "n": 5 }, doc! { "$inc": { "n": 1 } }),
-                    (doc! { "_id": 3, "n": { "$gte": 1 } }, doc! { "$inc": { "n": 2 } }),
+                    (
+                        doc! { "_id": 3, "n": { "$gte": 1 } },
+                        doc! { "$inc": { "n": 2 } },
+                    ),
                 ],
             )
             .await

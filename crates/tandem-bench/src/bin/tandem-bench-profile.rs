@@ -1,15 +1,16 @@
-//! `tandem-bench-profile [done|applied|recovery] [N] [PER_STORE]`: a small binary to profile.
+//! `tandem-bench-profile [done|applied|native|recovery] [N] [PER_STORE]`: a small binary to profile.
 //!
 //! Runs N transfers on the embedded store on one core (a fresh store every
-//! PER_STORE transfers, default: never), or recovers N in-flight transfers,
-//! and prints the rate. Meant to run under `perf record` or
+//! PER_STORE transfers, default: never) with the two-phase strategy returning
+//! at `done` or `applied`, or with the native strategy; or recovers N
+//! in-flight transfers; and prints the rate. Meant to run under `perf record` or
 //! `valgrind --tool=callgrind`.
 
 use std::time::Instant;
 
-use tandem::CommitPoint;
+use tandem::{CommitPoint, Strategy};
 use tandem_bench::embedded::{
-    leave_in_flight, one_core_runtime, recover_all, run_transfers, setup,
+    leave_in_flight, one_core_runtime, recover_all, run_transfers, setup_with,
 };
 
 fn main() {
@@ -32,12 +33,17 @@ fn main() {
     } else {
         CommitPoint::Done
     };
+    let strategy = if what == "native" {
+        Strategy::Native
+    } else {
+        Strategy::TwoPhase
+    };
     let t0 = Instant::now();
     let mut busy = std::time::Duration::ZERO;
     let mut done = 0;
     while done < n {
         let chunk = per_store.min(n - done);
-        let (_store, coordinator) = rt.block_on(setup(point));
+        let (_store, coordinator) = rt.block_on(setup_with(point, strategy));
         busy += rt.block_on(run_transfers(&coordinator, done, chunk));
         done += chunk;
     }
