@@ -575,13 +575,33 @@ impl Participant for DocumentChange {
     }
 
     fn resource(&self) -> String {
-        let id = bson::to_vec(&doc! { "id": self.id.clone() }).unwrap_or_default();
-        format!(
-            "{}|{}|{:?}",
-            self.store.as_deref().unwrap_or(""),
-            self.namespace,
-            id
-        )
+        use std::fmt::Write;
+        let store = self.store.as_deref().unwrap_or("");
+        let ns = &self.namespace;
+        let mut key = String::with_capacity(store.len() + ns.db.len() + ns.collection.len() + 32);
+        key.push_str(store);
+        key.push('|');
+        key.push_str(&ns.db);
+        key.push('.');
+        key.push_str(&ns.collection);
+        key.push('|');
+        // Two ids are one document exactly when their BSON encodings are equal.
+        // A string's encoding is its bytes, so it stands for itself; any other
+        // value is spelled by its encoding, and the tag keeps the two apart.
+        match &self.id {
+            Bson::String(id) => {
+                key.push('s');
+                key.push_str(id);
+            }
+            other => {
+                key.push('b');
+                let bytes = bson::to_vec(&doc! { "id": other.clone() }).unwrap_or_default();
+                for b in bytes {
+                    let _ = write!(key, "{b:02x}");
+                }
+            }
+        }
+        key
     }
 
     fn validate(&self) -> Result<(), ChangeError> {
