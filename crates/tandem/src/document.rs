@@ -134,13 +134,17 @@ impl DocumentChange {
         filter.insert(self.marker.clone(), doc! { "$ne": tx });
         filter.insert(TOMBSTONES, doc! { "$ne": tx });
         // A credit deferred to the commit must not overflow there, where it cannot be refused.
-        let ceilings: Vec<Bson> = self
+        let ceilings: Vec<(String, Bson)> = self
             .deferred_credits()
             .filter_map(|(path, by)| {
                 // `$not: {$gt}` rather than `$or` of `$lte` and `$exists`: it also admits a
                 // missing field, and keeps the filter a plain `_id` look-up for the server.
-                credit_ceiling(by)
-                    .map(|max| Bson::Document(doc! { path: { "$not": { "$gt": max } } }))
+                credit_ceiling(by).map(|max| {
+                    (
+                        path.to_owned(),
+                        Bson::Document(doc! { "$not": { "$gt": max } }),
+                    )
+                })
             })
             .collect();
         merge_conditions(&mut filter, ceilings);
@@ -173,19 +177,19 @@ impl DocumentChange {
             // Nobody else may have a change pending on a document we change exclusively.
             filter.insert(format!("{}.0", self.marker), doc! { "$exists": false });
         }
-        let mut conds: Vec<Bson> = self
+        let mut conds: Vec<(String, Bson)> = self
             .guards
             .iter()
-            .map(|g| Bson::Document(g.to_filter()))
+            .map(|g| (g.path.clone(), Bson::Document(g.condition())))
             .collect();
         if let Some(before) = before {
             // The document must still be as it was read, or the image would be stale.
             for (path, value) in image_from_doc(before) {
                 let cond = match value {
-                    Some(v) => doc! { path: { "$eq": v } },
-                    None => doc! { path: { "$exists": false } },
+                    Some(v) => doc! { "$eq": v },
+                    None => doc! { "$exists": false },
                 };
-                conds.push(Bson::Document(cond));
+                conds.push((path, Bson::Document(cond)));
             }
         }
         merge_conditions(&mut filter, conds);
@@ -584,34 +588,29 @@ impl DocumentChange {
     }
 }
 
-/// Adds single-key conditions to `filter`: at its top level where the key is
+/// Adds conditions, each a field and what it must satisfy, to `filter`: at
+/// its top level where the key is
 /// free, or merged into the operator document already there when the two use
 /// different operators, so the store still sees a plain `_id` lookup (a server
 /// may scan instead when conditions sit inside `$and` or `$or`); inside `$and`
 /// only where neither is possible.
-fn merge_conditions(filter: &mut Document, conds: Vec<Bson>) {
+fn merge_conditions(filter: &mut Document, conds: Vec<(String, Bson)>) {
     let mut rest = Vec::new();
-    for cond in conds {
-        match cond {
-            Bson::Document(d) if d.len() == 1 => {
-                let (key, value) = d.into_iter().next().expect("one key");
-                match (filter.get_mut(&key), value) {
-                    (None, value) => {
-                        filter.insert(key, value);
-                    }
-                    (Some(Bson::Document(have)), Bson::Document(add))
-                        if query::is_operator_doc(have)
-                            && query::is_operator_doc(&add)
-                            && add
-                                .keys()
-                                .all(|op| op.starts_with('$') && !have.contains_key(op)) =>
-                    {
-                        have.extend(add);
-                    }
-                    (Some(_), value) => rest.push(Bson::Document(doc! { key: value })),
-                }
+    for (key, value) in conds {
+        match (filter.get_mut(&key), value) {
+            (None, value) => {
+                filter.insert(key, value);
             }
-            other => rest.push(other),
+            (Some(Bson::Document(have)), Bson::Document(add))
+                if query::is_operator_doc(have)
+                    && query::is_operator_doc(&add)
+                    && add
+                        .keys()
+                        .all(|op| op.starts_with('$') && !have.contains_key(op)) =>
+            {
+                have.extend(add);
+            }
+            (Some(_), value) => rest.push(Bson::Document(doc! { key: value })),
         }
     }
     if rest.is_empty() {
