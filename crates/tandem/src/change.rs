@@ -200,7 +200,14 @@ pub struct Guard {
 impl Guard {
     /// The guard as a query filter.
     pub fn to_filter(&self) -> Document {
-        let cond = match self.op {
+        let mut d = Document::new();
+        d.insert(self.path.clone(), self.condition());
+        d
+    }
+
+    /// The condition on the guarded field: the value at its path in [`to_filter`](Self::to_filter).
+    pub(crate) fn condition(&self) -> Document {
+        match self.op {
             GuardOp::Eq => bson::doc! { "$eq": self.value.clone() },
             GuardOp::Ne => bson::doc! { "$ne": self.value.clone() },
             GuardOp::Gt => bson::doc! { "$gt": self.value.clone() },
@@ -209,10 +216,7 @@ impl Guard {
             GuardOp::Lte => bson::doc! { "$lte": self.value.clone() },
             GuardOp::Exists => bson::doc! { "$exists": true },
             GuardOp::Missing => bson::doc! { "$exists": false },
-        };
-        let mut d = Document::new();
-        d.insert(self.path.clone(), cond);
-        d
+        }
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bson::doc;
+use bson::{doc, Bson, Document};
 use futures::future::join_all;
 use tokio::task::JoinHandle;
 
@@ -14,7 +14,7 @@ use crate::engine::{history, Engine, Live, Party};
 use crate::error::{ChangeError, StepError, TxError};
 use crate::event::{EventSink, TxEvent};
 use crate::participant::{Participant, ParticipantKinds, StepContext, Stores};
-use crate::record::{ParticipantEntry, TxRecord, TxState};
+use crate::record::{TxRecord, TxState};
 use crate::recovery::RecoveryWorker;
 use crate::store::{IndexSpec, Store, StoreError, StoreErrorKind};
 use crate::TxId;
@@ -22,6 +22,20 @@ use crate::TxId;
 enum Item {
     Document(Box<DocumentChange>),
     Custom(Box<dyn Participant>),
+}
+
+/// A participant as its record entry stores it: the stored form of a
+/// [`ParticipantEntry`](crate::record::ParticipantEntry), written out directly rather than through serde.
+fn entry(participant: &dyn Participant, spec: Document, before: Option<Document>) -> Bson {
+    let mut entry = doc! {
+        "kind": participant.kind(),
+        "label": participant.label(),
+        "spec": spec,
+    };
+    if let Some(before) = before {
+        entry.insert("before", before);
+    }
+    Bson::Document(entry)
 }
 
 /// A set of changes to run all-or-nothing.
@@ -464,12 +478,11 @@ impl Coordinator {
                 }
                 Err(cause) => return Err(TxError::Canceled { id, cause }),
             };
-            entries.push(ParticipantEntry {
-                kind: participant.kind().to_owned(),
-                label: participant.label(),
-                spec: participant.spec()?,
-                before: before.clone(),
-            });
+            entries.push(entry(
+                participant.as_ref(),
+                participant.spec()?,
+                before.clone(),
+            ));
             parties.push(Party {
                 participant,
                 before,
@@ -597,41 +610,52 @@ impl Coordinator {
     }
 
     /// Writes the record in state `pending`, with timestamps from the store's clock.
-    async fn create_record(
-        &self,
-        live: &Live,
-        entries: Vec<ParticipantEntry>,
-    ) -> Result<(), TxError> {
+    async fn create_record(&self, live: &Live, entries: Vec<Bson>) -> Result<(), TxError> {
         let engine = &self.engine;
         let config = &engine.config;
         let ns = engine.records_ns();
-        let participants = bson::to_bson(&entries).map_err(|e| {
-            TxError::Invalid(ChangeError::Unserializable {
-                path: "participants".into(),
-                message: e.to_string(),
-            })
-        })?;
         let lease_millis = i64::try_from(config.lease.as_millis()).unwrap_or(i64::MAX);
-        // `state: {$in: []}` matches nothing, so an existing record is never touched:
-        // the upsert then collides with its `_id` and fails with a duplicate key.
-        let filter = doc! { "_id": live.id.as_str(), "state": { "$in": [] } };
-        let update = doc! {
-            "$setOnInsert": {
-                "state": TxState::Pending,
-                "participants": participants,
-                "owner": &config.owner,
-                "epoch": live.epoch,
-                "leaseMillis": lease_millis,
-                "attempts": 0,
-                "history": [history(TxState::Pending, &config.owner, live.epoch, "create")],
-            },
-            "$currentDate": { "created": true, "lastModified": true },
+        let statement = |participants: Vec<Bson>| {
+            // `state: {$in: []}` matches nothing, so an existing record is never touched:
+            // the upsert then collides with its `_id` and fails with a duplicate key.
+            let filter = doc! { "_id": live.id.as_str(), "state": { "$in": [] } };
+            let update = doc! {
+                "$setOnInsert": {
+                    "state": TxState::Pending,
+                    "participants": participants,
+                    "owner": &config.owner,
+                    "epoch": live.epoch,
+                    "leaseMillis": lease_millis,
+                    "attempts": 0,
+                    "history": [history(TxState::Pending, &config.owner, live.epoch, "create")],
+                },
+                "$currentDate": { "created": true, "lastModified": true },
+            };
+            (filter, update)
         };
+        // The first attempt takes the entries as they are; a retry (the store
+        // took them) writes them out again from the participants.
+        let mut first = Some(entries);
+        let ns = &ns;
         let result = engine
             .retry(|| {
-                engine
-                    .records()
-                    .update_one(&ns, filter.clone(), update.clone(), true)
+                let participants = match first.take() {
+                    Some(entries) => Ok(entries),
+                    None => live
+                        .parties
+                        .iter()
+                        .map(|party| {
+                            let p = party.participant.as_ref();
+                            Ok(entry(p, p.spec()?, party.before.clone()))
+                        })
+                        .collect::<Result<Vec<_>, ChangeError>>(),
+                };
+                let statement = participants.map(statement);
+                async move {
+                    let (filter, update) = statement
+                        .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
+                    engine.records().update_one(ns, filter, update, true).await
+                }
             })
             .await;
         match result {
@@ -687,5 +711,30 @@ impl Coordinator {
     pub async fn cancel(&self, id: &TxId, reason: &str) -> Result<TxState, TxError> {
         let worker = self.recovery(RecoveryConfig::default());
         worker.cancel(id, reason).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::ParticipantEntry;
+    use crate::Namespace;
+
+    #[test]
+    fn entries_are_stored_as_serde_writes_them() {
+        let change = DocumentChange::update(Namespace::new("bank", "accounts"), "A")
+            .inc("balance", -5_i64)
+            .require_gte("balance", 5_i64);
+        for before in [None, Some(doc! { "fields": [{ "path": "x", "value": 1 }] })] {
+            let spec = change.spec().unwrap();
+            let serde = bson::to_bson(&ParticipantEntry {
+                kind: change.kind().to_owned(),
+                label: change.label(),
+                spec: spec.clone(),
+                before: before.clone(),
+            })
+            .unwrap();
+            assert_eq!(entry(&change, spec, before), serde);
+        }
     }
 }

@@ -134,13 +134,17 @@ impl DocumentChange {
         filter.insert(self.marker.clone(), doc! { "$ne": tx });
         filter.insert(TOMBSTONES, doc! { "$ne": tx });
         // A credit deferred to the commit must not overflow there, where it cannot be refused.
-        let ceilings: Vec<Bson> = self
+        let ceilings: Vec<(String, Bson)> = self
             .deferred_credits()
             .filter_map(|(path, by)| {
                 // `$not: {$gt}` rather than `$or` of `$lte` and `$exists`: it also admits a
                 // missing field, and keeps the filter a plain `_id` look-up for the server.
-                credit_ceiling(by)
-                    .map(|max| Bson::Document(doc! { path: { "$not": { "$gt": max } } }))
+                credit_ceiling(by).map(|max| {
+                    (
+                        path.to_owned(),
+                        Bson::Document(doc! { "$not": { "$gt": max } }),
+                    )
+                })
             })
             .collect();
         merge_conditions(&mut filter, ceilings);
@@ -173,19 +177,19 @@ impl DocumentChange {
             // Nobody else may have a change pending on a document we change exclusively.
             filter.insert(format!("{}.0", self.marker), doc! { "$exists": false });
         }
-        let mut conds: Vec<Bson> = self
+        let mut conds: Vec<(String, Bson)> = self
             .guards
             .iter()
-            .map(|g| Bson::Document(g.to_filter()))
+            .map(|g| (g.path.clone(), Bson::Document(g.condition())))
             .collect();
         if let Some(before) = before {
             // The document must still be as it was read, or the image would be stale.
             for (path, value) in image_from_doc(before) {
                 let cond = match value {
-                    Some(v) => doc! { path: { "$eq": v } },
-                    None => doc! { path: { "$exists": false } },
+                    Some(v) => doc! { "$eq": v },
+                    None => doc! { "$exists": false },
                 };
-                conds.push(Bson::Document(cond));
+                conds.push((path, Bson::Document(cond)));
             }
         }
         merge_conditions(&mut filter, conds);
@@ -431,6 +435,97 @@ impl DocumentChange {
     }
 }
 
+/// Whether serde writes `value` back exactly as it is: the everyday types,
+/// and documents and arrays of them. Others take the serde path.
+fn plain(value: &Bson) -> bool {
+    match value {
+        Bson::Null
+        | Bson::Boolean(_)
+        | Bson::Int32(_)
+        | Bson::Int64(_)
+        | Bson::Double(_)
+        | Bson::String(_) => true,
+        Bson::Array(items) => items.iter().all(plain),
+        Bson::Document(d) => plain_doc(d),
+        _ => false,
+    }
+}
+
+fn plain_doc(d: &Document) -> bool {
+    d.values().all(plain)
+}
+
+impl DocumentChange {
+    /// The spec exactly as serde writes it, built directly; `None` if a value
+    /// is not [`plain`], for which serde is left to decide.
+    fn plain_spec(&self) -> Option<Document> {
+        if !plain(&self.id) || !self.guards.iter().all(|g| plain(&g.value)) {
+            return None;
+        }
+        let op = match &self.op {
+            DocumentOp::Update { ops } => {
+                let mut list = Vec::with_capacity(ops.len());
+                for op in ops {
+                    let entry = match op {
+                        FieldOp::Set { path, value } => {
+                            doc! { "op": "set", "path": path.as_str(), "value": plain(value).then(|| value.clone())? }
+                        }
+                        FieldOp::Unset { path } => doc! { "op": "unset", "path": path.as_str() },
+                        FieldOp::Inc { path, by } => {
+                            doc! { "op": "inc", "path": path.as_str(), "by": plain(by).then(|| by.clone())? }
+                        }
+                        FieldOp::Push { path, value } => {
+                            doc! { "op": "push", "path": path.as_str(), "value": plain(value).then(|| value.clone())? }
+                        }
+                        FieldOp::Pull { path, value } => {
+                            doc! { "op": "pull", "path": path.as_str(), "value": plain(value).then(|| value.clone())? }
+                        }
+                    };
+                    list.push(Bson::Document(entry));
+                }
+                doc! { "type": "update", "ops": list }
+            }
+            DocumentOp::Insert { doc } => {
+                if !plain_doc(doc) {
+                    return None;
+                }
+                doc! { "type": "insert", "doc": doc.clone() }
+            }
+            DocumentOp::Delete => doc! { "type": "delete" },
+        };
+        let guards: Vec<Bson> = self
+            .guards
+            .iter()
+            .map(|g| {
+                let op = match g.op {
+                    GuardOp::Eq => "eq",
+                    GuardOp::Ne => "ne",
+                    GuardOp::Gt => "gt",
+                    GuardOp::Gte => "gte",
+                    GuardOp::Lt => "lt",
+                    GuardOp::Lte => "lte",
+                    GuardOp::Exists => "exists",
+                    GuardOp::Missing => "missing",
+                };
+                Bson::Document(doc! { "path": g.path.as_str(), "op": op, "value": g.value.clone() })
+            })
+            .collect();
+        let mut spec = Document::new();
+        if let Some(store) = &self.store {
+            spec.insert("store", store.as_str());
+        }
+        spec.insert(
+            "namespace",
+            doc! { "db": self.namespace.db.as_str(), "collection": self.namespace.collection.as_str() },
+        );
+        spec.insert("id", self.id.clone());
+        spec.insert("marker", self.marker.as_str());
+        spec.insert("op", op);
+        spec.insert("guards", guards);
+        Some(spec)
+    }
+}
+
 /// One MongoDB command that makes a [`DocumentChange`] inside a native multi-document
 /// transaction: no marker, no lock, but the same guards and the same respect for
 /// documents held by two-phase transactions.
@@ -493,34 +588,29 @@ impl DocumentChange {
     }
 }
 
-/// Adds single-key conditions to `filter`: at its top level where the key is
+/// Adds conditions, each a field and what it must satisfy, to `filter`: at
+/// its top level where the key is
 /// free, or merged into the operator document already there when the two use
 /// different operators, so the store still sees a plain `_id` lookup (a server
 /// may scan instead when conditions sit inside `$and` or `$or`); inside `$and`
 /// only where neither is possible.
-fn merge_conditions(filter: &mut Document, conds: Vec<Bson>) {
+fn merge_conditions(filter: &mut Document, conds: Vec<(String, Bson)>) {
     let mut rest = Vec::new();
-    for cond in conds {
-        match cond {
-            Bson::Document(d) if d.len() == 1 => {
-                let (key, value) = d.into_iter().next().expect("one key");
-                match (filter.get_mut(&key), value) {
-                    (None, value) => {
-                        filter.insert(key, value);
-                    }
-                    (Some(Bson::Document(have)), Bson::Document(add))
-                        if query::is_operator_doc(have)
-                            && query::is_operator_doc(&add)
-                            && add
-                                .keys()
-                                .all(|op| op.starts_with('$') && !have.contains_key(op)) =>
-                    {
-                        have.extend(add);
-                    }
-                    (Some(_), value) => rest.push(Bson::Document(doc! { key: value })),
-                }
+    for (key, value) in conds {
+        match (filter.get_mut(&key), value) {
+            (None, value) => {
+                filter.insert(key, value);
             }
-            other => rest.push(other),
+            (Some(Bson::Document(have)), Bson::Document(add))
+                if query::is_operator_doc(have)
+                    && query::is_operator_doc(&add)
+                    && add
+                        .keys()
+                        .all(|op| op.starts_with('$') && !have.contains_key(op)) =>
+            {
+                have.extend(add);
+            }
+            (Some(_), value) => rest.push(Bson::Document(doc! { key: value })),
         }
     }
     if rest.is_empty() {
@@ -564,6 +654,9 @@ impl Participant for DocumentChange {
     }
 
     fn spec(&self) -> Result<Document, ChangeError> {
+        if let Some(spec) = self.plain_spec() {
+            return Ok(spec);
+        }
         bson::to_document(self).map_err(|e| ChangeError::Unserializable {
             path: "(change)".into(),
             message: e.to_string(),
@@ -575,13 +668,33 @@ impl Participant for DocumentChange {
     }
 
     fn resource(&self) -> String {
-        let id = bson::to_vec(&doc! { "id": self.id.clone() }).unwrap_or_default();
-        format!(
-            "{}|{}|{:?}",
-            self.store.as_deref().unwrap_or(""),
-            self.namespace,
-            id
-        )
+        use std::fmt::Write;
+        let store = self.store.as_deref().unwrap_or("");
+        let ns = &self.namespace;
+        let mut key = String::with_capacity(store.len() + ns.db.len() + ns.collection.len() + 32);
+        key.push_str(store);
+        key.push('|');
+        key.push_str(&ns.db);
+        key.push('.');
+        key.push_str(&ns.collection);
+        key.push('|');
+        // Two ids are one document exactly when their BSON encodings are equal.
+        // A string's encoding is its bytes, so it stands for itself; any other
+        // value is spelled by its encoding, and the tag keeps the two apart.
+        match &self.id {
+            Bson::String(id) => {
+                key.push('s');
+                key.push_str(id);
+            }
+            other => {
+                key.push('b');
+                let bytes = bson::to_vec(&doc! { "id": other.clone() }).unwrap_or_default();
+                for b in bytes {
+                    let _ = write!(key, "{b:02x}");
+                }
+            }
+        }
+        key
     }
 
     fn validate(&self) -> Result<(), ChangeError> {
@@ -801,5 +914,64 @@ fn negate(by: &Bson) -> Bson {
         Bson::Int64(i) => Bson::Int64(-i),
         Bson::Double(d) => Bson::Double(-d),
         other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Namespace;
+
+    #[test]
+    fn plain_specs_are_what_serde_writes() {
+        let ns = Namespace::new("bank", "accounts");
+        let mut changes = vec![
+            DocumentChange::update(ns.clone(), "A")
+                .inc("balance", -100_i64)
+                .require_gte("balance", 100_i64),
+            DocumentChange::update(ns.clone(), 7_i32)
+                .set("s", doc! { "a": [1, "x", null, 2.5] })
+                .unset("u")
+                .inc("n", 1.5)
+                .push("list", "v")
+                .pull("list", 3_i64),
+            DocumentChange::insert(
+                ns.clone(),
+                "o1",
+                doc! { "state": "UnPaid", "n": { "m": true } },
+            ),
+            DocumentChange::delete(ns.clone(), 9_i64),
+        ];
+        let mut stored = DocumentChange::update(ns.clone(), "B").set("x", 1);
+        stored.store = Some("other".into());
+        stored.marker = "pending".into();
+        changes.push(stored);
+        let mut guarded = DocumentChange::delete(ns, "G");
+        for op in [
+            GuardOp::Eq,
+            GuardOp::Ne,
+            GuardOp::Gt,
+            GuardOp::Gte,
+            GuardOp::Lt,
+            GuardOp::Lte,
+            GuardOp::Exists,
+            GuardOp::Missing,
+        ] {
+            guarded.guards.push(crate::change::Guard {
+                path: "g".into(),
+                op,
+                value: Bson::Int32(1),
+            });
+        }
+        changes.push(guarded);
+        for change in changes {
+            let fast = change.plain_spec().expect("plain");
+            assert_eq!(fast, bson::to_document(&change).unwrap(), "{change:?}");
+            // The same bytes, key order included.
+            assert_eq!(
+                bson::to_vec(&fast).unwrap(),
+                bson::to_vec(&bson::to_document(&change).unwrap()).unwrap()
+            );
+        }
     }
 }

@@ -129,22 +129,27 @@ impl Engine {
     ) -> Result<(), TxError> {
         debug_assert!(from.can_move_to(to), "{from} -> {to}");
         let ns = self.records_ns();
-        let filter = doc! { "_id": live.id.as_str(), "state": from, "epoch": live.epoch };
-        let mut set = doc! { "state": to };
-        if let Some(err) = last_error {
-            set.insert("lastError", err);
-        }
-        let mut stamps = doc! { "lastModified": true };
-        if to.is_terminal() {
-            // What an optional TTL index counts from: only finished records have it.
-            stamps.insert("finishedAt", true);
-        }
-        let update = doc! {
-            "$set": set,
-            "$currentDate": stamps,
-            "$push": { "history": {
-                "state": to, "owner": &self.config.owner, "epoch": live.epoch, "event": "move",
-            } },
+        // Built afresh for each attempt: the store takes them by value, and
+        // building costs no more than the copy a retry would otherwise need.
+        let statement = || {
+            let filter = doc! { "_id": live.id.as_str(), "state": from, "epoch": live.epoch };
+            let mut set = doc! { "state": to };
+            if let Some(err) = &last_error {
+                set.insert("lastError", err.as_str());
+            }
+            let mut stamps = doc! { "lastModified": true };
+            if to.is_terminal() {
+                // What an optional TTL index counts from: only finished records have it.
+                stamps.insert("finishedAt", true);
+            }
+            let update = doc! {
+                "$set": set,
+                "$currentDate": stamps,
+                "$push": { "history": {
+                    "state": to, "owner": &self.config.owner, "epoch": live.epoch, "event": "move",
+                } },
+            };
+            (filter, update)
         };
         let interrupted = |source| TxError::Interrupted {
             id: live.id.clone(),
@@ -153,8 +158,8 @@ impl Engine {
         };
         let outcome = self
             .retry(|| {
-                self.records()
-                    .update_one(&ns, filter.clone(), update.clone(), false)
+                let (filter, update) = statement();
+                self.records().update_one(&ns, filter, update, false)
             })
             .await
             .map_err(interrupted)?;

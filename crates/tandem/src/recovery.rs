@@ -177,27 +177,32 @@ impl RecoveryWorker {
         let engine = &self.engine;
         let owner = &engine.config.owner;
         let lease = i64::try_from(engine.config.lease.as_millis()).unwrap_or(i64::MAX);
-        let mut filter =
-            doc! { "_id": record.id.as_str(), "state": record.state, "epoch": record.epoch };
-        if let Some(lm) = record.last_modified {
-            filter.insert("lastModified", lm);
-        }
         // A token of this very claim: a repeated claim whose first answer was lost
         // recognises itself by it, and never mistakes another claim of this worker for its own.
         let token = bson::oid::ObjectId::new().to_hex();
-        let update = doc! {
-            "$inc": { "epoch": 1_i64, "attempts": 1 },
-            "$set": { "owner": owner, "leaseMillis": lease, "claimToken": &token },
-            "$currentDate": { "lastModified": true },
-            "$push": { "history": history(record.state, owner, record.epoch + 1, "claim") },
+        // Built afresh for each attempt, as the store takes them by value.
+        let statement = || {
+            let mut filter =
+                doc! { "_id": record.id.as_str(), "state": record.state, "epoch": record.epoch };
+            if let Some(lm) = record.last_modified {
+                filter.insert("lastModified", lm);
+            }
+            let update = doc! {
+                "$inc": { "epoch": 1_i64, "attempts": 1 },
+                "$set": { "owner": owner, "leaseMillis": lease, "claimToken": &token },
+                "$currentDate": { "lastModified": true },
+                "$push": { "history": history(record.state, owner, record.epoch + 1, "claim") },
+            };
+            (filter, update)
         };
         let ns = engine.records_ns();
         let claimed = engine
             .retry(|| {
+                let (filter, update) = statement();
                 engine.records().find_one_and_update(
                     &ns,
-                    filter.clone(),
-                    update.clone(),
+                    filter,
+                    update,
                     ReturnDocument::After,
                     false,
                 )
