@@ -383,10 +383,9 @@ impl Coordinator {
         }
     }
 
-    fn prepare_items(
-        &self,
-        tx: Transaction,
-    ) -> Result<(TxId, Vec<Box<dyn Participant>>), ChangeError> {
+    /// Checks a transaction's items (count, stores, kinds, each change's own
+    /// validation, no participant twice) and fills in the default database.
+    fn prepare_items(&self, tx: Transaction) -> Result<(TxId, Vec<Item>), ChangeError> {
         if let Some(e) = tx.errors.into_iter().next() {
             return Err(e);
         }
@@ -400,11 +399,11 @@ impl Coordinator {
                 limit: config.max_participants,
             });
         }
-        let mut seen = HashSet::new();
-        let mut parties: Vec<Box<dyn Participant>> = Vec::with_capacity(tx.items.len());
-        for item in tx.items {
-            let p: Box<dyn Participant> = match item {
-                Item::Document(mut change) => {
+        let mut seen = HashSet::with_capacity(tx.items.len());
+        let mut items = tx.items;
+        for item in &mut items {
+            let p: &dyn Participant = match item {
+                Item::Document(change) => {
                     if change.namespace.db.is_empty() {
                         change.namespace.db = config.database.clone();
                     }
@@ -416,12 +415,12 @@ impl Coordinator {
                             });
                         }
                     }
-                    change
+                    &**change
                 }
                 Item::Custom(p) => {
                     // Recovery must be able to rebuild it.
                     self.engine.kinds.build(p.kind(), &p.spec()?)?;
-                    p
+                    &**p
                 }
             };
             p.validate()?;
@@ -430,9 +429,8 @@ impl Coordinator {
                     participant: p.label(),
                 });
             }
-            parties.push(p);
         }
-        Ok((tx.id.unwrap_or_else(TxId::generate), parties))
+        Ok((tx.id.unwrap_or_else(TxId::generate), items))
     }
 
     /// Runs a transaction: every change is applied, or none is.
@@ -445,7 +443,14 @@ impl Coordinator {
         if tx.strategy.unwrap_or(self.engine.config.strategy) == Strategy::Native {
             return self.run_native(tx).await;
         }
-        let (id, participants) = self.prepare_items(tx)?;
+        let (id, items) = self.prepare_items(tx)?;
+        let participants: Vec<Box<dyn Participant>> = items
+            .into_iter()
+            .map(|item| match item {
+                Item::Document(change) => change as Box<dyn Participant>,
+                Item::Custom(p) => p,
+            })
+            .collect();
         let engine = &self.engine;
         let mut round_trips = 0;
 
@@ -538,30 +543,20 @@ impl Coordinator {
     async fn run_native(&self, tx: Transaction) -> Result<Receipt, TxError> {
         let unavailable =
             |reason: String| TxError::Invalid(ChangeError::NativeUnavailable { reason });
-        let mut changes = Vec::with_capacity(tx.items.len());
         let mut store_name: Option<Option<String>> = None;
-        let mut checked = Transaction {
-            id: tx.id,
-            strategy: None,
-            items: Vec::new(),
-            errors: tx.errors,
-        };
-        for item in tx.items {
+        for item in &tx.items {
             match item {
-                Item::Document(change) => {
-                    match &store_name {
-                        None => store_name = Some(change.store.clone()),
-                        Some(name) if *name != change.store => {
-                            return Err(unavailable(format!(
-                                "participants span several stores ({:?} and {:?}); native transactions need one client",
-                                name.as_deref().unwrap_or("default"),
-                                change.store.as_deref().unwrap_or("default")
-                            )))
-                        }
-                        Some(_) => {}
+                Item::Document(change) => match &store_name {
+                    None => store_name = Some(change.store.clone()),
+                    Some(name) if *name != change.store => {
+                        return Err(unavailable(format!(
+                            "participants span several stores ({:?} and {:?}); native transactions need one client",
+                            name.as_deref().unwrap_or("default"),
+                            change.store.as_deref().unwrap_or("default")
+                        )))
                     }
-                    checked.items.push(Item::Document(change));
-                }
+                    Some(_) => {}
+                },
                 Item::Custom(p) => {
                     return Err(unavailable(format!(
                         "participant {} is not a document change",
@@ -571,14 +566,15 @@ impl Coordinator {
             }
         }
         // The same validation as the two-phase path, so bad input fails the same way.
-        let (id, participants) = self.prepare_items(checked)?;
-        for p in &participants {
-            if let Ok(spec) = p.spec() {
-                if let Ok(change) = bson::from_document::<DocumentChange>(spec) {
-                    changes.push(change);
-                }
-            }
-        }
+        let (id, items) = self.prepare_items(tx)?;
+        let changes: Vec<DocumentChange> = items
+            .into_iter()
+            .filter_map(|item| match item {
+                Item::Document(change) => Some(*change),
+                // Refused above.
+                Item::Custom(_) => None,
+            })
+            .collect();
         let name = store_name.flatten();
         let store = self
             .engine
