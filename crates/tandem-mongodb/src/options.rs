@@ -197,12 +197,19 @@ impl MongoStoreBuilder {
     }
 
     /// A store on an existing client. The client's own server selection
-    /// timeout and application name stay as they are.
+    /// timeout, application name and retryable writes stay as they are (the
+    /// store needs no retryable writes: see [`connect`](Self::connect)).
     pub fn build(self, client: mongodb::Client) -> crate::MongoStore {
         crate::MongoStore::from_parts(client, self.options, Vec::new())
     }
 
     /// Parses `uri`, makes a client and checks that a server answers a `ping`.
+    ///
+    /// The client sends no retryable writes unless the URI says
+    /// `retryWrites=true`: every step of the protocol is guarded, so sending it
+    /// again is harmless, and the store retries transient errors itself
+    /// ([`RetryPolicy`]). A server keeps a record of every retryable write for
+    /// half an hour, which tandem would pay for and never use.
     ///
     /// Errors: a malformed URI or option gives
     /// [`BadRequest`](tandem::store::StoreErrorKind::BadRequest); no server

@@ -78,8 +78,11 @@ impl fmt::Debug for MongoStore {
 impl MongoStore {
     /// A store on `client` with the default options.
     ///
-    /// The client's server selection timeout and application name stay as
-    /// they are; use [`MongoStore::builder`] to change the other options.
+    /// The client's server selection timeout, application name and retryable
+    /// writes stay as they are; use [`MongoStore::builder`] to change the other
+    /// options. tandem needs no retryable writes (see
+    /// [`MongoStoreBuilder::connect`]): a client made for the store can turn
+    /// them off with `retryWrites=false`.
     pub fn new(client: Client) -> Self {
         MongoStore::from_parts(client, MongoStoreOptions::default(), Vec::new())
     }
@@ -263,6 +266,14 @@ pub(crate) async fn connect(
     }
     if let Some(app_name) = &options.app_name {
         client_options.app_name = Some(app_name.clone());
+    }
+    // Every step tandem sends is guarded, so sending it again is harmless, and
+    // the store retries transient errors itself (`RetryPolicy`). The driver's
+    // retryable writes would only add a record per write on the server (kept
+    // for 30 minutes, and looked up on every retryable write), so they are
+    // off unless the URI asks for them.
+    if client_options.retry_writes.is_none() {
+        client_options.retry_writes = Some(false);
     }
     let client = Client::with_options(client_options).map_err(|e| {
         let err = map_driver_error(&e, &secrets);
