@@ -163,6 +163,17 @@ async fn stalled_worker_on_mongodb() {
     done(f).await;
 }
 
+#[tokio::test]
+async fn transfers_finished_together_on_mongodb() {
+    let Some(f) = factory("together").await else {
+        return;
+    };
+    let covered = scenarios::finished_together(&f, &f.db.clone()).await;
+    println!("finished-together runs on MongoDB: {covered}");
+    assert!(covered > 8 * 4, "only {covered} runs");
+    done(f).await;
+}
+
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RT.get_or_init(|| {

@@ -19,6 +19,33 @@ use crate::recovery::RecoveryWorker;
 use crate::store::{IndexSpec, Store, StoreError, StoreErrorKind};
 use crate::TxId;
 
+/// Most transactions the background finisher takes on in one go.
+const FINISH_BATCH: usize = 64;
+
+/// Committed transactions waiting to be finished, and the one task that finishes them.
+///
+/// Transactions committed while the finisher is busy wait for its next round,
+/// which finishes them all together: their clears share one request per
+/// store and collection, and their moves to `done` one request.
+#[derive(Default)]
+struct Background {
+    waiting: Vec<Live>,
+    running: bool,
+    finisher: Option<JoinHandle<()>>,
+}
+
+/// Marks the finisher idle if its task ends by a panic, so that the next
+/// commit starts a new one for whatever is still waiting.
+struct IdleOnPanic(Option<Arc<Mutex<Background>>>);
+
+impl Drop for IdleOnPanic {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take() {
+            shared.lock().unwrap_or_else(|e| e.into_inner()).running = false;
+        }
+    }
+}
+
 enum Item {
     Document(Box<DocumentChange>),
     Custom(Box<dyn Participant>),
@@ -214,7 +241,7 @@ impl CoordinatorBuilder {
                 config: self.config,
                 events: self.events,
             }),
-            background: Arc::new(Mutex::new(Vec::new())),
+            background: Arc::new(Mutex::new(Background::default())),
         }
     }
 }
@@ -237,7 +264,7 @@ impl CoordinatorBuilder {
 #[derive(Clone)]
 pub struct Coordinator {
     engine: Arc<Engine>,
-    background: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    background: Arc<Mutex<Background>>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -374,13 +401,55 @@ impl Coordinator {
         self.engine.load(id).await
     }
 
-    /// Waits until every background finishing task (markers, `done`) has ended.
+    /// Waits until every transaction committed so far is finished in the
+    /// background (markers cleared, `done`), or left to recovery.
     pub async fn drain(&self) {
-        let handles =
-            std::mem::take(&mut *self.background.lock().unwrap_or_else(|e| e.into_inner()));
-        for h in handles {
+        let handle = self.background().finisher.take();
+        if let Some(h) = handle {
             let _ = h.await;
         }
+    }
+
+    fn background(&self) -> std::sync::MutexGuard<'_, Background> {
+        self.background.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands a committed transaction to the background finisher, starting it if idle.
+    fn finish_later(&self, live: Live) {
+        let mut bg = self.background();
+        bg.waiting.push(live);
+        if bg.running {
+            return;
+        }
+        bg.running = true;
+        let engine = Arc::clone(&self.engine);
+        let shared = Arc::clone(&self.background);
+        let earlier = bg.finisher.take();
+        bg.finisher = Some(tokio::spawn(async move {
+            // A drain that started before this finisher also waits for the one before it.
+            if let Some(h) = earlier {
+                let _ = h.await;
+            }
+            let mut idle = IdleOnPanic(Some(Arc::clone(&shared)));
+            loop {
+                let batch: Vec<Live> = {
+                    let mut bg = shared.lock().unwrap_or_else(|e| e.into_inner());
+                    if bg.waiting.is_empty() {
+                        bg.running = false;
+                        idle.0 = None;
+                        return;
+                    }
+                    let n = bg.waiting.len().min(FINISH_BATCH);
+                    bg.waiting.drain(..n).collect()
+                };
+                let lives: Vec<&Live> = batch.iter().collect();
+                for (live, result) in batch.iter().zip(engine.finish_applied_many(&lives).await) {
+                    if let Err(e) = result {
+                        tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", live.id);
+                    }
+                }
+            }
+        }));
     }
 
     /// Checks a transaction's items (count, stores, kinds, each change's own
@@ -521,15 +590,7 @@ impl Coordinator {
                 })
             }
             CommitPoint::Applied => {
-                let engine = Arc::clone(&self.engine);
-                let handle = tokio::spawn(async move {
-                    if let Err(e) = engine.finish_applied(&live).await {
-                        tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", live.id);
-                    }
-                });
-                let mut bg = self.background.lock().unwrap_or_else(|e| e.into_inner());
-                bg.retain(|h| !h.is_finished());
-                bg.push(handle);
+                self.finish_later(live);
                 Ok(Receipt {
                     id,
                     state: TxState::Applied,

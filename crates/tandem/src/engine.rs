@@ -43,8 +43,8 @@ pub(crate) enum Step {
 struct Batch {
     store: Arc<dyn Store>,
     namespace: Namespace,
-    /// Indexes into `Live::parties`, in the order of `statements`.
-    members: Vec<usize>,
+    /// (index of the transaction, index into its `Live::parties`), in the order of `statements`.
+    members: Vec<(usize, usize)>,
     statements: Vec<(Document, Document)>,
 }
 
@@ -119,6 +119,34 @@ impl Engine {
             .transpose()
     }
 
+    /// The guarded update that moves `live`'s record from `from` to `to`.
+    fn transition_statement(
+        &self,
+        live: &Live,
+        from: TxState,
+        to: TxState,
+        last_error: Option<&str>,
+    ) -> (Document, Document) {
+        let filter = doc! { "_id": live.id.as_str(), "state": from, "epoch": live.epoch };
+        let mut set = doc! { "state": to };
+        if let Some(err) = last_error {
+            set.insert("lastError", err);
+        }
+        let mut stamps = doc! { "lastModified": true };
+        if to.is_terminal() {
+            // What an optional TTL index counts from: only finished records have it.
+            stamps.insert("finishedAt", true);
+        }
+        let update = doc! {
+            "$set": set,
+            "$currentDate": stamps,
+            "$push": { "history": {
+                "state": to, "owner": &self.config.owner, "epoch": live.epoch, "event": "move",
+            } },
+        };
+        (filter, update)
+    }
+
     /// Moves the record from `from` to `to`, guarded by state and epoch.
     pub async fn transition(
         &self,
@@ -131,26 +159,7 @@ impl Engine {
         let ns = self.records_ns();
         // Built afresh for each attempt: the store takes them by value, and
         // building costs no more than the copy a retry would otherwise need.
-        let statement = || {
-            let filter = doc! { "_id": live.id.as_str(), "state": from, "epoch": live.epoch };
-            let mut set = doc! { "state": to };
-            if let Some(err) = &last_error {
-                set.insert("lastError", err.as_str());
-            }
-            let mut stamps = doc! { "lastModified": true };
-            if to.is_terminal() {
-                // What an optional TTL index counts from: only finished records have it.
-                stamps.insert("finishedAt", true);
-            }
-            let update = doc! {
-                "$set": set,
-                "$currentDate": stamps,
-                "$push": { "history": {
-                    "state": to, "owner": &self.config.owner, "epoch": live.epoch, "event": "move",
-                } },
-            };
-            (filter, update)
-        };
+        let statement = || self.transition_statement(live, from, to, last_error.as_deref());
         let interrupted = |source| TxError::Interrupted {
             id: live.id.clone(),
             state: Some(from),
@@ -242,63 +251,82 @@ impl Engine {
     /// statements did not match, or the request failed, each of its participants
     /// runs its step on its own, which finds out what landed and why the rest did not.
     pub async fn step_all(&self, live: &Live, step: Step) -> Vec<Result<(), StepError>> {
-        let (groups, solo) = self.batches(live, step);
-        let solo_runs = join_all(
-            solo.iter()
-                .map(|&i| async move { (i, self.step(live, &live.parties[i], step).await) }),
-        );
+        self.step_all_of(&[live], step)
+            .await
+            .pop()
+            .expect("one result list per transaction")
+    }
+
+    /// [`step_all`](Self::step_all) for several transactions at once: their
+    /// single-document updates share requests too. One result list per transaction.
+    async fn step_all_of(&self, lives: &[&Live], step: Step) -> Vec<Vec<Result<(), StepError>>> {
+        let (groups, solo) = self.batches(lives, step);
+        let one = |(t, i): (usize, usize)| async move {
+            let live = lives[t];
+            ((t, i), self.step(live, &live.parties[i], step).await)
+        };
+        let solo_runs = join_all(solo.into_iter().map(one));
         let batch_runs = join_all(groups.into_iter().map(|batch| async move {
             let size = batch.statements.len() as u64;
             let landed = match batch.store.update_each(&batch.namespace, batch.statements).await {
                 Ok(matched) => matched == size,
                 Err(e) => {
-                    tracing::debug!(target: "tandem", "{} of {}: one request failed ({e}); step by step", step.name(), live.id);
+                    tracing::debug!(target: "tandem", "{} of {} transaction(s): one request failed ({e}); step by step", step.name(), lives.len());
                     false
                 }
             };
             (batch.members, landed)
         }));
         let (solo_results, batch_results) = futures::future::join(solo_runs, batch_runs).await;
-        let mut results: Vec<Option<Result<(), StepError>>> =
-            (0..live.parties.len()).map(|_| None).collect();
-        for (i, result) in solo_results {
-            results[i] = Some(result);
+        let mut results: Vec<Vec<Option<Result<(), StepError>>>> = lives
+            .iter()
+            .map(|live| (0..live.parties.len()).map(|_| None).collect())
+            .collect();
+        for ((t, i), result) in solo_results {
+            results[t][i] = Some(result);
         }
         let mut again = Vec::new();
         for (members, landed) in batch_results {
             if landed {
-                for i in members {
-                    results[i] = Some(Ok(()));
+                for (t, i) in members {
+                    results[t][i] = Some(Ok(()));
                 }
             } else {
                 again.extend(members);
             }
         }
-        let retried = join_all(
-            again
-                .iter()
-                .map(|&i| async move { (i, self.step(live, &live.parties[i], step).await) }),
-        )
-        .await;
-        for (i, result) in retried {
-            results[i] = Some(result);
+        for ((t, i), result) in join_all(again.into_iter().map(one)).await {
+            results[t][i] = Some(result);
         }
         results
             .into_iter()
-            .map(|r| r.expect("every participant ran its step"))
+            .map(|r| {
+                r.into_iter()
+                    .map(|r| r.expect("every participant ran its step"))
+                    .collect()
+            })
             .collect()
     }
 
-    /// Splits the participants into requests of several single-document
-    /// updates (for applies and clears, where at least two share a store and a
-    /// collection) and those that run their step on their own.
-    fn batches(&self, live: &Live, step: Step) -> (Vec<Batch>, Vec<usize>) {
+    /// Splits the participants of `lives` into requests of several
+    /// single-document updates (for applies and clears, where at least two
+    /// share a store and a collection) and those that run their step on their
+    /// own, each named by (transaction, participant) indexes.
+    fn batches(&self, lives: &[&Live], step: Step) -> (Vec<Batch>, Vec<(usize, usize)>) {
         let mut groups: Vec<Batch> = Vec::new();
         let mut solo = Vec::new();
-        if !matches!(step, Step::Apply | Step::Clear) || live.parties.len() < 2 {
-            return (groups, (0..live.parties.len()).collect());
+        let everyone = || {
+            lives
+                .iter()
+                .enumerate()
+                .flat_map(|(t, live)| (0..live.parties.len()).map(move |i| (t, i)))
+        };
+        if !matches!(step, Step::Apply | Step::Clear) || everyone().nth(1).is_none() {
+            return (groups, everyone().collect());
         }
-        for (i, party) in live.parties.iter().enumerate() {
+        for (t, i) in everyone() {
+            let live = lives[t];
+            let party = &live.parties[i];
             let ctx = StepContext {
                 tx: &live.id,
                 epoch: live.epoch,
@@ -310,20 +338,20 @@ impl Engine {
                 _ => party.participant.clear_statement(&ctx),
             };
             let Some(st) = statement else {
-                solo.push(i);
+                solo.push((t, i));
                 continue;
             };
             let same =
                 |b: &&mut Batch| Arc::ptr_eq(&b.store, &st.store) && b.namespace == st.namespace;
             match groups.iter_mut().find(same) {
                 Some(batch) => {
-                    batch.members.push(i);
+                    batch.members.push((t, i));
                     batch.statements.push((st.filter, st.update));
                 }
                 None => groups.push(Batch {
                     store: st.store,
                     namespace: st.namespace,
-                    members: vec![i],
+                    members: vec![(t, i)],
                     statements: vec![(st.filter, st.update)],
                 }),
             }
@@ -347,20 +375,7 @@ impl Engine {
         step: Step,
         state: TxState,
     ) -> Result<(), TxError> {
-        for result in self.step_all(live, step).await {
-            if let Err(e) = result {
-                let source = match e {
-                    StepError::Store { source, .. } => source,
-                    other => StoreError::new(StoreErrorKind::Other, other.to_string()),
-                };
-                return Err(TxError::Interrupted {
-                    id: live.id.clone(),
-                    state: Some(state),
-                    source,
-                });
-            }
-        }
-        Ok(())
+        interrupted_by(live, state, self.step_all(live, step).await)
     }
 
     /// From `pending`: apply everything, then commit or cancel.
@@ -414,6 +429,53 @@ impl Engine {
             .await
     }
 
+    /// [`finish_applied`](Self::finish_applied) for several transactions, in
+    /// as few requests as their stores allow: the clears of every transaction
+    /// share one request per store and collection, and the moves to `done` one
+    /// request of guarded statements. A transaction whose statement did not
+    /// match takes the one-by-one path, which finds out why. One result per
+    /// transaction, in order.
+    pub async fn finish_applied_many(&self, lives: &[&Live]) -> Vec<Result<(), TxError>> {
+        if let [live] = lives {
+            return vec![self.finish_applied(live).await];
+        }
+        let mut results: Vec<Result<(), TxError>> = self
+            .step_all_of(lives, Step::Clear)
+            .await
+            .into_iter()
+            .zip(lives)
+            .map(|(steps, live)| interrupted_by(live, TxState::Applied, steps))
+            .collect();
+        let cleared: Vec<usize> = (0..lives.len()).filter(|&t| results[t].is_ok()).collect();
+        let statements: Vec<(Document, Document)> = cleared
+            .iter()
+            .map(|&t| self.transition_statement(lives[t], TxState::Applied, TxState::Done, None))
+            .collect();
+        let all_moved = match statements.len() {
+            0 | 1 => false,
+            n => {
+                let ns = self.records_ns();
+                matches!(self.records().update_each(&ns, statements).await, Ok(m) if m == n as u64)
+            }
+        };
+        for t in cleared {
+            let live = lives[t];
+            results[t] = if all_moved {
+                self.emit(TxEvent::StateChanged {
+                    id: live.id.clone(),
+                    from: TxState::Applied,
+                    to: TxState::Done,
+                });
+                Ok(())
+            } else {
+                // Accepts a move that the shared request made already.
+                self.transition(live, TxState::Applied, TxState::Done, None)
+                    .await
+            };
+        }
+        results
+    }
+
     /// Rebuilds the participants of a stored record.
     pub fn rebuild(&self, record: &TxRecord, epoch: i64) -> Result<Live, ChangeError> {
         let parties = record
@@ -431,6 +493,29 @@ impl Engine {
             epoch,
             parties,
         })
+    }
+}
+
+/// The outcome of a step that must land everywhere: the first failure means
+/// the store failed mid-way, and the transaction is left in `state`.
+fn interrupted_by(
+    live: &Live,
+    state: TxState,
+    results: Vec<Result<(), StepError>>,
+) -> Result<(), TxError> {
+    match results.into_iter().find_map(Result::err) {
+        None => Ok(()),
+        Some(e) => {
+            let source = match e {
+                StepError::Store { source, .. } => source,
+                other => StoreError::new(StoreErrorKind::Other, other.to_string()),
+            };
+            Err(TxError::Interrupted {
+                id: live.id.clone(),
+                state: Some(state),
+                source,
+            })
+        }
     }
 }
 

@@ -238,3 +238,94 @@ pub async fn interleaving<F: StoreFactory + ?Sized>(factory: &F, db: &str, plan:
     }
     assert_eq!(total, 100 * BANK.len() as i64, "money is conserved");
 }
+
+/// Transfers committed at the same time (returning at `applied`) are finished
+/// together by the coordinator's background finisher. The run is crashed after
+/// each store operation in turn, the finishing included; recovery then ends
+/// every transaction, and each transfer must have moved its money exactly
+/// when its record says `done`. Returns the crash points covered (plus the
+/// run without a crash).
+pub async fn finished_together<F: StoreFactory + ?Sized>(factory: &F, db: &str) -> usize {
+    const TRANSFERS: usize = 8;
+    let names: Vec<String> = (0..TRANSFERS)
+        .flat_map(|i| [format!("from-{i}"), format!("to-{i}")])
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let records = Namespace::new(db, "transactions");
+    let mut total_ops = None;
+    let mut crash_after = 0;
+    let mut covered = 0;
+    loop {
+        let store = factory.fresh().await;
+        let seeded = seed_bank(store.as_ref(), db, &names, 1000).await;
+        let faulty = FaultStore::new(store.clone());
+        let faulty = match total_ops {
+            Some(_) => faulty.crash_after(crash_after),
+            None => faulty,
+        };
+        // A zero lease: recovery may take over whatever the crash left.
+        let coordinator = Coordinator::builder(faulty.clone())
+            .database(db)
+            .commit_point(CommitPoint::Applied)
+            .lease(Duration::ZERO)
+            .build();
+        let runs = (0..TRANSFERS).map(|i| {
+            let tx = Transaction::with_id(format!("together-{i}")).change(
+                DocumentChange::update(accounts(db), format!("from-{i}"))
+                    .inc("balance", -10_i64)
+                    .require_gte("balance", 10_i64),
+            );
+            let tx = tx.change(
+                DocumentChange::update(accounts(db), format!("to-{i}")).inc("balance", 10_i64),
+            );
+            let coordinator = coordinator.clone();
+            async move { coordinator.run(tx).await }
+        });
+        let results = futures::future::join_all(runs).await;
+        coordinator.drain().await;
+        if total_ops.is_none() {
+            for r in &results {
+                assert!(r.is_ok(), "without a crash every transfer commits: {r:?}");
+            }
+            let audit = audit(store.as_ref(), &records, &seeded)
+                .await
+                .expect("audit");
+            audit.assert_clean();
+            assert_eq!(audit.count(TxState::Done), TRANSFERS);
+            total_ops = Some(faulty.ops());
+        } else {
+            let recovery = Coordinator::builder_shared(store.clone())
+                .database(db)
+                .build()
+                .recovery(RecoveryConfig::default());
+            let report = recovery.run_once().await.expect("recovery pass");
+            assert_eq!(report.failed, 0, "crash after {crash_after}: {report:?}");
+            let audit = audit(store.as_ref(), &records, &seeded)
+                .await
+                .expect("audit");
+            audit.assert_clean();
+            for (i, result) in results.iter().enumerate() {
+                let committed = audit
+                    .records
+                    .iter()
+                    .any(|r| r.id.as_str() == format!("together-{i}") && r.state == TxState::Done);
+                if let Ok(receipt) = result {
+                    assert!(committed, "crash after {crash_after}: transfer {i} returned {receipt:?} but did not end done");
+                }
+                let from = balance(store.as_ref(), db, &format!("from-{i}")).await;
+                let to = balance(store.as_ref(), db, &format!("to-{i}")).await;
+                let expected = if committed { (990, 1010) } else { (1000, 1000) };
+                assert_eq!(
+                    (from, to),
+                    expected,
+                    "crash after {crash_after}: transfer {i}"
+                );
+            }
+            crash_after += 1;
+        }
+        covered += 1;
+        if total_ops.is_some_and(|total| crash_after > total) {
+            return covered;
+        }
+    }
+}
