@@ -228,7 +228,10 @@ impl Report {
                 None => format!("{:.2}", r.commands),
             };
             let rt = match v {
-                Variant::TandemApplied | Variant::TandemDone | Variant::TandemNative => {
+                Variant::TandemApplied
+                | Variant::TandemGrouped
+                | Variant::TandemDone
+                | Variant::TandemNative => {
                     format!("{} ({:.0})", r.round_trips, r.reported_round_trips)
                 }
                 _ => r.round_trips.to_string(),
@@ -306,6 +309,16 @@ Client CPU: user+system time of the client process (`getrusage`) over the sequen
                 b.round_trips,
                 verdict(rt >= 1.5)
             );
+            if let Some(bg) = row(Variant::TandemGrouped) {
+                let r = ms(a.latency.median) / ms(bg.latency.median).max(1e-9);
+                let _ = writeln!(
+                    s,
+                    "| (same, with `finish_delay` 20 ms: b'') | (a) {:.2} ms vs (b'') {:.2} ms | {r:.2}× | {} |",
+                    ms(a.latency.median),
+                    ms(bg.latency.median),
+                    verdict(r >= 1.5)
+                );
+            }
             if let Some(bd) = row(Variant::TandemDone) {
                 let r2 = ms(a.latency.median) / ms(bd.latency.median).max(1e-9);
                 let _ = writeln!(
@@ -325,13 +338,19 @@ Client CPU: user+system time of the client process (`getrusage`) over the sequen
                 verdict(cpu <= 1.05)
             );
         }
-        if let (Some(b), Some(d)) = (self.find(Variant::TandemApplied), self.find(Variant::Fawn)) {
+        for (variant, tag, how) in [
+            (Variant::TandemApplied, "b", ""),
+            (Variant::TandemGrouped, "b''", " (`finish_delay` 20 ms)"),
+        ] {
+            let (Some(b), Some(d)) = (self.find(variant), self.find(Variant::Fawn)) else {
+                continue;
+            };
             for c in &self.levels {
                 if let (Some(tb), Some(td)) = (b.tps(*c), d.tps(*c)) {
                     let ratio = tb / td.max(1e-9);
                     let _ = writeln!(
                         s,
-                        "| tandem two-phase ≥ 2× Fawn's throughput, {c} concurrent | (b) {tb:.1} vs (d) {td:.1} tx/s | {ratio:.2}× | {} |",
+                        "| tandem two-phase{how} ≥ 2× Fawn's throughput, {c} concurrent | ({tag}) {tb:.1} vs (d) {td:.1} tx/s | {ratio:.2}× | {} |",
                         verdict(ratio >= 2.0)
                     );
                 }

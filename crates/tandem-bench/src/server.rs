@@ -25,6 +25,10 @@ use crate::fawn::FawnDriver;
 use crate::monitor::{Counts, Monitor};
 use crate::workload::{account_doc, account_id, pair, START_BALANCE};
 
+/// The finish delay of variant (b''): how long its background finisher may
+/// hold committed transactions to finish them together.
+pub const GROUP_DELAY: Duration = Duration::from_millis(20);
+
 /// The database every variant works in (dropped at the start of a run).
 pub const DB: &str = "tandem_bench";
 
@@ -39,6 +43,9 @@ pub enum Variant {
     /// sequential transfer, so no transfer waits behind the previous one's
     /// finishing on the server. Sequential latency only.
     TandemAppliedIsolated,
+    /// (b'') tandem, two-phase, returning at `applied`, with the background
+    /// finisher holding commits for up to [`GROUP_DELAY`] to finish them together.
+    TandemGrouped,
     /// (b') tandem, two-phase, returning at `done`.
     TandemDone,
     /// (c) tandem, native multi-document transaction.
@@ -51,10 +58,11 @@ pub enum Variant {
 
 impl Variant {
     /// Every variant, in report order.
-    pub const ALL: [Variant; 7] = [
+    pub const ALL: [Variant; 8] = [
         Variant::HandWritten,
         Variant::TandemApplied,
         Variant::TandemAppliedIsolated,
+        Variant::TandemGrouped,
         Variant::TandemDone,
         Variant::TandemNative,
         Variant::Fawn,
@@ -67,6 +75,7 @@ impl Variant {
             Variant::HandWritten => "(a) hand-written 2PC",
             Variant::TandemApplied => "(b) tandem two-phase, Applied",
             Variant::TandemAppliedIsolated => "(b) same, finishing drained between transfers",
+            Variant::TandemGrouped => "(b'') same as (b), finish_delay 20 ms",
             Variant::TandemDone => "(b') tandem two-phase, Done",
             Variant::TandemNative => "(c) tandem native",
             Variant::Fawn => "(d) Fawn 2.1.5 (Node)",
@@ -80,6 +89,7 @@ impl Variant {
             Variant::HandWritten => "hand",
             Variant::TandemApplied => "applied",
             Variant::TandemAppliedIsolated => "isolated",
+            Variant::TandemGrouped => "grouped",
             Variant::TandemDone => "done",
             Variant::TandemNative => "native",
             Variant::Fawn => "fawn",
@@ -425,12 +435,18 @@ impl ServerBench {
         }
         let tandem = |point: CommitPoint, strategy: Strategy, v: Variant| {
             let store = MongoStore::builder().build(client.clone());
+            let finish_delay = if v == Variant::TandemGrouped {
+                GROUP_DELAY
+            } else {
+                Duration::ZERO
+            };
             let coordinator = Coordinator::builder(store.clone())
                 .config(CoordinatorConfig {
                     database: DB.into(),
                     collection: format!("{}transactions", v.slug()),
                     commit_point: point,
                     strategy,
+                    finish_delay,
                     ..CoordinatorConfig::default()
                 })
                 .build();
@@ -448,7 +464,9 @@ impl ServerBench {
                     accounts: db.collection_with_options(&v.accounts(), majority_journaled()),
                     records: db.collection_with_options("handtransactions", majority_journaled()),
                 }),
-                Variant::TandemApplied | Variant::TandemAppliedIsolated => {
+                Variant::TandemApplied
+                | Variant::TandemAppliedIsolated
+                | Variant::TandemGrouped => {
                     Driver::Rust(tandem(CommitPoint::Applied, Strategy::TwoPhase, v))
                 }
                 Variant::TandemDone => {

@@ -71,6 +71,17 @@ pub struct CoordinatorConfig {
     pub step_retries: u32,
     /// The first backoff delay between repeats.
     pub retry_delay: Duration,
+    /// With [`CommitPoint::Applied`]: how long the background finisher may
+    /// hold a committed transaction, waiting for more to finish together with
+    /// it (group commit). Zero, the default, finishes at once what is waiting.
+    ///
+    /// A round finishes up to 64 transactions with two requests (their clears,
+    /// their moves to `done`), so a delay trades how soon markers are cleared
+    /// and deferred credits land for fewer commands per transaction and less
+    /// competition with the next transactions' own steps on the server.
+    /// [`Coordinator::drain`](crate::Coordinator::drain) does not wait out the
+    /// delay, and recovery is unaffected: keep the delay far below the lease.
+    pub finish_delay: Duration,
 }
 
 impl Default for CoordinatorConfig {
@@ -86,6 +97,7 @@ impl Default for CoordinatorConfig {
             max_participants: 64,
             step_retries: 3,
             retry_delay: Duration::from_millis(20),
+            finish_delay: Duration::ZERO,
         }
     }
 }

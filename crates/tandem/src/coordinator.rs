@@ -30,8 +30,14 @@ const FINISH_BATCH: usize = 64;
 #[derive(Default)]
 struct Background {
     waiting: Vec<Live>,
+    /// When the oldest of `waiting` arrived (for [`CoordinatorConfig::finish_delay`]).
+    oldest: Option<tokio::time::Instant>,
     running: bool,
+    /// Set by `drain`: finish what is waiting without delay.
+    flush: bool,
     finisher: Option<JoinHandle<()>>,
+    /// Wakes a finisher waiting out its delay (a full round, or a drain).
+    wake: Arc<tokio::sync::Notify>,
 }
 
 /// Marks the finisher idle if its task ends by a panic, so that the next
@@ -205,6 +211,13 @@ impl CoordinatorBuilder {
     /// Where `run` returns.
     pub fn commit_point(mut self, point: CommitPoint) -> Self {
         self.config.commit_point = point;
+        self
+    }
+
+    /// How long the background finisher may wait for more committed
+    /// transactions to finish together ([`CoordinatorConfig::finish_delay`]).
+    pub fn finish_delay(mut self, delay: Duration) -> Self {
+        self.config.finish_delay = delay;
         self
     }
 
@@ -404,7 +417,12 @@ impl Coordinator {
     /// Waits until every transaction committed so far is finished in the
     /// background (markers cleared, `done`), or left to recovery.
     pub async fn drain(&self) {
-        let handle = self.background().finisher.take();
+        let handle = {
+            let mut bg = self.background();
+            bg.flush = true;
+            bg.wake.notify_one();
+            bg.finisher.take()
+        };
         if let Some(h) = handle {
             let _ = h.await;
         }
@@ -417,8 +435,14 @@ impl Coordinator {
     /// Hands a committed transaction to the background finisher, starting it if idle.
     fn finish_later(&self, live: Live) {
         let mut bg = self.background();
+        if bg.waiting.is_empty() {
+            bg.oldest = Some(tokio::time::Instant::now());
+        }
         bg.waiting.push(live);
         if bg.running {
+            if bg.waiting.len() >= FINISH_BATCH {
+                bg.wake.notify_one();
+            }
             return;
         }
         bg.running = true;
@@ -431,17 +455,38 @@ impl Coordinator {
                 let _ = h.await;
             }
             let mut idle = IdleOnPanic(Some(Arc::clone(&shared)));
+            let delay = engine.config.finish_delay;
             loop {
-                let batch: Vec<Live> = {
+                let (batch, wait): (Vec<Live>, _) = {
                     let mut bg = shared.lock().unwrap_or_else(|e| e.into_inner());
                     if bg.waiting.is_empty() {
                         bg.running = false;
+                        bg.flush = false;
                         idle.0 = None;
                         return;
                     }
-                    let n = bg.waiting.len().min(FINISH_BATCH);
-                    bg.waiting.drain(..n).collect()
+                    let deadline = bg.oldest.map(|t| t + delay);
+                    let now = tokio::time::Instant::now();
+                    match deadline {
+                        Some(at) if at > now && !bg.flush && bg.waiting.len() < FINISH_BATCH => {
+                            (Vec::new(), Some((at, Arc::clone(&bg.wake))))
+                        }
+                        _ => {
+                            let n = bg.waiting.len().min(FINISH_BATCH);
+                            let batch = bg.waiting.drain(..n).collect();
+                            bg.oldest = (!bg.waiting.is_empty()).then_some(now);
+                            (batch, None)
+                        }
+                    }
                 };
+                if let Some((at, wake)) = wait {
+                    // Until the delay is over, the round is full, or a drain asks.
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = wake.notified() => {}
+                    }
+                    continue;
+                }
                 let lives: Vec<&Live> = batch.iter().collect();
                 for (live, result) in batch.iter().zip(engine.finish_applied_many(&lives).await) {
                     if let Err(e) = result {

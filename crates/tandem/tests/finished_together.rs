@@ -2,9 +2,11 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use tandem::testing::{audit, scenarios, MemoryFactory};
-use tandem::{Coordinator, TxState};
+use tandem::{Coordinator, TxEvent, TxState};
 
 #[tokio::test]
 async fn transfers_committed_together_survive_a_crash_after_any_operation() {
@@ -44,4 +46,90 @@ async fn the_finisher_clears_and_moves_a_whole_round_in_two_requests() {
         assert_eq!(balance(&store, names[2 * i]).await, 990);
         assert_eq!(balance(&store, names[2 * i + 1]).await, 1010);
     }
+}
+
+/// Seeds `pairs` pairs of accounts and returns the store, its seed, and the names.
+async fn pairs(
+    pairs: usize,
+) -> (
+    tandem::MemoryStore,
+    Vec<(tandem::Namespace, bson::Document)>,
+    Vec<String>,
+) {
+    let names: Vec<String> = (0..2 * pairs).map(|i| format!("acct-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (store, _, seeded) = bank(&refs, 1000).await;
+    (store, seeded, names)
+}
+
+#[tokio::test]
+async fn a_finish_delay_holds_commits_together_and_drain_does_not_wait_it_out() {
+    let (store, seeded, names) = pairs(3).await;
+    let coordinator = Coordinator::builder(store.clone())
+        .finish_delay(Duration::from_secs(3600))
+        .build();
+    let before = store.command_count();
+    for i in 0..3 {
+        let receipt = coordinator
+            .run(transfer(&names[2 * i], &names[2 * i + 1], 10))
+            .await
+            .expect("commits");
+        assert_eq!(receipt.state, TxState::Applied);
+        // Give the finisher every chance to run: it must keep waiting.
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        store.command_count() - before,
+        3 * 3,
+        "nothing finished yet"
+    );
+    let applied = audit(&store, &records(), &seeded).await.unwrap();
+    assert_eq!(applied.count(TxState::Applied), 3);
+    let before_drain = store.command_count();
+    tokio::time::timeout(Duration::from_secs(30), coordinator.drain())
+        .await
+        .expect("drain finishes at once, without waiting out the delay");
+    assert_eq!(
+        store.command_count() - before_drain,
+        2,
+        "the three finished in one round"
+    );
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Done), 3);
+}
+
+#[tokio::test]
+async fn a_full_round_does_not_wait_for_the_finish_delay() {
+    const ROUND: usize = 64;
+    let (store, seeded, names) = pairs(ROUND).await;
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let coordinator = Coordinator::builder(store.clone())
+        .finish_delay(Duration::from_secs(3600))
+        .on_event(move |e| {
+            if let TxEvent::StateChanged {
+                to: TxState::Done, ..
+            } = e
+            {
+                let _ = done_tx.send(());
+            }
+        })
+        .build();
+    for i in 0..ROUND {
+        coordinator
+            .run(transfer(&names[2 * i], &names[2 * i + 1], 10))
+            .await
+            .expect("commits");
+    }
+    // No drain: the round is full, so the finisher must not wait out the hour.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        for _ in 0..ROUND {
+            done_rx.recv().await.expect("the coordinator lives");
+        }
+    })
+    .await
+    .expect("a full round is finished without waiting for the delay");
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Done), ROUND);
 }
