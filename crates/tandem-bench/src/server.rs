@@ -378,7 +378,7 @@ impl Plan {
             warmup: 5,
             sequential: 100,
             seq_batch: 10,
-            concurrent: 64,
+            concurrent: 128,
             conc_batch: 32,
             levels: [1, 4, 16],
         }
