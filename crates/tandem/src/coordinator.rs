@@ -419,8 +419,10 @@ impl Coordinator {
     pub async fn drain(&self) {
         let handle = {
             let mut bg = self.background();
-            bg.flush = true;
-            bg.wake.notify_one();
+            if bg.running {
+                bg.flush = true;
+                bg.wake.notify_one();
+            }
             bg.finisher.take()
         };
         if let Some(h) = handle {
