@@ -325,7 +325,14 @@ struct FxHasher(u64);
 
 impl Hasher for FxHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // The multiply carries entropy only upwards, and the hash table picks
+        // buckets by the low bits: without this finalizer (SplitMix64's),
+        // ObjectId strings, which differ only in their last characters, fill
+        // a handful of buckets and every look-up walks a long probe chain.
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 
     fn write(&mut self, bytes: &[u8]) {
@@ -895,6 +902,26 @@ mod tests {
 
     fn ns() -> Namespace {
         Namespace::new("db", "c")
+    }
+
+    #[test]
+    fn ids_that_differ_only_at_the_end_spread_over_the_low_bits() {
+        // Transaction ids are ObjectIds in hex: made in one second by one
+        // process, they share all but their last characters. The hash table
+        // picks buckets by the low bits of the hash.
+        let buckets: std::collections::HashSet<u64> = (0..4096)
+            .map(|_| {
+                let id = Bson::String(bson::oid::ObjectId::new().to_hex());
+                let mut h = FxHasher::default();
+                hash_bson(&id, &mut h);
+                h.finish() & 4095
+            })
+            .collect();
+        assert!(
+            buckets.len() > 2048,
+            "4096 ids fell into {} of 4096 buckets",
+            buckets.len()
+        );
     }
 
     async fn store_with(docs: Vec<Document>) -> MemoryStore {
