@@ -21,7 +21,7 @@ use crate::query::update::{
     apply_logged_taking, apply_to_new, apply_update, check_update, upsert_seed,
     validate_replacement, UndoLog,
 };
-use crate::query::{self, is_operator_doc, lookup, total_cmp};
+use crate::query::{self, is_operator_doc, lookup, total_cmp, Ctx};
 use crate::store::{
     FindOptions, IndexSpec, Namespace, ReturnDocument, Store, StoreError, StoreErrorKind,
     UpdateOutcome,
@@ -60,6 +60,21 @@ const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 /// * Documents over 16 MiB are refused with
 ///   [`StoreErrorKind::DocumentTooLarge`], as MongoDB does.
 /// * Data lives as long as the store (and its clones): there is no persistence.
+///
+/// # Server time in filters
+///
+/// * `$$NOW` in a filter's `$expr` (for deadline fencing such as
+///   `{$expr: {$lt: [{$toLong: "$$NOW"}, deadline_ms]}}`) is the store's
+///   [`Clock`] time, read once per call: one value for every document the
+///   call looks at (and, for an update, the same time `$currentDate`
+///   writes). With a [`ManualClock`](crate::clock::ManualClock) a fenced
+///   step matches until the clock is advanced past its deadline.
+/// * An upsert whose filter has an `$expr` and matches nothing inserts, as
+///   MongoDB does: the new document takes the filter's equalities, and the
+///   `$expr` plays no part in it.
+/// * An `$expr` that fails to evaluate on a document the call looks at (a
+///   `$toLong` of a non-numeric string) fails the call, as on MongoDB, and
+///   changes nothing.
 ///
 /// ```
 /// use bson::doc;
@@ -137,29 +152,35 @@ impl Collection {
             .filter_map(|key| self.docs.get(key).map(|stored| (key, &stored.doc)))
     }
 
-    /// The documents of this collection matching a validated `filter`, in `_id` order.
-    fn matching<'a>(&'a self, filter: &'a Document) -> impl Iterator<Item = &'a Document> + 'a {
+    /// The documents of this collection matching a validated `filter`, in
+    /// `_id` order. An `$expr` error is left in `cx` (check it once done).
+    fn matching<'a>(
+        &'a self,
+        filter: &'a Document,
+        cx: &'a Ctx<'a>,
+    ) -> impl Iterator<Item = &'a Document> + 'a {
         let (direct, scan) = match id_equality(filter) {
-            Some(id) => (self.get(id).filter(|doc| eval_rest(doc, filter)), None),
+            Some(id) => (self.get(id).filter(|doc| eval_rest(doc, filter, cx)), None),
             None => (None, Some(self.iter().map(|(_, doc)| doc))),
         };
         direct.into_iter().chain(
             scan.into_iter()
                 .flatten()
-                .filter(move |doc| query::eval(doc, filter)),
+                .filter(move |doc| query::eval_skipping(doc, filter, None, cx)),
         )
     }
 
-    /// The first document matching a validated `filter`.
-    fn first_match_mut(&mut self, filter: &Document) -> Option<&mut Stored> {
+    /// The first document matching a validated `filter`. An `$expr` error is
+    /// left in `cx` (check it before using the result).
+    fn first_match_mut(&mut self, filter: &Document, cx: &Ctx<'_>) -> Option<&mut Stored> {
         match id_equality(filter) {
-            Some(id) => self.get_mut(id).filter(|s| eval_rest(&s.doc, filter)),
+            Some(id) => self.get_mut(id).filter(|s| eval_rest(&s.doc, filter, cx)),
             None => {
                 let docs = &self.docs;
-                let key = self
-                    .order
-                    .iter()
-                    .find(|key| docs.get(*key).is_some_and(|s| query::eval(&s.doc, filter)))?;
+                let key = self.order.iter().find(|key| {
+                    docs.get(*key)
+                        .is_some_and(|s| query::eval_skipping(&s.doc, filter, None, cx))
+                })?;
                 self.docs.get_mut(key)
             }
         }
@@ -402,8 +423,10 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Shared by `update_one` and `find_one_and_update`: returns the outcome
-    /// and, if `ret` asks for one, the document before or after.
+    /// Shared by `update_one`, `update_each` and `find_one_and_update`:
+    /// returns the outcome and, if `ret` asks for one, the document before or
+    /// after. `now` is the store's time for this call: the value of `$$NOW`
+    /// and of `$currentDate`.
     fn update(
         &self,
         ns: &Namespace,
@@ -411,14 +434,16 @@ impl MemoryStore {
         mut update: Document,
         upsert: bool,
         ret: Option<ReturnDocument>,
+        now: bson::DateTime,
     ) -> Result<(UpdateOutcome, Option<Document>), StoreError> {
         query::validate(filter)?;
-        let now = self.inner.clock.now();
+        let cx = Ctx::at(Some(now));
         let mut data = self.lock();
-        if let Some(stored) = data
+        let found = data
             .get_mut(ns)
-            .and_then(|coll| coll.first_match_mut(filter))
-        {
+            .and_then(|coll| coll.first_match_mut(filter, &cx));
+        cx.check()?;
+        if let Some(stored) = found {
             // Applied in place, with an undo log: the stored document is
             // restored unless every operator succeeded and the result fits.
             let before = match ret {
@@ -459,6 +484,7 @@ impl MemoryStore {
             check_update(&update)?;
             return Ok((UpdateOutcome::default(), None));
         }
+        // The seed takes the filter's equalities; an `$expr` adds nothing (as in MongoDB).
         let mut created = upsert_seed(filter);
         apply_to_new(&mut created, update, now)?;
         let created = with_id_first(created);
@@ -482,6 +508,7 @@ impl MemoryStore {
     /// A native transaction: every change under one lock, undone on the first refusal.
     fn native(&self, changes: &[DocumentChange]) -> Result<(), StepError> {
         let now = self.inner.clock.now();
+        let cx = Ctx::at(Some(now));
         let mut data = self.lock();
         let mut undo: Vec<(Namespace, Bson, Option<Stored>)> = Vec::new();
         let result = changes.iter().try_for_each(|change| {
@@ -525,8 +552,11 @@ impl MemoryStore {
                     Ok(())
                 }
                 NativeCommand::Update { filter, update } => {
-                    let Some(stored) = data.get_mut(ns).and_then(|c| c.first_match_mut(&filter))
-                    else {
+                    let found = data
+                        .get_mut(ns)
+                        .and_then(|c| c.first_match_mut(&filter, &cx));
+                    cx.check().map_err(failed)?;
+                    let Some(stored) = found else {
                         return refusal(&data);
                     };
                     let mut next = stored.doc.clone();
@@ -539,7 +569,8 @@ impl MemoryStore {
                 NativeCommand::Delete { filter } => {
                     let matched = data
                         .get(ns)
-                        .and_then(|c| c.matching(&filter).next().is_some().then_some(()));
+                        .and_then(|c| c.matching(&filter, &cx).next().is_some().then_some(()));
+                    cx.check().map_err(failed)?;
                     if matched.is_none() {
                         return refusal(&data);
                     }
@@ -605,22 +636,25 @@ impl Store for MemoryStore {
         upsert: bool,
     ) -> Result<UpdateOutcome, StoreError> {
         self.count();
-        self.update(ns, &filter, update, upsert, None)
+        let now = self.inner.clock.now();
+        self.update(ns, &filter, update, upsert, None, now)
             .map(|(outcome, _)| outcome)
     }
 
     /// One command, as on MongoDB: every statement is tried (unordered), and
-    /// the first error, if any, is returned after all of them ran.
+    /// the first error, if any, is returned after all of them ran. The clock
+    /// is read once, for all of them.
     async fn update_each(
         &self,
         ns: &Namespace,
         statements: Vec<(Document, Document)>,
     ) -> Result<u64, StoreError> {
         self.count();
+        let now = self.inner.clock.now();
         let mut matched = 0;
         let mut first_error = None;
         for (filter, update) in statements {
-            match self.update(ns, &filter, update, false, None) {
+            match self.update(ns, &filter, update, false, None, now) {
                 Ok((outcome, _)) => matched += outcome.matched,
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -642,7 +676,8 @@ impl Store for MemoryStore {
         upsert: bool,
     ) -> Result<Option<Document>, StoreError> {
         self.count();
-        let (_, returned) = self.update(ns, &filter, update, upsert, Some(ret))?;
+        let now = self.inner.clock.now();
+        let (_, returned) = self.update(ns, &filter, update, upsert, Some(ret), now)?;
         Ok(returned)
     }
 
@@ -655,11 +690,13 @@ impl Store for MemoryStore {
         self.count();
         query::validate(&filter)?;
         validate_replacement(&replacement)?;
+        let cx = Ctx::clock(&*self.inner.clock);
         let mut data = self.lock();
-        let Some(stored) = data
+        let found = data
             .get_mut(ns)
-            .and_then(|coll| coll.first_match_mut(&filter))
-        else {
+            .and_then(|coll| coll.first_match_mut(&filter, &cx));
+        cx.check()?;
+        let Some(stored) = found else {
             return Ok(UpdateOutcome::default());
         };
         let id = stored.doc.get("_id").cloned().unwrap_or(Bson::Null);
@@ -704,11 +741,14 @@ impl Store for MemoryStore {
     async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
         self.count();
         query::validate(&filter)?;
+        let cx = Ctx::clock(&*self.inner.clock);
         let mut data = self.lock();
         let Some(coll) = data.get_mut(ns) else {
             return Ok(0);
         };
-        let id = match coll.matching(&filter).next() {
+        let found = coll.matching(&filter, &cx).next();
+        cx.check()?;
+        let id = match found {
             Some(doc) => doc.get("_id").cloned().unwrap_or(Bson::Null),
             None => return Ok(0),
         };
@@ -722,11 +762,13 @@ impl Store for MemoryStore {
     ) -> Result<Option<Document>, StoreError> {
         self.count();
         query::validate(&filter)?;
+        let cx = Ctx::clock(&*self.inner.clock);
         let data = self.lock();
         let Some(coll) = data.get(ns) else {
             return Ok(None);
         };
-        let found = coll.matching(&filter).next().cloned();
+        let found = coll.matching(&filter, &cx).next().cloned();
+        cx.check()?;
         Ok(found)
     }
 
@@ -747,14 +789,18 @@ impl Store for MemoryStore {
             None | Some(0) => usize::MAX,
             Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
         };
+        let cx = Ctx::clock(&*self.inner.clock);
         let data = self.lock();
         let Some(coll) = data.get(ns) else {
             return Ok(Vec::new());
         };
         if sort.is_empty() {
-            return Ok(coll.matching(&filter).take(limit).cloned().collect());
+            let found = coll.matching(&filter, &cx).take(limit).cloned().collect();
+            cx.check()?;
+            return Ok(found);
         }
-        let mut found: Vec<&Document> = coll.matching(&filter).collect();
+        let mut found: Vec<&Document> = coll.matching(&filter, &cx).collect();
+        cx.check()?;
         // A stable sort: ties stay in `_id` order.
         found.sort_by(|a, b| {
             for (path, descending) in &sort {
@@ -791,8 +837,8 @@ fn collection<'a>(data: &'a mut Collections, ns: &Namespace) -> &'a mut Collecti
 /// Whether `doc`, found by looking up the `_id` equality of `filter`,
 /// satisfies the rest of it. (The look-up already checked the `_id` clause:
 /// it finds the document whose `_id` compares equal to the value.)
-fn eval_rest(doc: &Document, filter: &Document) -> bool {
-    query::eval_skipping(doc, filter, Some("_id"))
+fn eval_rest(doc: &Document, filter: &Document, cx: &Ctx<'_>) -> bool {
+    query::eval_skipping(doc, filter, Some("_id"), cx)
 }
 
 /// The value of a plain `_id` equality in `filter` (`{_id: v}` or
@@ -1737,6 +1783,363 @@ mod tests {
         c.now().await.unwrap();
         assert_eq!(s.command_count(), 12);
         assert_eq!(MemoryStore::default().command_count(), 0);
+    }
+
+    /// A store on a manual clock holding `docs`, and the clock's time in ms.
+    async fn clocked_store_with(docs: Vec<Document>) -> (MemoryStore, Arc<ManualClock>, i64) {
+        let clock = Arc::new(ManualClock::default());
+        let s = MemoryStore::with_clock(clock.clone());
+        for d in docs {
+            s.insert_one(&ns(), d).await.unwrap();
+        }
+        let t0 = clock.now().timestamp_millis();
+        (s, clock, t0)
+    }
+
+    /// Applies only before `deadline` (ms since the epoch).
+    fn before(deadline: i64) -> Document {
+        doc! { "$lt": [ { "$toLong": "$$NOW" }, deadline ] }
+    }
+
+    /// Applies only at or after `time` (ms since the epoch).
+    fn from(time: i64) -> Document {
+        doc! { "$gte": [ { "$toLong": "$$NOW" }, time ] }
+    }
+
+    #[tokio::test]
+    async fn expr_now_fences_update_one_before_a_deadline() {
+        let (s, clock, t0) = clocked_store_with(vec![doc! { "_id": "A", "n": 0 }]).await;
+        let deadline = t0 + 1000;
+        let fenced = doc! { "_id": "A", "$expr": before(deadline) };
+        let inc = doc! { "$inc": { "n": 1 } };
+        let o = s
+            .update_one(&ns(), fenced.clone(), inc.clone(), false)
+            .await
+            .unwrap();
+        assert_eq!((o.matched, o.modified), (1, 1));
+        clock.advance(Duration::from_millis(999));
+        let o = s
+            .update_one(&ns(), fenced.clone(), inc.clone(), false)
+            .await
+            .unwrap();
+        assert_eq!(o.matched, 1);
+        // At the deadline the step no longer applies.
+        clock.advance(Duration::from_millis(1));
+        let o = s
+            .update_one(&ns(), fenced.clone(), inc.clone(), false)
+            .await
+            .unwrap();
+        assert_eq!(o, UpdateOutcome::default());
+        let returned = s
+            .find_one_and_update(
+                &ns(),
+                fenced.clone(),
+                inc.clone(),
+                ReturnDocument::After,
+                false,
+            )
+            .await
+            .unwrap();
+        assert_eq!(returned, None);
+        assert_eq!(
+            s.update_each(&ns(), vec![(fenced.clone(), inc.clone())])
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(s.documents(&ns()), vec![doc! { "_id": "A", "n": 2 }]);
+        // A filter without `_id` (a scan) is fenced the same way.
+        let scan = doc! { "n": 2, "$expr": before(deadline + 10) };
+        let o = s
+            .update_one(&ns(), scan.clone(), inc.clone(), false)
+            .await
+            .unwrap();
+        assert_eq!(o.matched, 1);
+        clock.advance(Duration::from_millis(10));
+        let o = s
+            .update_one(
+                &ns(),
+                doc! { "n": 3, "$expr": before(deadline + 10) },
+                inc,
+                false,
+            )
+            .await
+            .unwrap();
+        assert_eq!(o.matched, 0);
+        assert_eq!(s.documents(&ns()), vec![doc! { "_id": "A", "n": 3 }]);
+    }
+
+    #[tokio::test]
+    async fn expr_now_fences_delete_find_count_and_replace() {
+        let (s, clock, t0) = clocked_store_with(vec![
+            doc! { "_id": "A", "k": 1 },
+            doc! { "_id": "B", "k": 1 },
+        ])
+        .await;
+        let deadline = t0 + 50;
+        let all = doc! { "$expr": before(deadline) };
+        let found = s
+            .find(&ns(), all.clone(), FindOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(found.len(), 2);
+        let sorted = FindOptions {
+            sort: Some(doc! { "_id": -1 }),
+            limit: None,
+        };
+        assert_eq!(
+            s.find(&ns(), all.clone(), sorted.clone())
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(s
+            .find_one(&ns(), doc! { "_id": "A", "$expr": before(deadline) })
+            .await
+            .unwrap()
+            .is_some());
+        assert_eq!(Store::count(&s, &ns(), all.clone()).await.unwrap(), 2);
+        let o = s
+            .replace_one(
+                &ns(),
+                doc! { "_id": "B", "$expr": before(deadline) },
+                doc! { "k": 2 },
+            )
+            .await
+            .unwrap();
+        assert_eq!(o.modified, 1);
+        clock.advance(Duration::from_millis(50));
+        assert!(s
+            .find(&ns(), all.clone(), FindOptions::default())
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(s.find(&ns(), all.clone(), sorted).await.unwrap().is_empty());
+        assert!(s
+            .find_one(&ns(), doc! { "_id": "A", "$expr": before(deadline) })
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(Store::count(&s, &ns(), all.clone()).await.unwrap(), 0);
+        let o = s
+            .replace_one(
+                &ns(),
+                doc! { "_id": "B", "$expr": before(deadline) },
+                doc! { "k": 3 },
+            )
+            .await
+            .unwrap();
+        assert_eq!(o.matched, 0);
+        assert_eq!(
+            s.delete_one(&ns(), doc! { "_id": "A", "$expr": before(deadline) })
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(s.delete_one(&ns(), all).await.unwrap(), 0);
+        assert_eq!(
+            s.documents(&ns()),
+            vec![doc! { "_id": "A", "k": 1 }, doc! { "_id": "B", "k": 2 }]
+        );
+        // Before a later deadline the delete applies.
+        assert_eq!(
+            s.delete_one(&ns(), doc! { "_id": "A", "$expr": before(deadline + 1) })
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(s.documents(&ns()), vec![doc! { "_id": "B", "k": 2 }]);
+    }
+
+    #[tokio::test]
+    async fn expr_now_opens_a_step_at_a_time() {
+        let (s, clock, t0) =
+            clocked_store_with(vec![doc! { "_id": "A", "pendingTransactions": ["T"] }]).await;
+        let at = t0 + 5000;
+        let filter = doc! { "_id": "A", "pendingTransactions": "T", "$expr": from(at) };
+        let pull = doc! { "$pull": { "pendingTransactions": "T" } };
+        assert!(s.find_one(&ns(), filter.clone()).await.unwrap().is_none());
+        assert_eq!(
+            s.update_one(&ns(), filter.clone(), pull.clone(), false)
+                .await
+                .unwrap()
+                .matched,
+            0
+        );
+        assert_eq!(s.delete_one(&ns(), filter.clone()).await.unwrap(), 0);
+        clock.advance(Duration::from_millis(4999));
+        assert_eq!(
+            s.update_one(&ns(), filter.clone(), pull.clone(), false)
+                .await
+                .unwrap()
+                .matched,
+            0
+        );
+        clock.advance(Duration::from_millis(1));
+        assert!(s.find_one(&ns(), filter.clone()).await.unwrap().is_some());
+        assert_eq!(
+            s.update_one(&ns(), filter.clone(), pull, false)
+                .await
+                .unwrap()
+                .modified,
+            1
+        );
+        assert_eq!(
+            s.documents(&ns()),
+            vec![doc! { "_id": "A", "pendingTransactions": [] }]
+        );
+        // The guard on the marker still counts.
+        assert_eq!(s.delete_one(&ns(), filter).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn expr_compares_now_with_a_field() {
+        let t0 = ManualClock::default().now().timestamp_millis();
+        let (s, clock, _) = clocked_store_with(vec![
+            doc! { "_id": "A", "until": t0 + 100, "expires": DateTime::from_millis(t0 + 100) },
+        ])
+        .await;
+        let by_millis = doc! { "$expr": { "$lt": [ { "$toLong": "$$NOW" }, "$until" ] } };
+        let by_date = doc! { "$expr": { "$lt": [ "$$NOW", "$expires" ] } };
+        for f in [&by_millis, &by_date] {
+            assert!(s.find_one(&ns(), f.clone()).await.unwrap().is_some(), "{f}");
+        }
+        clock.advance(Duration::from_millis(100));
+        for f in [&by_millis, &by_date] {
+            assert!(s.find_one(&ns(), f.clone()).await.unwrap().is_none(), "{f}");
+            let o = s
+                .update_one(&ns(), f.clone(), doc! { "$set": { "x": 1 } }, false)
+                .await
+                .unwrap();
+            assert_eq!(o.matched, 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn unsupported_expr_is_a_bad_request_and_changes_nothing() {
+        let (s, _clock, t0) = clocked_store_with(vec![doc! { "_id": "A", "n": 1, "s": "x" }]).await;
+        let inc = doc! { "$inc": { "n": 1 } };
+        for (filter, name) in [
+            (
+                doc! { "_id": "A", "$expr": { "$lt": [ { "$add": [ { "$toLong": "$$NOW" }, 1 ] }, t0 + 10 ] } },
+                "$add",
+            ),
+            (
+                doc! { "_id": "A", "$expr": { "$lt": [ { "$toLong": "$$CLUSTER_TIME" }, t0 + 10 ] } },
+                "$$CLUSTER_TIME",
+            ),
+        ] {
+            let e = s
+                .update_one(&ns(), filter.clone(), inc.clone(), true)
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind, StoreErrorKind::BadRequest, "{filter}");
+            assert!(e.message.contains(name), "{}", e.message);
+            let e = s.delete_one(&ns(), filter.clone()).await.unwrap_err();
+            assert_eq!(e.kind, StoreErrorKind::BadRequest);
+            let e = s
+                .find(&ns(), filter.clone(), FindOptions::default())
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind, StoreErrorKind::BadRequest);
+            let e = s
+                .find_one_and_update(
+                    &ns(),
+                    filter.clone(),
+                    inc.clone(),
+                    ReturnDocument::After,
+                    true,
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind, StoreErrorKind::BadRequest);
+        }
+        // `$expr` has no place in a `$pull` condition.
+        let e = s
+            .update_one(
+                &ns(),
+                doc! { "_id": "A" },
+                doc! { "$pull": { "l": { "$expr": true } } },
+                false,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::BadRequest);
+        // A conversion that fails while evaluating fails the call, as on MongoDB.
+        let e = s
+            .update_one(
+                &ns(),
+                doc! { "$expr": { "$lt": [ { "$toLong": "$s" }, 5 ] } },
+                inc.clone(),
+                false,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!((e.kind, e.code), (StoreErrorKind::Other, Some(241)), "{e}");
+        let e = s
+            .delete_one(&ns(), doc! { "_id": "A", "$expr": { "$toLong": "$s" } })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, Some(241));
+        assert_eq!(
+            s.documents(&ns()),
+            vec![doc! { "_id": "A", "n": 1, "s": "x" }]
+        );
+        // ... but only when it is evaluated.
+        let o = s
+            .update_one(
+                &ns(),
+                doc! { "_id": "B", "$expr": { "$toLong": "$s" } },
+                inc,
+                false,
+            )
+            .await
+            .unwrap();
+        assert_eq!(o, UpdateOutcome::default());
+    }
+
+    #[tokio::test]
+    async fn upsert_with_expr_that_matches_nothing_inserts() {
+        let (s, _clock, t0) = clocked_store_with(vec![]).await;
+        // The deadline has passed: nothing matches, so the upsert inserts.
+        let o = s
+            .update_one(
+                &ns(),
+                doc! { "_id": "A", "state": "new", "$expr": before(t0) },
+                doc! { "$set": { "n": 1 } },
+                true,
+            )
+            .await
+            .unwrap();
+        assert_eq!((o.matched, o.upserted), (0, true));
+        assert_eq!(
+            s.documents(&ns()),
+            vec![doc! { "_id": "A", "state": "new", "n": 1 }]
+        );
+        let returned = s
+            .find_one_and_update(
+                &ns(),
+                doc! { "_id": "B", "$and": [ { "$expr": from(t0 + 1) } ] },
+                doc! { "$setOnInsert": { "n": 0 } },
+                ReturnDocument::After,
+                true,
+            )
+            .await
+            .unwrap();
+        assert_eq!(returned, Some(doc! { "_id": "B", "n": 0 }));
+        // A matching `$expr` updates instead.
+        let o = s
+            .update_one(
+                &ns(),
+                doc! { "_id": "A", "$expr": before(t0 + 1) },
+                doc! { "$set": { "n": 2 } },
+                true,
+            )
+            .await
+            .unwrap();
+        assert_eq!((o.matched, o.upserted), (1, false));
+        assert_eq!(s.documents(&ns()).len(), 2);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

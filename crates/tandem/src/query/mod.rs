@@ -15,12 +15,34 @@
 //!   the clause matches if any element does. When the value found is an
 //!   array, equality holds if the array equals `v` or contains `v`.
 //!   `{a: null}` matches documents where `a` is null or missing.
-//! * Field operators `$eq`, `$ne`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`
-//!   and `$exists`. Several operators in one operator document are ANDed.
+//! * Field operators `$eq`, `$ne`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`,
+//!   `$exists` and `$not` (of an operator document). Several operators in one
+//!   operator document are ANDed.
 //!   `$ne` and `$nin` are the negations of `$eq` and `$in`: on an array field
 //!   `{$ne: v}` holds iff no element equals `v` and the array itself is not `v`;
 //!   it also holds when the field is missing.
 //! * Top-level `$and`, `$or` and `$nor`, whose members are filters.
+//! * Top-level `$expr` (also inside `$and`, `$or` and `$nor` members) with a
+//!   subset of the aggregation expressions, enough for deadline fencing such
+//!   as `{$expr: {$lt: [{$toLong: "$$NOW"}, 1735689600000]}}`:
+//!   - the comparisons `$lt`, `$lte`, `$gt`, `$gte`, `$eq` and `$ne`, each of
+//!     exactly two operands. Unlike the field operators above they compare
+//!     across type brackets, by MongoDB's order of brackets (so a number is
+//!     below any string, and a missing field is below null);
+//!   - `$and` and `$or` of expressions, each value counting as true unless it
+//!     is false, null, missing or a numeric zero;
+//!   - `$toLong` of a number (a double is truncated), a date (its
+//!     milliseconds since the epoch), a boolean or a base-10 string; null or
+//!     missing gives null. Anything else, or a double that is not finite or
+//!     out of range, fails the operation (code 241, `ConversionFailure`), as
+//!     on MongoDB;
+//!   - field paths `"$a.b"`, with MongoDB's aggregation semantics (a path
+//!     through an array of documents yields the array of the values found);
+//!   - the variable `"$$NOW"`, a date. [`matches()`] reads the system clock
+//!     for it, [`matches_at`] takes it from the caller, and the
+//!     [`MemoryStore`](crate::MemoryStore) reads its own clock once per call;
+//!   - literals: any value other than a string starting with `$`, a document
+//!     or an array.
 //!
 //! Values compare as MongoDB compares them: within a *type bracket* only
 //! ([`compare`]). Int32, Int64 and Double are one bracket and compare
@@ -33,23 +55,32 @@
 //!
 //! # Not supported
 //!
-//! `$not`, `$regex` and regular-expression values, `$elemMatch`, `$all`,
-//! `$size`, `$type`, `$mod`, `$expr`, `$where`, `$text`, geospatial and
+//! `$regex` and regular-expression values, `$elemMatch`, `$all`,
+//! `$size`, `$type`, `$mod`, `$where`, `$text`, geospatial and
 //! bitwise operators, collations, and arithmetic on Decimal128 (a Decimal128
-//! only equals a bitwise-identical Decimal128). They are rejected with
-//! [`StoreErrorKind::BadRequest`] rather than silently misread.
+//! only equals a bitwise-identical Decimal128). Inside `$expr`: every other
+//! expression operator (`$add`, `$cond`, `$literal`, ...), every other
+//! variable (`$$ROOT`, `$$CLUSTER_TIME`, ...), and document and array
+//! expressions; `$expr` is not allowed in a `$pull` condition either (as in
+//! MongoDB). They are rejected with [`StoreErrorKind::BadRequest`] rather
+//! than silently misread.
 
 pub(crate) mod size;
 pub mod update;
 
+use std::borrow::Cow;
+use std::cell::Cell;
 use std::cmp::Ordering;
 
-use bson::{Bson, Document};
+use bson::{Bson, DateTime, Document};
 
+use crate::clock::{Clock, SystemClock};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// MongoDB's `BadValue` error code, used for malformed filters.
 const BAD_VALUE: i32 = 2;
+/// MongoDB's `ConversionFailure` error code, raised by a failed `$toLong`.
+const CONVERSION_FAILURE: i32 = 241;
 
 /// Whether `doc` matches the MongoDB query `filter`.
 ///
@@ -66,9 +97,124 @@ const BAD_VALUE: i32 = 2;
 /// assert!(matches(&account, &doc! { "balance": { "$gte": 50 }, "pending": "t1" }).unwrap());
 /// assert!(!matches(&account, &doc! { "pending": { "$ne": "t1" } }).unwrap());
 /// ```
+///
+/// `$$NOW` in an `$expr` is the system clock's time, read (once) only when
+/// the filter uses it; [`matches_at`] takes the time from the caller. An
+/// `$expr` that fails to evaluate (a `$toLong` of a non-numeric string, say)
+/// fails the call, as it fails the operation on MongoDB.
 pub fn matches(doc: &Document, filter: &Document) -> Result<bool, StoreError> {
+    matches_in(doc, filter, &Ctx::clock(&SystemClock))
+}
+
+/// [`matches()`] with `$$NOW` standing at `now`, e.g. a store's clock.
+///
+/// With `now` `None`, `$$NOW` is unavailable: a filter whose evaluation
+/// reaches it fails with [`StoreErrorKind::BadRequest`] (one that does not,
+/// such as an `$and` decided before it, still succeeds).
+///
+/// ```
+/// use bson::{doc, DateTime};
+/// use tandem::query::matches_at;
+///
+/// let deadline = 1_735_689_600_000_i64; // 2025-01-01T00:00:00Z
+/// let step = doc! { "_id": "A", "$expr": { "$lt": [ { "$toLong": "$$NOW" }, deadline ] } };
+/// let account = doc! { "_id": "A" };
+/// assert!(matches_at(&account, &step, Some(DateTime::from_millis(deadline - 1))).unwrap());
+/// assert!(!matches_at(&account, &step, Some(DateTime::from_millis(deadline))).unwrap());
+/// assert!(matches_at(&account, &step, None).is_err());
+/// ```
+pub fn matches_at(
+    doc: &Document,
+    filter: &Document,
+    now: Option<DateTime>,
+) -> Result<bool, StoreError> {
+    matches_in(doc, filter, &Ctx::at(now))
+}
+
+/// Validates `filter`, then evaluates it in `cx`.
+fn matches_in(doc: &Document, filter: &Document, cx: &Ctx<'_>) -> Result<bool, StoreError> {
     validate(filter)?;
-    Ok(eval(doc, filter))
+    let matched = eval_skipping(doc, filter, None, cx);
+    cx.check()?;
+    Ok(matched)
+}
+
+/// What evaluating a filter needs besides the document and the filter: the
+/// value of `$$NOW`, and a place for the error an `$expr` may raise.
+///
+/// Create one per store operation and pass it to every evaluation of that
+/// operation, then [`check`](Ctx::check) it. Filters without `$expr` never
+/// touch it: it costs a pointer argument.
+pub(crate) struct Ctx<'c> {
+    /// Where `$$NOW` comes from.
+    now: Now<'c>,
+    /// `$$NOW` once read: one value for the whole operation, as on MongoDB.
+    read: Cell<Option<DateTime>>,
+    /// The first error an `$expr` raised; the match it was part of is false.
+    error: Cell<Option<StoreError>>,
+}
+
+/// Where `$$NOW` comes from.
+#[derive(Clone, Copy)]
+enum Now<'c> {
+    /// A time read beforehand.
+    At(DateTime),
+    /// A clock, read on the first use of `$$NOW` only.
+    Clock(&'c dyn Clock),
+    /// Nowhere: `$$NOW` fails.
+    Unavailable,
+}
+
+impl<'c> Ctx<'c> {
+    /// `$$NOW` is `now`, or unavailable when `None`.
+    pub(crate) fn at(now: Option<DateTime>) -> Ctx<'static> {
+        Ctx::new(now.map_or(Now::Unavailable, Now::At))
+    }
+
+    /// `$$NOW` is read from `clock`, once, if a filter uses it.
+    pub(crate) fn clock(clock: &'c dyn Clock) -> Ctx<'c> {
+        Ctx::new(Now::Clock(clock))
+    }
+
+    fn new(now: Now<'c>) -> Ctx<'c> {
+        Ctx {
+            now,
+            read: Cell::new(None),
+            error: Cell::new(None),
+        }
+    }
+
+    /// The value of `$$NOW`.
+    fn now(&self) -> Result<DateTime, StoreError> {
+        if let Some(t) = self.read.get() {
+            return Ok(t);
+        }
+        let t = match self.now {
+            Now::At(t) => t,
+            Now::Clock(clock) => clock.now(),
+            Now::Unavailable => {
+                return Err(bad_request(
+                    "$$NOW is not available here: no clock to evaluate it with",
+                ))
+            }
+        };
+        self.read.set(Some(t));
+        Ok(t)
+    }
+
+    /// Records an error an `$expr` raised (the first one is kept).
+    fn fail(&self, e: StoreError) {
+        let first = self.error.take();
+        self.error.set(Some(first.unwrap_or(e)));
+    }
+
+    /// The first error an `$expr` raised since the last check, if any.
+    pub(crate) fn check(&self) -> Result<(), StoreError> {
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The single value at a dotted `path` of `doc`, if there is one.
@@ -304,9 +450,21 @@ fn bad_request(message: impl Into<String>) -> StoreError {
 /// Checks that `filter` only uses the supported operators, with well-formed
 /// arguments. [`matches()`] calls it; [`eval`] assumes it passed.
 pub(crate) fn validate(filter: &Document) -> Result<(), StoreError> {
+    validate_filter(filter, true)
+}
+
+/// [`validate`] for the filter of a `$pull` condition, where MongoDB does not
+/// allow `$expr`.
+pub(crate) fn validate_pull_filter(filter: &Document) -> Result<(), StoreError> {
+    validate_filter(filter, false)
+}
+
+fn validate_filter(filter: &Document, allow_expr: bool) -> Result<(), StoreError> {
     for (key, value) in filter {
         if let Some(op) = key.strip_prefix('$') {
             match op {
+                "expr" if allow_expr => validate_expr(value)?,
+                "expr" => return Err(bad_request("$expr is not allowed in this context")),
                 "and" | "or" | "nor" => {
                     let members = match value {
                         Bson::Array(members) if !members.is_empty() => members,
@@ -314,7 +472,7 @@ pub(crate) fn validate(filter: &Document) -> Result<(), StoreError> {
                     };
                     for member in members {
                         match member {
-                            Bson::Document(member) => validate(member)?,
+                            Bson::Document(member) => validate_filter(member, allow_expr)?,
                             _ => {
                                 return Err(bad_request(format!(
                                     "{key} entries need to be full objects"
@@ -373,6 +531,82 @@ pub(crate) fn validate_operators(ops: &Document) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Validates the expression of an `$expr` (see the module documentation for
+/// the supported subset).
+fn validate_expr(expr: &Bson) -> Result<(), StoreError> {
+    match expr {
+        Bson::String(s) if s.starts_with("$$") => {
+            if s == NOW {
+                Ok(())
+            } else {
+                Err(bad_request(format!(
+                    "unsupported variable in $expr: {s} (only $$NOW is supported)"
+                )))
+            }
+        }
+        Bson::String(s) if s.starts_with('$') => {
+            let path = &s[1..];
+            if path.is_empty()
+                || path
+                    .split('.')
+                    .any(|seg| seg.is_empty() || seg.starts_with('$'))
+            {
+                return Err(bad_request(format!("invalid field path in $expr: '{s}'")));
+            }
+            Ok(())
+        }
+        Bson::Document(d) => {
+            let Some((op, args)) = d.iter().next().filter(|(op, _)| op.starts_with('$')) else {
+                return Err(bad_request(format!(
+                    "object expressions are not supported in $expr: {d}"
+                )));
+            };
+            if d.len() > 1 {
+                return Err(bad_request(format!(
+                    "an expression specification must contain exactly one field, \
+                     the name of the expression. Found {} fields in {d}",
+                    d.len()
+                )));
+            }
+            let args = expr_args(args);
+            let arity = |n: usize| {
+                if args.len() == n {
+                    Ok(())
+                } else {
+                    Err(bad_request(format!(
+                        "Expression {op} takes exactly {n} arguments. {} were passed in.",
+                        args.len()
+                    )))
+                }
+            };
+            match op.as_str() {
+                "$lt" | "$lte" | "$gt" | "$gte" | "$eq" | "$ne" => arity(2)?,
+                "$toLong" => arity(1)?,
+                "$and" | "$or" => {}
+                _ => {
+                    return Err(bad_request(format!(
+                        "unsupported expression operator in $expr: {op}"
+                    )))
+                }
+            }
+            args.iter().try_for_each(validate_expr)
+        }
+        Bson::Array(_) => Err(bad_request(format!(
+            "array expressions are not supported in $expr: {expr}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The operands of an expression operator: the elements of an array, or
+/// the one value given without one (`{$toLong: "$$NOW"}`).
+fn expr_args(args: &Bson) -> &[Bson] {
+    match args {
+        Bson::Array(a) => a,
+        one => std::slice::from_ref(one),
+    }
+}
+
 fn unsupported_regex(at: &str) -> StoreError {
     bad_request(format!(
         "unknown operator: $regex (regular expressions in '{at}' are not supported)"
@@ -382,19 +616,28 @@ fn unsupported_regex(at: &str) -> StoreError {
 // ---------------------------------------------------------------------------
 // Evaluation of a validated filter.
 
-/// Whether `doc` matches `filter`, which [`validate`] accepted.
+/// Whether `doc` matches `filter`, which [`validate`] accepted, with no
+/// `$$NOW` (for `$pull` conditions, where `$expr` is not allowed).
 pub(crate) fn eval(doc: &Document, filter: &Document) -> bool {
-    eval_skipping(doc, filter, None)
+    eval_skipping(doc, filter, None, &Ctx::at(None))
 }
 
-/// [`eval`], ignoring the top-level clause on field `skip` (which the caller
-/// has already checked, e.g. an `_id` equality answered by a look-up).
-pub(crate) fn eval_skipping(doc: &Document, filter: &Document, skip: Option<&str>) -> bool {
+/// Whether `doc` matches `filter`, which [`validate`] accepted, ignoring the
+/// top-level clause on field `skip` (which the caller has already checked,
+/// e.g. an `_id` equality answered by a look-up). An `$expr` takes `$$NOW`
+/// from `cx`, and leaves there the error it may raise (it is then false).
+pub(crate) fn eval_skipping(
+    doc: &Document,
+    filter: &Document,
+    skip: Option<&str>,
+    cx: &Ctx<'_>,
+) -> bool {
     filter.iter().all(|(key, value)| match key.as_str() {
         k if Some(k) == skip => true,
-        "$and" => members(value).all(|m| eval(doc, m)),
-        "$or" => members(value).any(|m| eval(doc, m)),
-        "$nor" => !members(value).any(|m| eval(doc, m)),
+        "$and" => members(value).all(|m| eval_skipping(doc, m, None, cx)),
+        "$or" => members(value).any(|m| eval_skipping(doc, m, None, cx)),
+        "$nor" => !members(value).any(|m| eval_skipping(doc, m, None, cx)),
+        "$expr" => eval_expr_filter(doc, value, cx),
         path => eval_condition(doc, path, value),
     })
 }
@@ -538,6 +781,194 @@ fn any_value_in(v: &Bson, path: &str, f: &mut dyn FnMut(Option<&Bson>) -> bool) 
         }
         _ => f(None),
     }
+}
+
+// ---------------------------------------------------------------------------
+// `$expr`: the supported aggregation expressions, on a validated expression.
+
+/// The only variable `$expr` supports.
+const NOW: &str = "$$NOW";
+
+/// What a missing value compares as: MongoDB ranks missing with undefined,
+/// below null.
+static MISSING: Bson = Bson::Undefined;
+
+/// The value of an expression: borrowed from the document or the filter when
+/// it can be, `None` for a missing field.
+type Value<'a> = Option<Cow<'a, Bson>>;
+
+/// Whether `{$expr: expr}` holds for `doc`: the value of `expr`, coerced to a
+/// boolean as MongoDB does. An error is left in `cx`, and the clause is false.
+fn eval_expr_filter(doc: &Document, expr: &Bson, cx: &Ctx<'_>) -> bool {
+    match eval_expr(doc, expr, cx) {
+        Ok(v) => expr_truthy(v.as_deref()),
+        Err(e) => {
+            cx.fail(e);
+            false
+        }
+    }
+}
+
+/// An aggregation expression's boolean value: false for false, null,
+/// undefined, missing and numeric zeros (but not NaN), true for anything else.
+fn expr_truthy(v: Option<&Bson>) -> bool {
+    v.is_some_and(truthy)
+}
+
+fn eval_expr<'a>(doc: &'a Document, expr: &'a Bson, cx: &Ctx<'_>) -> Result<Value<'a>, StoreError> {
+    match expr {
+        Bson::String(s) if s.starts_with("$$") => {
+            if s != NOW {
+                return Err(bad_request(format!("unsupported variable in $expr: {s}")));
+            }
+            Ok(Some(Cow::Owned(Bson::DateTime(cx.now()?))))
+        }
+        Bson::String(s) if s.starts_with('$') => Ok(field_path(doc, &s[1..])),
+        Bson::Document(d) => match d.iter().next() {
+            Some((op, args)) => eval_expr_operator(doc, op, expr_args(args), cx),
+            None => Ok(Some(Cow::Borrowed(expr))),
+        },
+        _ => Ok(Some(Cow::Borrowed(expr))),
+    }
+}
+
+fn eval_expr_operator<'a>(
+    doc: &'a Document,
+    op: &str,
+    args: &'a [Bson],
+    cx: &Ctx<'_>,
+) -> Result<Value<'a>, StoreError> {
+    let boolean = |b: bool| Ok(Some(Cow::Owned(Bson::Boolean(b))));
+    match op {
+        "$and" => {
+            for arg in args {
+                if !expr_truthy(eval_expr(doc, arg, cx)?.as_deref()) {
+                    return boolean(false);
+                }
+            }
+            boolean(true)
+        }
+        "$or" => {
+            for arg in args {
+                if expr_truthy(eval_expr(doc, arg, cx)?.as_deref()) {
+                    return boolean(true);
+                }
+            }
+            boolean(false)
+        }
+        "$toLong" => {
+            let [arg] = args else {
+                return Err(bad_request("Expression $toLong takes exactly 1 arguments."));
+            };
+            let v = eval_expr(doc, arg, cx)?;
+            Ok(Some(Cow::Owned(to_long(v.as_deref())?)))
+        }
+        _ => {
+            let [left, right] = args else {
+                return Err(bad_request(format!(
+                    "Expression {op} takes exactly 2 arguments."
+                )));
+            };
+            let left = eval_expr(doc, left, cx)?;
+            let right = eval_expr(doc, right, cx)?;
+            let o = total_cmp(
+                left.as_deref().unwrap_or(&MISSING),
+                right.as_deref().unwrap_or(&MISSING),
+            );
+            boolean(match op {
+                "$lt" => o.is_lt(),
+                "$lte" => o.is_le(),
+                "$gt" => o.is_gt(),
+                "$gte" => o.is_ge(),
+                "$eq" => o.is_eq(),
+                "$ne" => o.is_ne(),
+                _ => {
+                    return Err(bad_request(format!(
+                        "unsupported expression operator in $expr: {op}"
+                    )))
+                }
+            })
+        }
+    }
+}
+
+/// The value of the aggregation field path `path` (without its `$`): as
+/// [`lookup`] finds it, except at an array, whose document elements each
+/// give the value of the rest of the path (if any), collected into an array.
+/// Numeric segments are field names, as in MongoDB's expressions.
+fn field_path<'a>(doc: &'a Document, path: &str) -> Value<'a> {
+    let Some((seg, rest)) = split_dot(path) else {
+        return doc.get(path).map(Cow::Borrowed);
+    };
+    match doc.get(seg)? {
+        Bson::Document(d) => field_path(d, rest),
+        Bson::Array(elements) => Some(Cow::Owned(Bson::Array(
+            elements
+                .iter()
+                .filter_map(|e| match e {
+                    Bson::Document(d) => field_path(d, rest).map(Cow::into_owned),
+                    _ => None,
+                })
+                .collect(),
+        ))),
+        _ => None,
+    }
+}
+
+/// `$toLong`: the value converted to an Int64, or null for null or missing.
+fn to_long(v: Option<&Bson>) -> Result<Bson, StoreError> {
+    // 2^63, exactly representable as f64.
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    let failed = |message: String| {
+        let kind = if message.contains("overflow") {
+            StoreErrorKind::Overflow
+        } else {
+            StoreErrorKind::Other
+        };
+        Err(StoreError::new(kind, message).with_code(CONVERSION_FAILURE))
+    };
+    let n = match v {
+        None | Some(Bson::Null | Bson::Undefined) => return Ok(Bson::Null),
+        Some(Bson::Int32(i)) => i64::from(*i),
+        Some(Bson::Int64(i)) => *i,
+        Some(Bson::Boolean(b)) => i64::from(*b),
+        Some(Bson::DateTime(d)) => d.timestamp_millis(),
+        Some(Bson::Double(f)) if f.is_nan() => {
+            return failed(
+                "Attempt to convert NaN value to integer type in $convert with no onError value"
+                    .into(),
+            )
+        }
+        Some(Bson::Double(f)) if f.is_infinite() => return failed(
+            "Attempt to convert infinity value to integer type in $convert with no onError value"
+                .into(),
+        ),
+        Some(Bson::Double(f)) => {
+            let t = f.trunc();
+            if !(-TWO_63..TWO_63).contains(&t) {
+                return failed(format!(
+                    "Conversion would overflow target type in $convert with no onError value: {f}"
+                ));
+            }
+            // In range, so the conversion is exact.
+            t as i64
+        }
+        Some(Bson::String(s)) => match s.parse::<i64>() {
+            Ok(n) => n,
+            Err(_) => {
+                return failed(format!(
+                    "Failed to parse number '{s}' in $convert with no onError value"
+                ))
+            }
+        },
+        Some(other) => {
+            return failed(format!(
+                "Unsupported conversion from {} to long in $convert with no onError value",
+                type_name(other)
+            ))
+        }
+    };
+    Ok(Bson::Int64(n))
 }
 
 fn cmp_documents(x: &Document, y: &Document) -> Ordering {
@@ -1052,6 +1483,255 @@ mod tests {
         assert!(matches(&d, &doc! { "a..b": 1 }).is_err());
         // A document whose first key is not an operator is a literal value.
         assert!(!m(&d, doc! { "a": { "b": 1, "$gt": 0 } }));
+    }
+
+    /// 2025-01-01T00:00:00Z in milliseconds.
+    const DEADLINE: i64 = 1_735_689_600_000;
+
+    fn at(d: &Document, f: Document, now: i64) -> bool {
+        matches_at(d, &f, Some(DateTime::from_millis(now))).unwrap()
+    }
+
+    #[test]
+    fn expr_fences_on_now() {
+        let d = doc! { "_id": "A", "pendingTransactions": ["T"] };
+        let before = doc! { "_id": "A", "$expr": { "$lt": [ { "$toLong": "$$NOW" }, DEADLINE ] } };
+        assert!(at(&d, before.clone(), DEADLINE - 1));
+        assert!(!at(&d, before.clone(), DEADLINE));
+        assert!(!at(&d, before.clone(), DEADLINE + 1));
+        let after = doc! {
+            "_id": "A", "pendingTransactions": "T",
+            "$expr": { "$gte": [ { "$toLong": "$$NOW" }, DEADLINE ] },
+        };
+        assert!(!at(&d, after.clone(), DEADLINE - 1));
+        assert!(at(&d, after.clone(), DEADLINE));
+        assert!(!at(&doc! { "_id": "A" }, after, DEADLINE));
+        // The other clauses still count.
+        assert!(!at(&doc! { "_id": "B" }, before, DEADLINE - 1));
+        // Numbers of every type compare numerically with the Int64.
+        for limit in [Bson::Int64(DEADLINE), Bson::Double(DEADLINE as f64)] {
+            let f = doc! { "$expr": { "$lte": [ { "$toLong": "$$NOW" }, limit ] } };
+            assert!(at(&d, f.clone(), DEADLINE));
+            assert!(!at(&d, f, DEADLINE + 1));
+        }
+        // Dates compare with dates: the direct form works too.
+        let f = doc! { "$expr": { "$lt": [ "$$NOW", DateTime::from_millis(DEADLINE) ] } };
+        assert!(at(&d, f.clone(), DEADLINE - 1));
+        assert!(!at(&d, f, DEADLINE));
+        // In `$and`, `$or` and `$nor` members.
+        let fence = doc! { "$expr": { "$lt": [ { "$toLong": "$$NOW" }, DEADLINE ] } };
+        assert!(at(
+            &d,
+            doc! { "$and": [ { "_id": "A" }, fence.clone() ] },
+            0
+        ));
+        assert!(!at(
+            &d,
+            doc! { "$and": [ { "_id": "A" }, fence.clone() ] },
+            DEADLINE
+        ));
+        assert!(at(&d, doc! { "$or": [ { "_id": "X" }, fence.clone() ] }, 0));
+        assert!(!at(&d, doc! { "$nor": [ fence.clone() ] }, 0));
+        assert!(at(&d, doc! { "$nor": [ fence ] }, DEADLINE));
+    }
+
+    #[test]
+    fn expr_now_is_read_from_the_context() {
+        let d = doc! { "_id": 1 };
+        let f = doc! { "$expr": { "$gt": [ { "$toLong": "$$NOW" }, 0 ] } };
+        // `matches` uses the system clock.
+        assert!(m(&d, f.clone()));
+        let system = doc! { "$expr": { "$and": [
+            { "$gt": [ "$$NOW", DateTime::from_millis(DEADLINE) ] },
+            { "$lt": [ "$$NOW", DateTime::from_millis(DEADLINE * 10) ] },
+        ] } };
+        assert!(m(&d, system));
+        // Without a time, `$$NOW` is an error, unless it is never reached.
+        let e = matches_at(&d, &f, None).unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::BadRequest);
+        assert!(e.message.contains("$$NOW"), "{}", e.message);
+        let unreached = doc! { "$expr": { "$and": [ false, { "$gt": [ "$$NOW", 0 ] } ] } };
+        assert!(!matches_at(&d, &unreached, None).unwrap());
+        assert!(!matches_at(
+            &doc! { "_id": 2 },
+            &doc! { "_id": 1, "$expr": "$$NOW" },
+            None
+        )
+        .unwrap());
+        // One value of `$$NOW` for the whole evaluation.
+        let clock = crate::clock::ManualClock::default();
+        let cx = Ctx::clock(&clock);
+        let same = doc! { "$expr": { "$eq": [ "$$NOW", "$$NOW" ] } };
+        assert!(eval_skipping(&d, &same, None, &cx));
+        let t = cx.now().unwrap();
+        clock.advance(std::time::Duration::from_secs(1));
+        assert_eq!(cx.now().unwrap(), t);
+        assert!(cx.check().is_ok());
+    }
+
+    #[test]
+    fn expr_comparisons_and_logic() {
+        let d = doc! { "n": 5, "l": 7_i64, "s": "x", "z": 0, "nul": Bson::Null, "t": DateTime::from_millis(5) };
+        let e = |x: Document| at(&d, doc! { "$expr": x }, 0);
+        assert!(e(doc! { "$lt": [ "$n", "$l" ] }));
+        assert!(e(doc! { "$lte": [ "$n", 5.0 ] }));
+        assert!(!e(doc! { "$gt": [ "$n", 5 ] }));
+        assert!(e(doc! { "$gte": [ "$l", "$n" ] }));
+        assert!(e(doc! { "$eq": [ "$n", 5_i64 ] }));
+        assert!(e(doc! { "$ne": [ "$n", "$l" ] }));
+        assert!(e(doc! { "$eq": [ "$s", "x" ] }));
+        // Across brackets, by the order of brackets: numbers < strings < dates.
+        assert!(e(doc! { "$lt": [ "$n", "$s" ] }));
+        assert!(e(doc! { "$gt": [ "$t", "$s" ] }));
+        assert!(e(doc! { "$lt": [ "$n", "$t" ] }));
+        assert!(!e(doc! { "$eq": [ "$n", "5" ] }));
+        // Missing is below null, and not equal to it.
+        assert!(!e(doc! { "$eq": [ "$missing", Bson::Null ] }));
+        assert!(e(doc! { "$eq": [ "$nul", Bson::Null ] }));
+        assert!(e(doc! { "$lt": [ "$missing", Bson::Null ] }));
+        assert!(e(doc! { "$eq": [ "$missing", "$other" ] }));
+        // `$and` / `$or` and truthiness.
+        assert!(e(
+            doc! { "$and": [ { "$gt": [ "$n", 1 ] }, { "$lt": [ "$n", 9 ] } ] }
+        ));
+        assert!(!e(
+            doc! { "$and": [ { "$gt": [ "$n", 1 ] }, { "$lt": [ "$n", 2 ] } ] }
+        ));
+        assert!(e(doc! { "$or": [ { "$gt": [ "$n", 9 ] }, true ] }));
+        assert!(!e(doc! { "$or": [ "$z", "$nul", "$missing", false ] }));
+        assert!(e(doc! { "$and": [] }));
+        assert!(!e(doc! { "$or": [] }));
+        assert!(e(doc! { "$and": [ "$n", "$s", f64::NAN ] }));
+        assert!(at(&d, doc! { "$expr": true }, 0));
+        assert!(!at(&d, doc! { "$expr": 0 }, 0));
+        assert!(at(&d, doc! { "$expr": "$s" }, 0));
+        assert!(!at(&d, doc! { "$expr": "$missing" }, 0));
+        // A single operand may be given without its array.
+        assert!(e(doc! { "$and": { "$eq": [ "$n", 5 ] } }));
+    }
+
+    #[test]
+    fn expr_field_paths() {
+        let d = doc! {
+            "a": { "b": 3, "at": DateTime::from_millis(100) },
+            "list": [ { "k": 1 }, { "j": 2 }, 7, { "k": 3 } ],
+            "nums": [10, 20],
+            "want": { "ks": [1, 3], "none": [] },
+        };
+        let e = |x: Document| at(&d, doc! { "$expr": x }, 150);
+        assert!(e(doc! { "$eq": [ "$a.b", 3 ] }));
+        assert!(e(doc! { "$gt": [ "$$NOW", "$a.at" ] }));
+        assert!(e(doc! { "$eq": [ { "$toLong": "$a.at" }, 100 ] }));
+        assert!(e(doc! { "$eq": [ "$a.b.c", "$missing" ] }));
+        // Through an array: the values found in its documents.
+        assert!(e(doc! { "$eq": [ "$list.k", "$want.ks" ] }));
+        assert!(e(doc! { "$eq": [ "$list.x", "$want.none" ] }));
+        // Numeric segments are field names, not indexes.
+        assert!(e(doc! { "$eq": [ "$nums.0", "$want.none" ] }));
+        assert!(e(doc! { "$gt": [ "$nums", "$want" ] }));
+        assert!(!e(doc! { "$eq": [ "$list.k", "$want.none" ] }));
+    }
+
+    #[test]
+    fn expr_to_long() {
+        let d = doc! {
+            "i": 7, "l": 9_i64, "f": 2.9, "g": -2.9, "b": true, "s": "-42", "nul": Bson::Null,
+            "bad": "4x", "nan": f64::NAN, "big": 1e19, "o": { "x": 1 }, "t": DateTime::from_millis(-5),
+        };
+        let long_of = |path: &str, want: Bson| {
+            let f = doc! { "$expr": { "$eq": [ { "$toLong": path }, want.clone() ] } };
+            assert!(at(&d, f, 0), "{path} -> {want}");
+            // The result is an Int64 (or null).
+            let c = Ctx::at(None);
+            let expr = Bson::Document(doc! { "$toLong": path });
+            let v = eval_expr(&d, &expr, &c).unwrap();
+            assert!(
+                matches!(v.as_deref(), Some(Bson::Int64(_) | Bson::Null)),
+                "{v:?}"
+            );
+        };
+        long_of("$i", Bson::Int64(7));
+        long_of("$l", Bson::Int64(9));
+        long_of("$f", Bson::Int64(2));
+        long_of("$g", Bson::Int64(-2));
+        long_of("$b", Bson::Int64(1));
+        long_of("$s", Bson::Int64(-42));
+        long_of("$t", Bson::Int64(-5));
+        long_of("$nul", Bson::Null);
+        long_of("$missing", Bson::Null);
+        assert!(at(
+            &d,
+            doc! { "$expr": { "$eq": [ { "$toLong": [ 3.5 ] }, 3 ] } },
+            0
+        ));
+        // Failed conversions fail the evaluation, as on MongoDB.
+        for (path, kind) in [
+            ("$bad", StoreErrorKind::Other),
+            ("$nan", StoreErrorKind::Other),
+            ("$big", StoreErrorKind::Overflow),
+            ("$o", StoreErrorKind::Other),
+        ] {
+            let f = doc! { "$expr": { "$lt": [ { "$toLong": path }, 5 ] } };
+            let e = matches_at(&d, &f, Some(DateTime::from_millis(0))).unwrap_err();
+            assert_eq!(
+                (e.kind, e.code),
+                (kind, Some(CONVERSION_FAILURE)),
+                "{path}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn unsupported_expressions_are_rejected() {
+        let d = doc! { "a": 1 };
+        let rejected = |f: Document, name: &str| {
+            let e = matches_at(&d, &f, Some(DateTime::from_millis(0))).unwrap_err();
+            assert_eq!(e.kind, StoreErrorKind::BadRequest, "{f}");
+            assert_eq!(e.code, Some(BAD_VALUE));
+            assert!(e.message.contains(name), "{f}: {}", e.message);
+        };
+        rejected(doc! { "$expr": { "$add": [ "$a", 1 ] } }, "$add");
+        rejected(
+            doc! { "$expr": { "$lt": [ { "$add": [ "$a", 1 ] }, 5 ] } },
+            "$add",
+        );
+        rejected(
+            doc! { "$expr": { "$lt": [ { "$toLong": "$$CLUSTER_TIME" }, 5 ] } },
+            "$$CLUSTER_TIME",
+        );
+        rejected(doc! { "$expr": { "$eq": [ "$$ROOT", 5 ] } }, "$$ROOT");
+        rejected(doc! { "$expr": { "$eq": [ "$$NOW.x", 5 ] } }, "$$NOW.x");
+        rejected(doc! { "$expr": { "$literal": 5 } }, "$literal");
+        rejected(doc! { "$expr": { "$lt": [ 1 ] } }, "$lt");
+        rejected(doc! { "$expr": { "$lt": [ 1, 2, 3 ] } }, "$lt");
+        rejected(doc! { "$expr": { "$toLong": [ 1, 2 ] } }, "$toLong");
+        rejected(
+            doc! { "$expr": { "$lt": [ 1, 2 ], "$gt": [ 1, 2 ] } },
+            "exactly one field",
+        );
+        rejected(doc! { "$expr": { "x": 1 } }, "object expressions");
+        rejected(doc! { "$expr": [ true ] }, "array expressions");
+        rejected(
+            doc! { "$expr": { "$eq": [ "$", 1 ] } },
+            "invalid field path",
+        );
+        rejected(
+            doc! { "$expr": { "$eq": [ "$a..b", 1 ] } },
+            "invalid field path",
+        );
+        rejected(
+            doc! { "$expr": { "$eq": [ "$a.$b", 1 ] } },
+            "invalid field path",
+        );
+        rejected(doc! { "$or": [ { "$expr": { "$add": [ 1 ] } } ] }, "$add");
+        // Rejected even when another clause already fails.
+        rejected(doc! { "a": 2, "$expr": { "$add": [ 1 ] } }, "$add");
+        // `$expr` is a top-level operator only, and not allowed in `$pull`.
+        rejected(doc! { "a": { "$expr": true } }, "$expr");
+        let e = validate_pull_filter(&doc! { "$expr": true }).unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::BadRequest);
+        assert!(e.message.contains("$expr"), "{}", e.message);
+        validate_pull_filter(&doc! { "k": { "$gt": 1 } }).unwrap();
     }
 
     #[test]

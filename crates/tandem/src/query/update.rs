@@ -921,7 +921,7 @@ fn validate_argument(op: &str, path: &str, value: &Bson) -> Result<(), StoreErro
         },
         "$pull" => match value {
             Bson::Document(d) if is_operator_doc(d) => super::validate_operators(d),
-            Bson::Document(d) => super::validate(d),
+            Bson::Document(d) => super::validate_pull_filter(d),
             Bson::RegularExpression(_) => Err(bad_request(
                 BAD_VALUE,
                 format!("$pull with a regular expression on '{path}' is not supported"),
