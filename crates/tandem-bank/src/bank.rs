@@ -5,8 +5,9 @@
 //!   `merchant-0`, `merchant-1`, … (starting at zero, with a `payments` counter).
 //! * `<db>.ledger` gets one document per committed transaction, inserted by the
 //!   transaction itself as one of its participants: `{_id: <txid>, kind, from,
-//!   to, amount}`. An undone insert leaves a placeholder holding only
-//!   `_tandem: {ghost: true, …}`, which is not a ledger entry.
+//!   to, amount}`. An undone insert leaves nothing; a placeholder holding only
+//!   `_tandem: {ghost: true}` (an `_id` reserved by an insert that never filled
+//!   it) is not a ledger entry.
 //! * `<db>.transactions` holds tandem's transaction records.
 //! * `<db>.meta` holds a token identifying the run (checked after each server restart).
 

@@ -365,10 +365,12 @@ async fn faults_case(retry: Option<tandem_mongodb::RetryPolicy>, times: i32) {
             for (ns, d) in &documents {
                 store.insert_one(ns, d.clone()).await.unwrap();
             }
+            let lease = Duration::from_millis(500);
             let coordinator = Coordinator::builder(store.clone())
                 .database(&db)
                 .commit_point(CommitPoint::Done)
-                .lease(Duration::ZERO)
+                .lease(lease)
+                .clock_margin(Duration::ZERO)
                 .build();
             fail_times(&admin, &app, &[command], fault.clone(), times).await;
             let result = coordinator.run(shopping(&db)).await;
@@ -378,6 +380,18 @@ async fn faults_case(retry: Option<tandem_mongodb::RetryPolicy>, times: i32) {
                 .run_once()
                 .await;
             failpoint_off(&admin).await;
+            // What the faults left in flight waits for its lease, by the server's clock
+            // (twice: the first recovery pass may have claimed it and started a new one).
+            let records = Namespace::new(&db, "transactions");
+            let in_flight = doc! { "state": { "$nin": ["done", "canceled"] } };
+            if store.count(&records, in_flight.clone()).await.unwrap() > 0 {
+                let factory = MongoFactory {
+                    store: store.clone(),
+                    client: admin.clone(),
+                    db: db.clone(),
+                };
+                factory.pass(store.as_ref(), lease * 2).await;
+            }
             let mut pass2 = coordinator
                 .recovery(RecoveryConfig::default())
                 .run_once()
@@ -715,4 +729,83 @@ async fn a_transfer_costs_five_commands_and_three_sequential_round_trips() {
         assert!(d.get_array("pendingTransactions").unwrap().is_empty());
     }
     client.database(&db).drop().await.unwrap();
+}
+
+/// The safety regression scenarios (`tandem::testing::safety`) on the test server.
+mod safety_on_mongodb {
+    use super::*;
+    use tandem::testing::safety;
+
+    #[tokio::test]
+    async fn late_delete_after_recreation() {
+        let Some(f) = factory("s_delete").await else {
+            return;
+        };
+        safety::late_delete_after_recreation(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
+    async fn late_insert_after_deletion() {
+        let Some(f) = factory("s_insert").await else {
+            return;
+        };
+        safety::late_insert_after_deletion(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
+    async fn hot_document_stays_bounded() {
+        let Some(f) = factory("s_hot").await else {
+            return;
+        };
+        let bytes = safety::hot_document_stays_bounded(&f, &f.db.clone(), 300).await;
+        println!("hot account after 300 transfers on MongoDB: {bytes} bytes");
+        done(f).await;
+    }
+
+    #[tokio::test]
+    async fn garbage_collection_then_late_apply() {
+        let Some(f) = factory("s_gc").await else {
+            return;
+        };
+        safety::garbage_collection_then_late_apply(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
+    async fn numeric_ids_are_one_document() {
+        let Some(f) = factory("s_ids").await else {
+            return;
+        };
+        safety::numeric_ids_are_one_document(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
+    async fn same_owner_same_id() {
+        let Some(f) = factory("s_owner").await else {
+            return;
+        };
+        safety::same_owner_same_id(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
+    async fn committed_answer_after_failure() {
+        let Some(f) = factory("s_answer").await else {
+            return;
+        };
+        safety::committed_answer_after_failure(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
+    async fn canceled_insert_frees_the_id() {
+        let Some(f) = factory("s_insert_id").await else {
+            return;
+        };
+        safety::canceled_insert_frees_the_id(&f, &f.db.clone()).await;
+        done(f).await;
+    }
 }

@@ -35,7 +35,7 @@ use crate::store::Namespace;
 /// The default name of the marker array on participant documents.
 pub const DEFAULT_MARKER: &str = "pendingTransactions";
 
-/// The sub-document tandem keeps on participant documents (lock, tombstones).
+/// The sub-document tandem keeps on participant documents (lock, pending delete, placeholder).
 pub const META_FIELD: &str = "_tandem";
 
 /// Checks one dotted field path: non-empty segments, none starting with `$`, no NUL.

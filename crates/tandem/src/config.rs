@@ -58,7 +58,20 @@ pub struct CoordinatorConfig {
     /// This worker's name, recorded as the owner of its transactions. Unique per process by default.
     pub owner: String,
     /// How long a transaction may go without progress before recovery may take it over.
+    ///
+    /// It is also the deadline of the applies: an apply that reaches its
+    /// store later than the lease after the record was written (or claimed),
+    /// by that store's clock, changes nothing and the transaction is canceled
+    /// ([`StepError::Expired`](crate::StepError::Expired)). Choose it well above
+    /// the time the applies of one transaction take.
     pub lease: Duration,
+    /// How far the clock of a store holding participants may step back, or
+    /// differ between the servers that answer for it over time (a failover to
+    /// a node whose clock is behind). Markers that an earlier owner's late
+    /// apply could still race are removed only once the deadline plus this
+    /// margin has passed on that store's clock. Clocks that differ between
+    /// stores by a constant do not matter; only steps backward do.
+    pub clock_margin: Duration,
     /// Where `run` returns.
     pub commit_point: CommitPoint,
     /// What to do on a conflict.
@@ -91,6 +104,7 @@ impl Default for CoordinatorConfig {
             collection: "transactions".into(),
             owner: default_owner(),
             lease: Duration::from_secs(30),
+            clock_margin: Duration::from_secs(2),
             commit_point: CommitPoint::default(),
             conflict: ConflictPolicy::default(),
             strategy: Strategy::default(),

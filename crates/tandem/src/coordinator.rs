@@ -8,7 +8,7 @@ use bson::{doc, Bson, Document};
 use futures::future::join_all;
 use tokio::task::JoinHandle;
 
-use crate::change::DocumentChange;
+use crate::change::{DocumentChange, DocumentOp};
 use crate::config::{CommitPoint, ConflictPolicy, CoordinatorConfig, RecoveryConfig, Strategy};
 use crate::engine::{history, Engine, Live, Party};
 use crate::error::{ChangeError, StepError, TxError};
@@ -16,7 +16,7 @@ use crate::event::{EventSink, TxEvent};
 use crate::participant::{Participant, ParticipantKinds, StepContext, Stores};
 use crate::record::{TxRecord, TxState};
 use crate::recovery::RecoveryWorker;
-use crate::store::{IndexSpec, Store, StoreError, StoreErrorKind};
+use crate::store::{IndexSpec, ReturnDocument, Store, StoreError, StoreErrorKind};
 use crate::TxId;
 
 /// Most transactions the background finisher takes on in one go.
@@ -214,6 +214,13 @@ impl CoordinatorBuilder {
         self
     }
 
+    /// How far a participant store's clock may step back
+    /// ([`CoordinatorConfig::clock_margin`]).
+    pub fn clock_margin(mut self, margin: Duration) -> Self {
+        self.config.clock_margin = margin;
+        self
+    }
+
     /// How long the background finisher may wait for more committed
     /// transactions to finish together ([`CoordinatorConfig::finish_delay`]).
     pub fn finish_delay(mut self, delay: Duration) -> Self {
@@ -360,10 +367,24 @@ impl Coordinator {
     /// Creates a TTL index that lets the store delete `done` and `canceled` records
     /// `after` they finished (idempotent).
     ///
-    /// Unlike [`RecoveryWorker::collect_garbage`], expiry by TTL leaves the
-    /// finished transactions' tombstones on their documents; they are harmless
-    /// but accumulate, so prefer garbage collection where documents are hot.
+    /// `after` must be at least the lease plus the clock margin, as for
+    /// [`RecoveryWorker::collect_garbage`]; a shorter one is refused with
+    /// [`StoreErrorKind::BadRequest`] and creates nothing. Nothing is left on
+    /// documents when a record expires: a finished transaction keeps nothing there.
     pub async fn ensure_ttl(&self, after: Duration) -> Result<(), StoreError> {
+        let least = self
+            .engine
+            .config
+            .lease
+            .saturating_add(self.engine.config.clock_margin);
+        if after < least {
+            return Err(StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!(
+                    "record expiry {after:?} is below the lease plus the clock margin ({least:?})"
+                ),
+            ));
+        }
         let ns = self.engine.records_ns();
         self.engine
             .records()
@@ -560,6 +581,10 @@ impl Coordinator {
             return self.run_native(tx).await;
         }
         let (id, items) = self.prepare_items(tx)?;
+        // Inserts reserve their `_id` while preparing: a round trip of its own.
+        let reserves = items.iter().any(
+            |item| matches!(item, Item::Document(c) if matches!(c.op, DocumentOp::Insert { .. })),
+        );
         let participants: Vec<Box<dyn Participant>> = items
             .into_iter()
             .map(|item| match item {
@@ -579,6 +604,8 @@ impl Coordinator {
                 p.prepare(StepContext {
                     tx: id,
                     epoch,
+                    deadline: None,
+                    not_before: None,
                     before: None,
                     stores,
                 })
@@ -604,23 +631,23 @@ impl Coordinator {
                 participant.spec()?,
                 before.clone(),
             ));
-            parties.push(Party {
-                participant,
-                before,
-            });
+            parties.push(Party::new(participant, before));
         }
-        if parties.iter().any(|p| p.before.is_some()) {
+        if reserves || parties.iter().any(|p| p.before.is_some()) {
             round_trips += 1;
         }
-        let live = Live {
+        let mut live = Live {
             id: id.clone(),
             epoch,
             parties,
+            // Set from the record as written: its lease start plus the lease.
+            deadline: bson::DateTime::from_millis(0),
+            not_before: None,
         };
 
         // The record is created `pending`: it holds every participant before any is
         // applied, so there is nothing an `initial` state would add but a round trip.
-        self.create_record(&live, entries).await?;
+        live.deadline = self.create_record(&live, entries).await?;
         round_trips += 1;
         let applied = engine.apply_or_cancel(&live).await;
         round_trips += 2;
@@ -628,11 +655,21 @@ impl Coordinator {
 
         match engine.config.commit_point {
             CommitPoint::Done => {
-                engine.finish_applied(&live).await?;
                 round_trips += 2;
+                // Committed either way: what finishing meets (a store failure,
+                // an apply still in flight) is left to recovery, and the
+                // receipt says `applied` rather than claim an unknown outcome.
+                let state = match engine.finish_applied(&live).await {
+                    Ok(()) => TxState::Done,
+                    Err(TxError::Superseded { .. }) => TxState::Applied,
+                    Err(e) => {
+                        tracing::warn!(target: "tandem", "finishing {id} left to recovery: {e}");
+                        TxState::Applied
+                    }
+                };
                 Ok(Receipt {
                     id,
-                    state: TxState::Done,
+                    state,
                     round_trips,
                 })
             }
@@ -713,12 +750,21 @@ impl Coordinator {
         }
     }
 
-    /// Writes the record in state `pending`, with timestamps from the store's clock.
-    async fn create_record(&self, live: &Live, entries: Vec<Bson>) -> Result<(), TxError> {
+    /// Writes the record in state `pending`, with timestamps from the store's
+    /// clock, and returns the deadline of its applies (the lease's start, as
+    /// the store stamped it, plus the lease).
+    async fn create_record(
+        &self,
+        live: &Live,
+        entries: Vec<Bson>,
+    ) -> Result<bson::DateTime, TxError> {
         let engine = &self.engine;
         let config = &engine.config;
         let ns = engine.records_ns();
         let lease_millis = i64::try_from(config.lease.as_millis()).unwrap_or(i64::MAX);
+        // Tells this transaction's record apart from another one of the same id
+        // (owner names repeat across processes that were given the same name).
+        let token = bson::oid::ObjectId::new().to_hex();
         let statement = |participants: Vec<Bson>| {
             // `state: {$in: []}` matches nothing, so an existing record is never touched:
             // the upsert then collides with its `_id` and fails with a duplicate key.
@@ -731,9 +777,10 @@ impl Coordinator {
                     "epoch": live.epoch,
                     "leaseMillis": lease_millis,
                     "attempts": 0,
+                    "token": &token,
                     "history": [history(TxState::Pending, &config.owner, live.epoch, "create")],
                 },
-                "$currentDate": { "created": true, "lastModified": true },
+                "$currentDate": { "created": true, "lastModified": true, "leaseStart": true },
             };
             (filter, update)
         };
@@ -758,12 +805,25 @@ impl Coordinator {
                 async move {
                     let (filter, update) = statement
                         .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
-                    engine.records().update_one(ns, filter, update, true).await
+                    engine
+                        .records()
+                        .find_one_and_update(ns, filter, update, ReturnDocument::After, true)
+                        .await
                 }
             })
             .await;
-        match result {
-            Ok(_) => {}
+        let written = match result {
+            Ok(Some(doc)) => doc,
+            Ok(None) => {
+                return Err(TxError::Interrupted {
+                    id: live.id.clone(),
+                    state: None,
+                    source: StoreError::new(
+                        StoreErrorKind::Other,
+                        "the store returned no document for the record's upsert",
+                    ),
+                })
+            }
             Err(e) if e.kind == StoreErrorKind::DuplicateKey => {
                 // Ours, if an earlier attempt landed before its answer was lost.
                 let existing =
@@ -775,13 +835,27 @@ impl Coordinator {
                             state: None,
                             source,
                         })?;
-                let ours = existing.is_some_and(|r| {
-                    r.owner == config.owner && r.epoch == live.epoch && r.state == TxState::Pending
-                });
-                if !ours {
-                    return Err(TxError::Duplicate {
-                        id: live.id.clone(),
-                    });
+                match existing {
+                    Some(r) if r.token.as_deref() == Some(token.as_str()) => {
+                        if r.state != TxState::Pending || r.epoch != live.epoch {
+                            // Written by us, then claimed by recovery before we heard back.
+                            return Err(TxError::Superseded {
+                                id: live.id.clone(),
+                                state: Some(r.state),
+                                epoch: r.epoch,
+                            });
+                        }
+                        engine.emit(TxEvent::Created {
+                            id: live.id.clone(),
+                            participants: live.parties.len(),
+                        });
+                        return Ok(r.deadline());
+                    }
+                    _ => {
+                        return Err(TxError::Duplicate {
+                            id: live.id.clone(),
+                        })
+                    }
                 }
             }
             Err(source) if source.kind == StoreErrorKind::DocumentTooLarge => {
@@ -800,12 +874,25 @@ impl Coordinator {
                     source,
                 })
             }
-        }
+        };
         engine.emit(TxEvent::Created {
             id: live.id.clone(),
             participants: live.parties.len(),
         });
-        Ok(())
+        let start = written
+            .get_datetime("leaseStart")
+            .map(|t| t.timestamp_millis())
+            .map_err(|e| TxError::Interrupted {
+                id: live.id.clone(),
+                state: Some(TxState::Pending),
+                source: StoreError::new(
+                    StoreErrorKind::Other,
+                    format!("the record as written has no lease start: {e}"),
+                ),
+            })?;
+        Ok(bson::DateTime::from_millis(
+            start.saturating_add(lease_millis),
+        ))
     }
 
     /// Cancels a transaction that is still `pending` (or finishes canceling one that is `canceling`).

@@ -5,12 +5,23 @@
 //! * the marker array (default `pendingTransactions`): the ids of the
 //!   transactions whose change is applied but not yet committed or undone;
 //! * `_tandem.lock`: the id of the transaction holding the document exclusively;
-//! * `_tandem.tombstones`: ids of transactions that are finished with this
-//!   document. A tombstone fences off a late apply by a stalled worker, which
-//!   the marker alone cannot do once it has been pulled. Tombstones are removed
-//!   when the transaction record is garbage-collected;
 //! * `_tandem.deleting`: set while a delete waits for its commit;
-//! * `_tandem.ghost`: marks the placeholder left where an insert was undone.
+//! * `_tandem.ghost`: marks a placeholder: an `_id` reserved by an insert that
+//!   has not filled it (yet). Placeholders are invisible to every other change
+//!   and are filled, or removed, by inserts.
+//!
+//! Nothing else, and nothing once the marker is gone: late steps of stalled
+//! workers are fenced by time, not by history (see
+//! [`StepContext`](crate::StepContext)). Every apply carries its deadline in
+//! its filter, `{$expr: {$lt: [{$toLong: "$$NOW"}, deadline]}}`, so it lands
+//! only while the store's clock reads earlier; a step that removes a marker
+//! while an earlier apply may still be in flight carries the opposite
+//! condition, `$gte` the time past that apply's deadline.
+//!
+//! An insert is two steps, because an insert cannot carry a condition: while
+//! preparing, an upsert reserves the `_id` with a placeholder (harmless if it
+//! lands late: a placeholder changes nothing anyone sees), and the apply fills
+//! the placeholder with one guarded, deadline-fenced update.
 
 use std::sync::Arc;
 
@@ -28,9 +39,28 @@ use crate::TxId;
 pub(crate) const KIND: &str = "document";
 
 const LOCK: &str = "_tandem.lock";
-const TOMBSTONES: &str = "_tandem.tombstones";
 const DELETING: &str = "_tandem.deleting";
 const GHOST: &str = "_tandem.ghost";
+
+/// The holder named by a conflict that no transaction explains.
+const CONCURRENT_WRITE: &str = "(concurrent write)";
+
+/// `{$toLong: "$$NOW"}`: the store's clock in milliseconds. (Compared with
+/// milliseconds rather than a date: some servers compare `$$NOW` with a date
+/// inside `$expr` wrongly; see the guide's Stores chapter.)
+fn store_clock() -> Document {
+    doc! { "$toLong": "$$NOW" }
+}
+
+/// The filter condition "the store's clock reads earlier than `deadline`".
+fn before(deadline: bson::DateTime) -> Document {
+    doc! { "$lt": [store_clock(), deadline.timestamp_millis()] }
+}
+
+/// The filter condition "the store's clock reads `time` or later".
+fn from(time: bson::DateTime) -> Document {
+    doc! { "$gte": [store_clock(), time.timestamp_millis()] }
+}
 
 /// A before-image: the value of each exclusively changed field, or its absence.
 fn image_to_doc(fields: Vec<(String, Option<Bson>)>) -> Document {
@@ -127,12 +157,15 @@ impl DocumentChange {
             .collect()
     }
 
-    /// The conditions every apply carries: not yet applied, not fenced, not a ghost, not held.
+    /// The conditions every apply carries: not yet applied, not past its
+    /// deadline, not a ghost, not held.
     fn apply_filter(&self, ctx: &StepContext<'_>) -> Document {
         let tx = ctx.tx.as_str();
         let mut filter = self.guarded_filter(ctx.before);
         filter.insert(self.marker.clone(), doc! { "$ne": tx });
-        filter.insert(TOMBSTONES, doc! { "$ne": tx });
+        if let Some(deadline) = ctx.deadline {
+            filter.insert("$expr", before(deadline));
+        }
         // A credit deferred to the commit must not overflow there, where it cannot be refused.
         let ceilings: Vec<(String, Bson)> = self
             .deferred_credits()
@@ -196,9 +229,158 @@ impl DocumentChange {
         filter
     }
 
-    /// The document as this transaction's apply left it: its marker is there.
+    /// The document as this transaction's apply left it: its marker is there;
+    /// and, when the step must wait for earlier applies to miss their
+    /// deadline, the store's clock reads `not_before` or later.
     fn applied_filter(&self, ctx: &StepContext<'_>) -> Document {
-        doc! { "_id": self.id.clone(), self.marker.clone(): ctx.tx.as_str() }
+        let mut filter = doc! { "_id": self.id.clone(), self.marker.clone(): ctx.tx.as_str() };
+        if let Some(time) = ctx.not_before {
+            filter.insert("$expr", from(time));
+        }
+        filter
+    }
+
+    /// The filter of the apply of an insert: the `_id`'s placeholder, not
+    /// held, before the deadline.
+    fn fill_filter(&self, ctx: &StepContext<'_>) -> Document {
+        let mut filter = doc! {
+            "_id": self.id.clone(),
+            GHOST: { "$exists": true },
+            LOCK: Bson::Null,
+            self.marker.clone(): { "$ne": ctx.tx.as_str() },
+        };
+        if let Some(deadline) = ctx.deadline {
+            filter.insert("$expr", before(deadline));
+        }
+        filter
+    }
+
+    /// The apply of an insert: the placeholder becomes the document, held
+    /// by the transaction and marked.
+    fn fill_update(&self, ctx: &StepContext<'_>, fields: &Document) -> Document {
+        let tx = ctx.tx.as_str();
+        let mut set = fields.clone();
+        set.insert(self.marker.clone(), vec![tx]);
+        set.insert(META_FIELD, doc! { "lock": tx });
+        doc! { "$set": set }
+    }
+
+    /// Reserves the `_id` of an insert with a placeholder, unless a document
+    /// (or a placeholder) has it already. Harmless at any time.
+    async fn reserve(&self, store: &dyn Store) -> Result<(), StepError> {
+        store
+            .update_one(
+                &self.namespace,
+                doc! { "_id": self.id.clone() },
+                doc! { "$setOnInsert": { META_FIELD: { "ghost": true } } },
+                true,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| self.store_err(e))
+    }
+
+    /// Why the fill of an insert matched nothing.
+    async fn diagnose_fill(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+    ) -> Result<Option<()>, StepError> {
+        let current = store
+            .find_one(&self.namespace, doc! { "_id": self.id.clone() })
+            .await
+            .map_err(|e| self.store_err(e))?;
+        let participant = self.label();
+        let Some(current) = current else {
+            return Ok(None); // no placeholder: reserve it again
+        };
+        let tx = Bson::String(ctx.tx.as_str().to_owned());
+        if query::matches(&current, &doc! { self.marker.as_str(): tx }).unwrap_or(false) {
+            return Ok(Some(())); // filled already, by this transaction
+        }
+        if query::lookup(&current, GHOST).is_none() {
+            return Err(StepError::AlreadyExists { participant });
+        }
+        if let Some(holder) = query::lookup(&current, LOCK).filter(|b| **b != Bson::Null) {
+            return Err(StepError::Conflict {
+                participant,
+                holder: holder_text(holder),
+            });
+        }
+        self.expired_or(
+            store,
+            ctx,
+            StepError::Conflict {
+                participant: self.label(),
+                holder: CONCURRENT_WRITE.into(),
+            },
+        )
+        .await
+        .map(|()| Some(()))
+    }
+
+    /// `Err(Expired)` if the apply's deadline has passed by the store's clock,
+    /// else `Err(otherwise)`.
+    async fn expired_or(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+        otherwise: StepError,
+    ) -> Result<(), StepError> {
+        if let Some(deadline) = ctx.deadline {
+            let now = store.now().await.map_err(|e| self.store_err(e))?;
+            if now >= deadline {
+                return Err(StepError::Expired {
+                    participant: self.label(),
+                });
+            }
+        }
+        Err(otherwise)
+    }
+
+    /// Runs a step that removes this transaction's marker (`update`, or a
+    /// delete of the document for `None`), honouring `not_before`.
+    async fn remove_marker(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+        update: Option<Document>,
+    ) -> Result<(), StepError> {
+        if let Some(until) = ctx.not_before {
+            let now = store.now().await.map_err(|e| self.store_err(e))?;
+            if now < until {
+                return Err(StepError::NotYet {
+                    participant: self.label(),
+                    until,
+                });
+            }
+        }
+        let filter = self.applied_filter(ctx);
+        let matched = match update {
+            Some(update) => store
+                .update_one(&self.namespace, filter, update, false)
+                .await
+                .map(|o| o.matched),
+            None => store.delete_one(&self.namespace, filter).await,
+        }
+        .map_err(|e| self.store_err(e))?;
+        if let (0, Some(until)) = (matched, ctx.not_before) {
+            // Nothing to do, unless the store's clock disagreed with the time condition.
+            let still = store
+                .find_one(
+                    &self.namespace,
+                    doc! { "_id": self.id.clone(), self.marker.clone(): ctx.tx.as_str() },
+                )
+                .await
+                .map_err(|e| self.store_err(e))?;
+            if still.is_some() {
+                return Err(StepError::NotYet {
+                    participant: self.label(),
+                    until,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The apply of a delete: hold the document and mark it for deletion at commit.
@@ -210,14 +392,13 @@ impl DocumentChange {
         }
     }
 
-    /// The commit of an applied change (not a delete): the marker becomes a
-    /// tombstone, the hold is released, and deferred credits land, exactly once.
+    /// The commit of an applied change (not a delete): the marker goes, the
+    /// hold is released, and deferred credits land, exactly once.
     fn clear_update(&self, ctx: &StepContext<'_>) -> Document {
         let tx = ctx.tx.as_str();
         let mut update = doc! {
             "$pull": { self.marker.clone(): tx },
             "$unset": { LOCK: "" },
-            "$addToSet": { TOMBSTONES: tx },
         };
         let late: Document = self
             .deferred_credits()
@@ -304,12 +485,25 @@ impl DocumentChange {
             .find_one(&self.namespace, doc! { "_id": self.id.clone() })
             .await
             .map_err(|e| self.store_err(e))?;
-        self.explain(current.as_ref(), Some(ctx.tx))
+        match self.explain(current.as_ref(), Some(ctx.tx)) {
+            // Nothing in the document explains it: the deadline may have passed.
+            Err(StepError::Conflict {
+                participant,
+                holder,
+            }) if holder == CONCURRENT_WRITE => {
+                let e = StepError::Conflict {
+                    participant,
+                    holder,
+                };
+                self.expired_or(store, ctx, e).await
+            }
+            other => other,
+        }
     }
 
     /// Explains why this change's guarded command matched nothing, given the
     /// document as it is now (`None`: missing). With `tx`, a marker of `tx` means
-    /// the change was applied already (`Ok`), and a tombstone means it is fenced.
+    /// the change was applied already (`Ok`).
     ///
     /// Stores use it to report the same typed errors for every strategy.
     pub fn explain(&self, current: Option<&Document>, tx: Option<&TxId>) -> Result<(), StepError> {
@@ -323,9 +517,6 @@ impl DocumentChange {
                 |path: &str| query::matches(current, &doc! { path: tx.clone() }).unwrap_or(false);
             if has(&self.marker) {
                 return Ok(()); // applied already, by us or by another worker of this transaction
-            }
-            if has(TOMBSTONES) {
-                return Err(StepError::Fenced { participant });
             }
         }
         if query::lookup(current, GHOST).is_some() {
@@ -410,28 +601,8 @@ impl DocumentChange {
         // The before-image no longer holds: somebody wrote the document since it was read.
         Err(StepError::Conflict {
             participant,
-            holder: "(concurrent write)".into(),
+            holder: CONCURRENT_WRITE.into(),
         })
-    }
-
-    /// Puts the tombstone on first, so no apply can land after this point.
-    async fn fence(&self, store: &dyn Store, ctx: &StepContext<'_>) -> Result<(), StepError> {
-        let insert = matches!(self.op, DocumentOp::Insert { .. });
-        let mut update = doc! { "$addToSet": { TOMBSTONES: ctx.tx.as_str() } };
-        if insert {
-            // The document may never have been inserted: leave a fenced placeholder.
-            update.insert("$setOnInsert", doc! { GHOST: true });
-        }
-        store
-            .update_one(
-                &self.namespace,
-                doc! { "_id": self.id.clone() },
-                update,
-                insert,
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| self.store_err(e))
     }
 }
 
@@ -678,9 +849,11 @@ impl Participant for DocumentChange {
         key.push('.');
         key.push_str(&ns.collection);
         key.push('|');
-        // Two ids are one document exactly when their BSON encodings are equal.
-        // A string's encoding is its bytes, so it stands for itself; any other
-        // value is spelled by its encoding, and the tag keeps the two apart.
+        // Two ids are one document when they compare equal as MongoDB compares
+        // `_id`s: numbers by value across types (7, 7_i64 and 7.0 are one
+        // document), everything else by its encoding. A string's encoding is its
+        // bytes, so it stands for itself; any other value is spelled by the
+        // encoding of its canonical form, and the tag keeps the two apart.
         match &self.id {
             Bson::String(id) => {
                 key.push('s');
@@ -688,7 +861,7 @@ impl Participant for DocumentChange {
             }
             other => {
                 key.push('b');
-                let bytes = bson::to_vec(&doc! { "id": other.clone() }).unwrap_or_default();
+                let bytes = bson::to_vec(&doc! { "id": canonical_id(other) }).unwrap_or_default();
                 for b in bytes {
                     let _ = write!(key, "{b:02x}");
                 }
@@ -702,6 +875,10 @@ impl Participant for DocumentChange {
     }
 
     async fn prepare(&self, ctx: StepContext<'_>) -> Result<Option<Document>, StepError> {
+        if matches!(self.op, DocumentOp::Insert { .. }) {
+            self.reserve(self.store(&ctx)?.as_ref()).await?;
+            return Ok(None);
+        }
         let paths = self.imaged_paths();
         if paths.is_empty() {
             return Ok(None);
@@ -726,28 +903,48 @@ impl Participant for DocumentChange {
 
     async fn apply(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
         let store = self.store(&ctx)?;
-        let tx = ctx.tx.as_str();
         match &self.op {
-            DocumentOp::Insert { doc } => {
-                let mut full = doc! { "_id": self.id.clone() };
-                full.extend(doc.clone());
-                full.insert(self.marker.clone(), vec![tx]);
-                full.insert(META_FIELD, doc! { "lock": tx });
-                match store.insert_one(&self.namespace, full).await {
-                    Ok(()) => Ok(()),
-                    Err(e) if e.kind == StoreErrorKind::DuplicateKey => {
-                        match self.diagnose(store.as_ref(), &ctx).await {
-                            Ok(()) => Ok(()),
-                            Err(StepError::Fenced { participant }) => {
-                                Err(StepError::Fenced { participant })
+            DocumentOp::Insert { doc: fields } => {
+                // Twice at most: a placeholder removed in between is reserved again.
+                for _ in 0..2 {
+                    let outcome = store
+                        .update_one(
+                            &self.namespace,
+                            self.fill_filter(&ctx),
+                            self.fill_update(&ctx, fields),
+                            false,
+                        )
+                        .await
+                        .map_err(|e| self.store_err(e))?;
+                    if outcome.matched == 1 {
+                        return Ok(());
+                    }
+                    match self.diagnose_fill(store.as_ref(), &ctx).await? {
+                        Some(()) => return Ok(()),
+                        None => {
+                            // No placeholder: reserve it again, unless too late
+                            // to fill it (a late worker leaves nothing behind).
+                            if let Some(deadline) = ctx.deadline {
+                                let now = store.now().await.map_err(|e| self.store_err(e))?;
+                                if now >= deadline {
+                                    return Err(StepError::Expired {
+                                        participant: self.label(),
+                                    });
+                                }
                             }
-                            Err(_) => Err(StepError::AlreadyExists {
-                                participant: self.label(),
-                            }),
+                            self.reserve(store.as_ref()).await?
                         }
                     }
-                    Err(e) => Err(self.store_err(e)),
                 }
+                self.expired_or(
+                    store.as_ref(),
+                    &ctx,
+                    StepError::Conflict {
+                        participant: self.label(),
+                        holder: CONCURRENT_WRITE.into(),
+                    },
+                )
+                .await
             }
             DocumentOp::Update { ops } => {
                 let update = self.apply_update(&ctx, ops);
@@ -761,21 +958,23 @@ impl Participant for DocumentChange {
     }
 
     fn apply_statement(&self, ctx: &StepContext<'_>) -> Option<StepUpdate> {
-        let update = match &self.op {
-            DocumentOp::Insert { .. } => return None,
-            DocumentOp::Update { ops } => self.apply_update(ctx, ops),
-            DocumentOp::Delete => self.delete_update(ctx),
+        let (filter, update) = match &self.op {
+            DocumentOp::Insert { doc: fields } => {
+                (self.fill_filter(ctx), self.fill_update(ctx, fields))
+            }
+            DocumentOp::Update { ops } => (self.apply_filter(ctx), self.apply_update(ctx, ops)),
+            DocumentOp::Delete => (self.apply_filter(ctx), self.delete_update(ctx)),
         };
         Some(StepUpdate {
             store: Arc::clone(self.store(ctx).ok()?),
             namespace: self.namespace.clone(),
-            filter: self.apply_filter(ctx),
+            filter,
             update,
         })
     }
 
     fn clear_statement(&self, ctx: &StepContext<'_>) -> Option<StepUpdate> {
-        if matches!(self.op, DocumentOp::Delete) {
+        if matches!(self.op, DocumentOp::Delete) || ctx.not_before.is_some() {
             return None;
         }
         Some(StepUpdate {
@@ -788,30 +987,15 @@ impl Participant for DocumentChange {
 
     async fn compensate(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
         let store = self.store(&ctx)?;
-        self.fence(store.as_ref(), &ctx).await?;
         let tx = ctx.tx.as_str();
-        let applied = doc! { "_id": self.id.clone(), self.marker.clone(): tx };
-        let result = match &self.op {
-            DocumentOp::Insert { .. } => store
-                .replace_one(
-                    &self.namespace,
-                    applied,
-                    doc! { META_FIELD: { "ghost": true, "tombstones": [tx] } },
-                )
-                .await
-                .map(|_| ()),
-            DocumentOp::Delete => store
-                .update_one(
-                    &self.namespace,
-                    applied,
-                    doc! {
-                        "$unset": { LOCK: "", DELETING: "" },
-                        "$pull": { self.marker.clone(): tx },
-                    },
-                    false,
-                )
-                .await
-                .map(|_| ()),
+        let update = match &self.op {
+            // The document goes, and its `_id` is free at once: an apply still
+            // in flight has missed its deadline by now (`not_before`).
+            DocumentOp::Insert { .. } => None,
+            DocumentOp::Delete => Some(doc! {
+                "$unset": { LOCK: "", DELETING: "" },
+                "$pull": { self.marker.clone(): tx },
+            }),
             DocumentOp::Update { ops } => {
                 let mut set = Document::new();
                 let mut unset = Document::new();
@@ -839,54 +1023,53 @@ impl Participant for DocumentChange {
                 if !inc.is_empty() {
                     update.insert("$inc", inc);
                 }
-                store
-                    .update_one(&self.namespace, applied, update, false)
-                    .await
-                    .map(|_| ())
+                Some(update)
             }
         };
-        result.map_err(|e| self.store_err(e))
+        self.remove_marker(store.as_ref(), &ctx, update).await?;
+        if matches!(self.op, DocumentOp::Insert { .. }) {
+            // A placeholder this insert never filled goes too; whoever fills
+            // it meanwhile reserves it again.
+            store
+                .delete_one(
+                    &self.namespace,
+                    doc! {
+                        "_id": self.id.clone(),
+                        GHOST: { "$exists": true },
+                        LOCK: Bson::Null,
+                        format!("{}.0", self.marker): { "$exists": false },
+                    },
+                )
+                .await
+                .map_err(|e| self.store_err(e))?;
+        }
+        Ok(())
     }
 
     async fn clear_marker(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
         let store = self.store(&ctx)?;
-        let tx = ctx.tx.as_str();
-        let applied = doc! { "_id": self.id.clone(), self.marker.clone(): tx };
-        let result = match &self.op {
-            DocumentOp::Delete => store.delete_one(&self.namespace, applied).await.map(|_| ()),
-            _ => store
-                .update_one(&self.namespace, applied, self.clear_update(&ctx), false)
-                .await
-                .map(|_| ()),
+        let update = match &self.op {
+            DocumentOp::Delete => None,
+            _ => Some(self.clear_update(&ctx)),
         };
-        result.map_err(|e| self.store_err(e))
+        self.remove_marker(store.as_ref(), &ctx, update).await
     }
+}
 
-    async fn forget(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
-        let store = self.store(&ctx)?;
-        let tx = ctx.tx.as_str();
-        store
-            .update_one(
-                &self.namespace,
-                doc! { "_id": self.id.clone(), TOMBSTONES: tx },
-                doc! { "$pull": { TOMBSTONES: tx } },
-                false,
-            )
-            .await
-            .map_err(|e| self.store_err(e))?;
-        // A placeholder with no tombstone left has nothing more to fence.
-        store
-            .delete_one(
-                &self.namespace,
-                doc! {
-                    "_id": self.id.clone(),
-                    GHOST: true,
-                    format!("{TOMBSTONES}.0"): { "$exists": false },
-                },
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| self.store_err(e))
+/// `id` with every number in one form per value: an integral number that fits
+/// a 64-bit integer as `Int64`, any other as `Double` (so that ids MongoDB
+/// holds equal are spelled alike).
+fn canonical_id(id: &Bson) -> Bson {
+    match id {
+        Bson::Int32(i) => Bson::Int64(i64::from(*i)),
+        Bson::Double(d) if d.fract() == 0.0 && d.abs() < 9.2e18 => Bson::Int64(*d as i64),
+        Bson::Array(items) => Bson::Array(items.iter().map(canonical_id).collect()),
+        Bson::Document(d) => Bson::Document(
+            d.iter()
+                .map(|(k, v)| (k.clone(), canonical_id(v)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 

@@ -3,6 +3,7 @@
 //! An [`Engine`] drives one transaction that a worker owns at a given epoch:
 //! guarded state transitions of the record, and concurrent participant steps.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,20 @@ use crate::TxId;
 pub(crate) struct Party {
     pub participant: Box<dyn Participant>,
     pub before: Option<Document>,
+    /// Whether an apply of this epoch failed with its outcome unknown: that
+    /// request may still land until the epoch's deadline, so the marker may
+    /// be removed only after the deadline plus the clock margin.
+    pub in_doubt: AtomicBool,
+}
+
+impl Party {
+    pub fn new(participant: Box<dyn Participant>, before: Option<Document>) -> Self {
+        Party {
+            participant,
+            before,
+            in_doubt: AtomicBool::new(false),
+        }
+    }
 }
 
 /// A transaction as one worker drives it.
@@ -28,6 +43,10 @@ pub(crate) struct Live {
     pub id: TxId,
     pub epoch: i64,
     pub parties: Vec<Party>,
+    /// The deadline of this epoch's applies, by the participant stores' clocks.
+    pub deadline: bson::DateTime,
+    /// No marker may be removed before this time: see [`TxRecord::not_before`].
+    pub not_before: Option<bson::DateTime>,
 }
 
 /// Which participant step to run.
@@ -201,14 +220,40 @@ impl Engine {
         Ok(())
     }
 
-    /// Runs one step on one participant, retrying transient failures (and conflicts, if configured).
-    async fn step(&self, live: &Live, party: &Party, step: Step) -> Result<(), StepError> {
-        let ctx = StepContext {
+    /// What `step` of `party` knows: the apply deadline, and for a step that
+    /// removes the marker the time it must wait for, which covers every apply
+    /// that may still be in flight (an earlier epoch's, or this epoch's own
+    /// when one of its answers was lost).
+    fn context<'a>(&'a self, live: &'a Live, party: &'a Party, step: Step) -> StepContext<'a> {
+        let not_before = match step {
+            Step::Apply | Step::Forget => None,
+            Step::Compensate | Step::Clear => {
+                let own = party.in_doubt.load(Ordering::SeqCst).then(|| {
+                    let margin =
+                        i64::try_from(self.config.clock_margin.as_millis()).unwrap_or(i64::MAX);
+                    bson::DateTime::from_millis(
+                        live.deadline.timestamp_millis().saturating_add(margin),
+                    )
+                });
+                match (live.not_before, own) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+        };
+        StepContext {
             tx: &live.id,
             epoch: live.epoch,
+            deadline: Some(live.deadline),
+            not_before,
             before: party.before.as_ref(),
             stores: &self.stores,
-        };
+        }
+    }
+
+    /// Runs one step on one participant, retrying transient failures (and conflicts, if configured).
+    async fn step(&self, live: &Live, party: &Party, step: Step) -> Result<(), StepError> {
+        let ctx = self.context(live, party, step);
         let p = &party.participant;
         let mut attempt = 0;
         let started = tokio::time::Instant::now();
@@ -220,6 +265,12 @@ impl Engine {
                 Step::Forget => p.forget(ctx).await,
             };
             attempt += 1;
+            if matches!(step, Step::Apply)
+                && matches!(&result, Err(StepError::Store { source, .. }) if source.kind.outcome_unknown())
+            {
+                // The request may have landed, or may land later, until the deadline.
+                party.in_doubt.store(true, Ordering::SeqCst);
+            }
             let again = match (&result, self.config.conflict) {
                 (Err(StepError::Store { source, .. }), _) if source.kind.is_retryable() => {
                     attempt <= self.config.step_retries
@@ -272,6 +323,11 @@ impl Engine {
                 Ok(matched) => matched == size,
                 Err(e) => {
                     tracing::debug!(target: "tandem", "{} of {} transaction(s): one request failed ({e}); step by step", step.name(), lives.len());
+                    if matches!(step, Step::Apply) && e.kind.outcome_unknown() {
+                        for &(t, i) in &batch.members {
+                            lives[t].parties[i].in_doubt.store(true, Ordering::SeqCst);
+                        }
+                    }
                     false
                 }
             };
@@ -327,12 +383,7 @@ impl Engine {
         for (t, i) in everyone() {
             let live = lives[t];
             let party = &live.parties[i];
-            let ctx = StepContext {
-                tx: &live.id,
-                epoch: live.epoch,
-                before: party.before.as_ref(),
-                stores: &self.stores,
-            };
+            let ctx = self.context(live, party, step);
             let statement = match step {
                 Step::Apply => party.participant.apply_statement(&ctx),
                 _ => party.participant.clear_statement(&ctx),
@@ -406,7 +457,12 @@ impl Engine {
             Some(cause.to_string()),
         )
         .await?;
-        self.finish_canceling(live).await?;
+        // `canceling` decides the outcome: whatever the undoing meets (a store
+        // failure, an apply still in flight), recovery finishes it, and the
+        // transaction ends `canceled` with nothing applied.
+        if let Err(e) = self.finish_canceling(live).await {
+            tracing::warn!(target: "tandem", "undoing {} left to recovery: {e}", live.id);
+        }
         Err(TxError::Canceled {
             id: live.id.clone(),
             cause,
@@ -476,24 +532,40 @@ impl Engine {
         results
     }
 
-    /// Rebuilds the participants of a stored record.
-    pub fn rebuild(&self, record: &TxRecord, epoch: i64) -> Result<Live, ChangeError> {
+    /// Rebuilds the participants of a stored record, as its current epoch drives it.
+    pub fn rebuild(&self, record: &TxRecord) -> Result<Live, ChangeError> {
         let parties = record
             .participants
             .iter()
             .map(|entry| {
-                Ok(Party {
-                    participant: self.kinds.build(&entry.kind, &entry.spec)?,
-                    before: entry.before.clone(),
-                })
+                Ok(Party::new(
+                    self.kinds.build(&entry.kind, &entry.spec)?,
+                    entry.before.clone(),
+                ))
             })
             .collect::<Result<Vec<_>, ChangeError>>()?;
         Ok(Live {
             id: record.id.clone(),
-            epoch,
+            epoch: record.epoch,
             parties,
+            deadline: record.deadline(),
+            not_before: record.not_before,
         })
     }
+
+    /// The clock margin in milliseconds.
+    pub fn margin_millis(&self) -> i64 {
+        i64::try_from(self.config.clock_margin.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// How [`interrupted_by`] begins the message of a step that must wait
+/// ([`StepError::NotYet`]), so that recovery can tell waiting from failing.
+pub(crate) const NOT_YET: &str = "not yet: ";
+
+/// Whether `e` says a step must wait for applies still in flight.
+pub(crate) fn is_not_yet(e: &TxError) -> bool {
+    matches!(e, TxError::Interrupted { source, .. } if source.message.starts_with(NOT_YET))
 }
 
 /// The outcome of a step that must land everywhere: the first failure means
@@ -503,11 +575,17 @@ fn interrupted_by(
     state: TxState,
     results: Vec<Result<(), StepError>>,
 ) -> Result<(), TxError> {
-    match results.into_iter().find_map(Result::err) {
+    let mut errors: Vec<StepError> = results.into_iter().filter_map(Result::err).collect();
+    // A real failure says more than a wait.
+    errors.sort_by_key(|e| matches!(e, StepError::NotYet { .. }));
+    match errors.into_iter().next() {
         None => Ok(()),
         Some(e) => {
             let source = match e {
                 StepError::Store { source, .. } => source,
+                e @ StepError::NotYet { .. } => {
+                    StoreError::new(StoreErrorKind::Other, format!("{NOT_YET}{e}"))
+                }
                 other => StoreError::new(StoreErrorKind::Other, other.to_string()),
             };
             Err(TxError::Interrupted {

@@ -171,6 +171,25 @@ pub enum StepError {
         /// The participant.
         participant: String,
     },
+    /// The apply reached the store at or after its deadline, by the store's
+    /// clock, and changed nothing (see [`StepContext`](crate::StepContext)):
+    /// the worker was too slow, or its transaction may be in other hands.
+    #[error("{participant}: the deadline of the apply has passed; nothing was changed")]
+    Expired {
+        /// The participant.
+        participant: String,
+    },
+    /// The step would remove the participant's marker before the store's clock
+    /// reads `until`, while an earlier apply may still be in flight; nothing
+    /// was changed, and the step succeeds when repeated from then on (recovery
+    /// repeats it).
+    #[error("{participant}: not before {until}: an earlier apply may still be in flight")]
+    NotYet {
+        /// The participant.
+        participant: String,
+        /// The earliest time, by the participant store's clock, the step may act.
+        until: bson::DateTime,
+    },
     /// The change would make the document exceed the store's size limit.
     #[error("{participant}: document would exceed the size limit")]
     TooLarge {
@@ -218,7 +237,9 @@ pub enum TxError {
     /// The transaction was malformed; nothing was written.
     #[error("invalid transaction: {0}")]
     Invalid(#[from] ChangeError),
-    /// A transaction record with this id exists already; nothing was written.
+    /// A transaction record with this id exists already, written by another
+    /// transaction (told apart by the record's creation token); this one wrote
+    /// no record and applied nothing.
     #[error("transaction {id} exists already")]
     Duplicate {
         /// The id.
@@ -242,14 +263,28 @@ pub enum TxError {
         /// The record's epoch now.
         epoch: i64,
     },
-    /// The store failed mid-way; the record stays in `state` and recovery will finish it.
+    /// The store failed mid-way and **the outcome is not known yet**.
+    ///
+    /// * `state: None`: the worker does not know whether the record was
+    ///   written (the write's answer was lost). If it was, recovery finishes
+    ///   it, rolling it back or forward; read the record to find out.
+    /// * `state: Some(Pending)`: the record exists; recovery rolls it back
+    ///   ([`PendingPolicy::RollBack`](crate::PendingPolicy::RollBack), the
+    ///   default) or forward, so it may still commit.
+    /// * `state: Some(Applied)` never reaches a caller (`applied` is committed),
+    ///   nor does `Canceling` (the outcome is then [`TxError::Canceled`]).
+    ///
     /// With the native strategy (`state` is `None`, no record), the native
     /// transaction was aborted, or its commit's outcome stayed unknown after retries.
-    #[error("transaction {id} interrupted {}: {source}", where_interrupted(state))]
+    #[error(
+        "transaction {id} interrupted {}, outcome unknown: {source}",
+        where_interrupted(state)
+    )]
     Interrupted {
         /// The id.
         id: TxId,
-        /// The last state known to be stored, if the record was written.
+        /// The last state this worker knows to be stored; `None` if it does
+        /// not know whether the record was written.
         state: Option<TxState>,
         /// The store error.
         #[source]
@@ -260,7 +295,7 @@ pub enum TxError {
 fn where_interrupted(state: &Option<TxState>) -> String {
     match state {
         Some(state) => format!("in state {state}"),
-        None => "before its record was written".to_owned(),
+        None => "before its record was known to be written (it may exist)".to_owned(),
     }
 }
 

@@ -4,13 +4,18 @@
 //! by the transaction id, so that running it twice, or after another worker
 //! already ran it, changes nothing:
 //!
-//! * [`apply`](Participant::apply) makes the change and leaves a marker;
-//! * [`compensate`](Participant::compensate) first fences the participant
-//!   against any late apply, then undoes the change if its marker is there;
+//! * [`apply`](Participant::apply) makes the change and leaves a marker, but
+//!   only before the epoch's [deadline](StepContext::deadline);
+//! * [`compensate`](Participant::compensate) undoes the change if its marker
+//!   is there, and removes the marker;
 //! * [`clear_marker`](Participant::clear_marker) removes the marker once the
-//!   transaction is committed, leaving a tombstone that fences late applies;
-//! * [`forget`](Participant::forget) removes the tombstone when the record is
-//!   garbage-collected.
+//!   transaction is committed;
+//! * [`forget`](Participant::forget) runs when the record is
+//!   garbage-collected, for participants that keep something until then.
+//!
+//! The two steps that remove a marker wait for
+//! [`not_before`](StepContext::not_before), so that no apply still in flight
+//! can land after them: a late step of a stalled worker is fenced by time.
 //!
 //! Recovery rebuilds participants from their stored [`spec`](Participant::spec)
 //! through a [`ParticipantKinds`] registry, so a participant must be fully
@@ -72,12 +77,40 @@ impl fmt::Debug for Stores {
 }
 
 /// What a participant step knows about its transaction.
+///
+/// # Time fences
+///
+/// A worker may stall between sending a step and the step reaching the store,
+/// and a recovery worker may meanwhile finish the transaction. Two times,
+/// both judged by the clock of the store holding the participant, keep such
+/// a late step harmless:
+///
+/// * [`deadline`](Self::deadline): an [`apply`](Participant::apply) must
+///   land only while the store's clock reads earlier than this (document
+///   changes put `{$expr: {$lt: [{$toLong: "$$NOW"}, deadline]}}` in the
+///   filter), and refuse with [`StepError::Expired`] otherwise;
+/// * [`not_before`](Self::not_before): a step that removes the participant's
+///   marker ([`clear_marker`](Participant::clear_marker),
+///   [`compensate`](Participant::compensate)) must act only once the store's
+///   clock reads this time or later, and fail with [`StepError::NotYet`]
+///   before. By then every apply that may still be in flight has missed its
+///   deadline.
+///
+/// Together they replace per-document history: nothing is left on a document
+/// once its marker is gone.
 #[derive(Clone, Copy, Debug)]
 pub struct StepContext<'a> {
     /// The transaction id (the marker value).
     pub tx: &'a TxId,
     /// The epoch of the worker running the step.
     pub epoch: i64,
+    /// The deadline of this epoch's applies, by the participant store's clock;
+    /// `None` only outside the protocol's steps (e.g. in
+    /// [`prepare`](Participant::prepare)).
+    pub deadline: Option<bson::DateTime>,
+    /// The earliest time, by the participant store's clock, at which this
+    /// step may remove the participant's marker; `None`: at once.
+    pub not_before: Option<bson::DateTime>,
     /// The before-image this participant's [`prepare`](Participant::prepare) returned, as recorded.
     pub before: Option<&'a Document>,
     /// The coordinator's stores.
@@ -162,10 +195,13 @@ pub trait Participant: Send + Sync + fmt::Debug {
         None
     }
 
-    /// Fences off late applies, then undoes the change if it was applied. Idempotent.
+    /// Undoes the change if it was applied, and removes the marker, honouring
+    /// [`StepContext::not_before`] (so that no late apply can land after it).
+    /// Idempotent.
     async fn compensate(&self, ctx: StepContext<'_>) -> Result<(), StepError>;
 
-    /// Removes the marker after commit, keeping a tombstone. Idempotent.
+    /// Removes the marker after commit (landing what waits for the commit),
+    /// honouring [`StepContext::not_before`]. Idempotent.
     async fn clear_marker(&self, ctx: StepContext<'_>) -> Result<(), StepError>;
 
     /// The [`clear_marker`](Participant::clear_marker) step as one update of one
@@ -177,7 +213,9 @@ pub trait Participant: Send + Sync + fmt::Debug {
         None
     }
 
-    /// Removes the tombstone once the record is garbage-collected. Idempotent.
+    /// Runs when the record is garbage-collected, for a participant that keeps
+    /// something about the transaction until then (document changes keep
+    /// nothing). Idempotent. The default does nothing.
     async fn forget(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
         let _ = ctx;
         Ok(())

@@ -224,6 +224,21 @@ pub struct TxRecord {
     /// The token of the last claim, so a repeated claim recognises its own success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_token: Option<String>,
+    /// A random token written when the record is created: a coordinator whose
+    /// write collided with an existing record of the same id recognises its own
+    /// earlier attempt by it (owner names and ids alone may repeat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// When the current epoch began, by the store's clock: the record's creation
+    /// or its last claim. The epoch's applies carry [`deadline`](Self::deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_start: Option<bson::DateTime>,
+    /// Markers of this transaction may be removed from a document only once the
+    /// clock of the document's store reads this time or later: it lies past the
+    /// deadline of every earlier epoch (plus the clock margin), so no apply an
+    /// earlier owner may still have in flight can land after the removal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<bson::DateTime>,
     /// How many times a recovery worker claimed it.
     #[serde(default)]
     pub attempts: i32,
@@ -241,6 +256,19 @@ impl TxRecord {
         self.last_modified.map(|t| {
             bson::DateTime::from_millis(t.timestamp_millis().saturating_add(self.lease_millis))
         })
+    }
+
+    /// The deadline of the current epoch's applies: an apply carries it in its
+    /// filter and lands only while the participant store's clock reads earlier.
+    /// The lease's start plus its length; records written before deadlines
+    /// existed count from their last change.
+    pub fn deadline(&self) -> bson::DateTime {
+        let start = self
+            .lease_start
+            .or(self.last_modified)
+            .map(|t| t.timestamp_millis())
+            .unwrap_or(0);
+        bson::DateTime::from_millis(start.saturating_add(self.lease_millis))
     }
 
     /// Whether the lease has ended at `now` (a time from the store's clock).

@@ -22,8 +22,8 @@ use bson::doc;
 use futures::stream::{self, StreamExt};
 
 use crate::config::{PendingPolicy, RecoveryConfig};
-use crate::engine::{history, Engine, Step};
-use crate::error::{StepError, TxError};
+use crate::engine::{history, is_not_yet, Engine, Step};
+use crate::error::TxError;
 use crate::event::TxEvent;
 use crate::record::{TxRecord, TxState};
 use crate::store::{FindOptions, ReturnDocument, StoreError, StoreErrorKind};
@@ -44,6 +44,10 @@ pub struct RecoveryReport {
     pub removed: usize,
     /// Claimed records that could not be finished this pass (left for the next).
     pub failed: usize,
+    /// Claimed records whose markers may be removed only later, by the
+    /// participant stores' clocks, because an earlier apply may still be in
+    /// flight until its deadline: left for a later pass.
+    pub waiting: usize,
     /// Records another worker changed or claimed first.
     pub lost: usize,
 }
@@ -55,6 +59,7 @@ impl RecoveryReport {
             Outcome::Canceled => self.canceled += 1,
             Outcome::Removed => self.removed += 1,
             Outcome::Failed => self.failed += 1,
+            Outcome::Waiting => self.waiting += 1,
             Outcome::Lost => self.lost += 1,
         }
     }
@@ -66,6 +71,7 @@ enum Outcome {
     Canceled,
     Removed,
     Failed,
+    Waiting,
     Lost,
 }
 
@@ -128,7 +134,7 @@ impl RecoveryWorker {
                     None
                 }
             })
-            .filter(|r| r.lease_expired(now))
+            .filter(|r| r.lease_expired(now) && self.past_margin(r, now))
             .collect();
         let total = expired.len();
         let outcomes: Vec<(bool, Outcome)> = stream::iter(expired)
@@ -161,6 +167,7 @@ impl RecoveryWorker {
                     total.canceled += r.canceled;
                     total.removed += r.removed;
                     total.failed += r.failed;
+                    total.waiting += r.waiting;
                     total.lost += r.lost;
                 }
                 Err(e) => tracing::warn!(target: "tandem", "recovery pass failed: {e}"),
@@ -172,11 +179,33 @@ impl RecoveryWorker {
         }
     }
 
+    /// Whether the deadline of the record's epoch plus the clock margin has
+    /// passed at `now`: before that, the new owner could not remove markers yet.
+    fn past_margin(&self, record: &TxRecord, now: bson::DateTime) -> bool {
+        record
+            .deadline()
+            .timestamp_millis()
+            .saturating_add(self.engine.margin_millis())
+            <= now.timestamp_millis()
+    }
+
     /// Claims a record: raises its epoch if nobody touched it since it was read.
+    ///
+    /// The claim starts a new epoch with a new deadline, and moves the
+    /// record's `notBefore` past the old deadline plus the clock margin: the
+    /// old owner's applies may land until their deadline, so no marker is
+    /// removed before then.
     async fn claim(&self, record: &TxRecord) -> Result<Option<TxRecord>, StoreError> {
         let engine = &self.engine;
         let owner = &engine.config.owner;
         let lease = i64::try_from(engine.config.lease.as_millis()).unwrap_or(i64::MAX);
+        let fence = bson::DateTime::from_millis(
+            record
+                .deadline()
+                .timestamp_millis()
+                .saturating_add(engine.margin_millis()),
+        );
+        let not_before = record.not_before.map_or(fence, |nb| nb.max(fence));
         // A token of this very claim: a repeated claim whose first answer was lost
         // recognises itself by it, and never mistakes another claim of this worker for its own.
         let token = bson::oid::ObjectId::new().to_hex();
@@ -189,8 +218,8 @@ impl RecoveryWorker {
             }
             let update = doc! {
                 "$inc": { "epoch": 1_i64, "attempts": 1 },
-                "$set": { "owner": owner, "leaseMillis": lease, "claimToken": &token },
-                "$currentDate": { "lastModified": true },
+                "$set": { "owner": owner, "leaseMillis": lease, "claimToken": &token, "notBefore": not_before },
+                "$currentDate": { "lastModified": true, "leaseStart": true },
                 "$push": { "history": history(record.state, owner, record.epoch + 1, "claim") },
             };
             (filter, update)
@@ -243,10 +272,12 @@ impl RecoveryWorker {
             Ok(state) => match state {
                 TxState::Done => Outcome::Committed,
                 TxState::Canceled => Outcome::Canceled,
-                _ => Outcome::Removed,
+                TxState::Canceling | TxState::Applied | TxState::Pending => Outcome::Waiting,
+                TxState::Initial => Outcome::Removed,
             },
             Err(TxError::Superseded { .. }) => Outcome::Lost,
             Err(TxError::Canceled { .. }) => Outcome::Canceled,
+            Err(ref e) if is_not_yet(e) => Outcome::Waiting,
             Err(e) => {
                 tracing::warn!(target: "tandem", "recovering {} failed: {e}", claimed.id);
                 Outcome::Failed
@@ -262,7 +293,7 @@ impl RecoveryWorker {
         cancel_reason: Option<&str>,
     ) -> Result<TxState, TxError> {
         let engine = &self.engine;
-        let live = engine.rebuild(record, record.epoch)?;
+        let live = engine.rebuild(record)?;
         match record.state {
             TxState::Initial => {
                 let ns = engine.records_ns();
@@ -292,35 +323,43 @@ impl RecoveryWorker {
                     cancel_reason.is_none() && self.config.pending == PendingPolicy::RollForward;
                 if forward {
                     match engine.apply_or_cancel(&live).await {
-                        Ok(()) => {
-                            engine.finish_applied(&live).await?;
-                            Ok(TxState::Done)
-                        }
+                        Ok(()) => match engine.finish_applied(&live).await {
+                            Ok(()) => Ok(TxState::Done),
+                            Err(ref e) if is_not_yet(e) => Ok(TxState::Applied),
+                            Err(e) => Err(e),
+                        },
                         Err(TxError::Canceled { .. }) => Ok(TxState::Canceled),
                         Err(e) => Err(e),
                     }
                 } else {
                     let reason =
                         cancel_reason.unwrap_or("rolled back by recovery after the lease expired");
-                    let cause = StepError::Rejected {
-                        participant: "(recovery)".into(),
-                        reason: reason.to_owned(),
-                    };
-                    match engine.cancel(&live, cause).await {
-                        Err(TxError::Canceled { .. }) => Ok(TxState::Canceled),
-                        Err(e) => Err(e),
+                    engine
+                        .transition(
+                            &live,
+                            TxState::Pending,
+                            TxState::Canceling,
+                            Some(format!("(recovery): rejected: {reason}")),
+                        )
+                        .await?;
+                    match engine.finish_canceling(&live).await {
                         Ok(()) => Ok(TxState::Canceled),
+                        // Decided; the undo waits for applies still in flight.
+                        Err(ref e) if is_not_yet(e) => Ok(TxState::Canceling),
+                        Err(e) => Err(e),
                     }
                 }
             }
-            TxState::Applied => {
-                engine.finish_applied(&live).await?;
-                Ok(TxState::Done)
-            }
-            TxState::Canceling => {
-                engine.finish_canceling(&live).await?;
-                Ok(TxState::Canceled)
-            }
+            TxState::Applied => match engine.finish_applied(&live).await {
+                Ok(()) => Ok(TxState::Done),
+                Err(ref e) if is_not_yet(e) => Ok(TxState::Applied),
+                Err(e) => Err(e),
+            },
+            TxState::Canceling => match engine.finish_canceling(&live).await {
+                Ok(()) => Ok(TxState::Canceled),
+                Err(ref e) if is_not_yet(e) => Ok(TxState::Canceling),
+                Err(e) => Err(e),
+            },
             state @ (TxState::Done | TxState::Canceled) => Ok(state),
         }
     }
@@ -362,10 +401,30 @@ impl RecoveryWorker {
         self.drive(&claimed, Some(reason)).await
     }
 
-    /// Removes `done` and `canceled` records older than `older_than` (by the store's clock),
-    /// with the tombstones they left on their documents. Returns how many records were removed.
+    /// Removes `done` and `canceled` records older than `older_than` (by the
+    /// store's clock), running each participant's [`forget`](crate::Participant::forget)
+    /// first. Returns how many records were removed.
+    ///
+    /// `older_than` must be at least the lease plus the clock margin
+    /// ([`CoordinatorConfig::lease`](crate::CoordinatorConfig::lease),
+    /// [`clock_margin`](crate::CoordinatorConfig::clock_margin)); a shorter age
+    /// is refused with [`StoreErrorKind::BadRequest`] and removes nothing. A
+    /// record younger than that may still have a stalled worker's step on its
+    /// way, and the record is what tells that worker it was superseded.
     pub async fn collect_garbage(&self, older_than: Duration) -> Result<usize, StoreError> {
         let engine = &self.engine;
+        let least = engine
+            .config
+            .lease
+            .saturating_add(engine.config.clock_margin);
+        if older_than < least {
+            return Err(StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!(
+                    "garbage collection age {older_than:?} is below the lease plus the clock margin ({least:?})"
+                ),
+            ));
+        }
         let ns = engine.records_ns();
         let now = engine.retry(|| engine.records().now()).await?;
         let cutoff = bson::DateTime::from_millis(
@@ -393,7 +452,7 @@ impl RecoveryWorker {
                     continue;
                 }
             };
-            let live = match engine.rebuild(&record, record.epoch) {
+            let live = match engine.rebuild(&record) {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::error!(target: "tandem", "cannot rebuild {}: {e}", record.id);

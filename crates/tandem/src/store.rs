@@ -122,6 +122,22 @@ impl StoreErrorKind {
     pub fn is_retryable(self) -> bool {
         matches!(self, StoreErrorKind::Transient)
     }
+
+    /// Whether a write that failed so may still have landed, or may still
+    /// land later (its request may be in flight): every kind but the store's
+    /// definite refusals (duplicate key, type mismatch, too large, overflow,
+    /// bad request, unauthorized), which answer for the whole request.
+    pub fn outcome_unknown(self) -> bool {
+        !matches!(
+            self,
+            StoreErrorKind::DuplicateKey
+                | StoreErrorKind::TypeMismatch
+                | StoreErrorKind::DocumentTooLarge
+                | StoreErrorKind::Overflow
+                | StoreErrorKind::BadRequest
+                | StoreErrorKind::Unauthorized
+        )
+    }
 }
 
 /// An error from a [`Store`] operation.

@@ -10,7 +10,7 @@ use tandem::{Coordinator, TxEvent, TxState};
 
 #[tokio::test]
 async fn transfers_committed_together_survive_a_crash_after_any_operation() {
-    let covered = scenarios::finished_together(&MemoryFactory, "bank").await;
+    let covered = scenarios::finished_together(&MemoryFactory::new(), "bank").await;
     // 8 transfers: the run without a crash, then a crash after each operation.
     assert!(covered > 8 * 4, "only {covered} runs");
 }

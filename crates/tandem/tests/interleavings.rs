@@ -52,6 +52,6 @@ proptest! {
     #[test]
     fn interleavings_keep_the_invariants(plan in interleaving()) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(scenarios::interleaving(&MemoryFactory, "bank", &plan));
+        rt.block_on(scenarios::interleaving(&MemoryFactory::new(), "bank", &plan));
     }
 }

@@ -373,13 +373,9 @@ async fn insert_and_delete_roll_back() {
         .unwrap()
         .get("deleting")
         .is_none());
-    // The undone insert leaves only a fenced placeholder, removed by garbage collection.
-    let ghost = get(&store, &orders, "o-1").await.unwrap();
-    assert!(ghost.get("state").is_none());
-    let worker = coordinator.recovery(RecoveryConfig::default());
-    assert_eq!(worker.collect_garbage(Duration::ZERO).await.unwrap(), 1);
+    // The undone insert leaves nothing: its `_id` is free at once.
     assert!(get(&store, &orders, "o-1").await.is_none());
-    assert!(store.documents(&records()).is_empty());
+    assert_eq!(store.documents(&records()).len(), 1, "the canceled record");
 }
 
 #[tokio::test]
@@ -422,11 +418,20 @@ async fn a_set_is_undone_from_the_before_image() {
     assert!(order.get("paidAt").is_none());
 }
 
-/// The hole in the hand-written pattern: once markers are pulled, `{$ne: txid}` matches again.
+/// The hole in the hand-written pattern: once markers are pulled, `{$ne: txid}`
+/// matches again. A late apply carries its deadline, and the store's clock has passed it.
 #[tokio::test]
 async fn a_late_apply_after_done_is_fenced() {
-    let (store, _, _) = bank(&["A", "B"], 1000).await;
-    let receipt = done(&store).run(transfer("A", "B", 100)).await.unwrap();
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let coordinator = done(&store);
+    let receipt = coordinator.run(transfer("A", "B", 100)).await.unwrap();
+    let deadline = coordinator
+        .record(&receipt.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .deadline();
+    clock.advance(Duration::from_secs(31));
     // A stalled worker replays its apply of A now.
     let change = DocumentChange::update(accounts(), "A").inc("balance", -100_i64);
     let stores = tandem::Stores::new(Arc::new(store.clone()));
@@ -435,13 +440,15 @@ async fn a_late_apply_after_done_is_fenced() {
         StepContext {
             tx: &receipt.id,
             epoch: 0,
+            deadline: Some(deadline),
+            not_before: None,
             before: None,
             stores: &stores,
         },
     )
     .await
     .unwrap_err();
-    assert!(matches!(err, StepError::Fenced { .. }), "{err:?}");
+    assert!(matches!(err, StepError::Expired { .. }), "{err:?}");
     assert_eq!(balance(&store, "A").await, 900, "not applied twice");
 }
 
@@ -472,7 +479,10 @@ async fn a_late_apply_after_a_cancel_that_undid_nothing_is_fenced() {
         .await
         .unwrap();
     assert_eq!(report.canceled, 1);
-    // Now the stalled worker wakes up and applies.
+    // Now the stalled worker wakes up and applies, with its epoch's deadline.
+    let record = done(&store).record(&id).await.unwrap().unwrap();
+    // Epoch 0 began when the record was created; the lease is the default 30 s.
+    let deadline = bson::DateTime::from_millis(record.created.unwrap().timestamp_millis() + 30_000);
     let stores = tandem::Stores::new(Arc::new(store.clone()));
     for (who, by) in [("A", -100_i64), ("B", 100)] {
         let change = DocumentChange::update(accounts(), who).inc("balance", by);
@@ -481,13 +491,15 @@ async fn a_late_apply_after_a_cancel_that_undid_nothing_is_fenced() {
             StepContext {
                 tx: &id,
                 epoch: 0,
+                deadline: Some(deadline),
+                not_before: None,
                 before: None,
                 stores: &stores,
             },
         )
         .await
         .unwrap_err();
-        assert!(matches!(err, StepError::Fenced { .. }), "{who}: {err:?}");
+        assert!(matches!(err, StepError::Expired { .. }), "{who}: {err:?}");
     }
     assert_eq!(balance(&store, "A").await, 1000);
     assert_eq!(balance(&store, "B").await, 1000);
@@ -511,7 +523,8 @@ async fn recovery_rolls_pending_forward_when_told_to() {
         early.claimed, 0,
         "the lease has not expired yet by the store's clock"
     );
-    clock.advance(Duration::from_secs(31));
+    // The lease (30 s) and the clock margin (2 s) pass.
+    clock.advance(Duration::from_secs(33));
     let report = worker.run_once().await.unwrap();
     assert_eq!((report.claimed, report.committed), (1, 1), "{report:?}");
     assert_eq!(balance(&store, "A").await, 900);
@@ -551,7 +564,7 @@ async fn recovery_removes_a_stale_initial_record() {
         moved.matched, 1,
         "the crash left the record pending, nothing applied"
     );
-    clock.advance(Duration::from_secs(31));
+    clock.advance(Duration::from_secs(33));
     let report = done(&store)
         .recovery(RecoveryConfig::default())
         .run_once()
@@ -565,7 +578,7 @@ async fn recovery_removes_a_stale_initial_record() {
 
 #[tokio::test]
 async fn cancel_takes_over_a_pending_transaction_and_fences_its_owner() {
-    let (store, _, seeded) = bank(&["A", "B"], 1000).await;
+    let (store, clock, seeded) = bank(&["A", "B"], 1000).await;
     let faulty = FaultStore::new(Arc::new(store.clone()));
     let pause = faulty.pause_at(4); // the second apply
     let slow = Coordinator::builder(faulty)
@@ -577,20 +590,34 @@ async fn cancel_takes_over_a_pending_transaction_and_fences_its_owner() {
     let id = tandem::TxRecord::from_document(store.documents(&records()).remove(0))
         .unwrap()
         .id;
+    // Decided at once; undone once the owner's applies can no longer land.
     let state = coordinator.cancel(&id, "operator request").await.unwrap();
-    assert_eq!(state, TxState::Canceled);
+    assert_eq!(state, TxState::Canceling);
     pause.release.send(()).unwrap();
     let err = running.await.unwrap().unwrap_err();
     assert!(
         matches!(
             err,
             TxError::Superseded {
-                state: Some(TxState::Canceled),
+                state: Some(TxState::Canceling),
                 ..
             }
         ),
         "{err:?}"
     );
+    let early = coordinator
+        .recovery(RecoveryConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(early.claimed, 0, "{early:?}");
+    clock.advance(Duration::from_secs(33));
+    let report = coordinator
+        .recovery(RecoveryConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.canceled, 1, "{report:?}");
     assert_eq!(balance(&store, "A").await, 1000);
     assert_eq!(balance(&store, "B").await, 1000);
     audit(&store, &records(), &seeded)
@@ -600,20 +627,22 @@ async fn cancel_takes_over_a_pending_transaction_and_fences_its_owner() {
 }
 
 #[tokio::test]
-async fn garbage_collection_removes_records_and_tombstones() {
+async fn garbage_collection_removes_records_and_leaves_documents_clean() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
     let coordinator = done(&store);
     coordinator.run(transfer("A", "B", 1)).await.unwrap();
     let a = get(&store, &accounts(), "A").await.unwrap();
     assert_eq!(
-        a.get_document("_tandem")
-            .unwrap()
-            .get_array("tombstones")
-            .unwrap()
-            .len(),
-        1
+        a.get_document("_tandem").map(|t| t.len()).unwrap_or(0),
+        0,
+        "a finished transaction keeps nothing on its documents: {a}"
     );
     let worker = coordinator.recovery(RecoveryConfig::default());
+    let refused = worker.collect_garbage(Duration::from_secs(31)).await;
+    assert!(
+        matches!(&refused, Err(e) if e.kind == tandem::StoreErrorKind::BadRequest),
+        "below the lease (30 s) plus the clock margin (2 s): {refused:?}"
+    );
     assert_eq!(
         worker
             .collect_garbage(Duration::from_secs(3600))
@@ -630,15 +659,7 @@ async fn garbage_collection_removes_records_and_tombstones() {
             .unwrap(),
         1
     );
-    let a = get(&store, &accounts(), "A").await.unwrap();
-    assert_eq!(
-        a.get_document("_tandem")
-            .unwrap()
-            .get_array("tombstones")
-            .unwrap()
-            .len(),
-        0
-    );
+    assert_eq!(get(&store, &accounts(), "A").await.unwrap(), a);
     assert!(store.documents(&records()).is_empty());
 }
 
@@ -672,8 +693,10 @@ async fn events_report_every_state_change() {
 
 #[tokio::test]
 async fn participants_in_a_named_store_take_part() {
-    let (store, _, _) = bank(&["A"], 1000).await;
-    let other = MemoryStore::new();
+    let (store, clock, _) = bank(&["A"], 1000).await;
+    // Deadlines are set by the records' store and judged by each participant's:
+    // their clocks must agree far closer than the lease.
+    let other = MemoryStore::with_clock(clock);
     other
         .insert_one(&accounts(), doc! { "_id": "Z", "balance": 0_i64 })
         .await

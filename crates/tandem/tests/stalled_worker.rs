@@ -4,7 +4,7 @@ use tandem::testing::{scenarios, MemoryFactory};
 
 #[tokio::test]
 async fn a_resumed_stalled_worker_applies_nothing_twice() {
-    let covered = scenarios::stalled_worker(&MemoryFactory, "bank").await;
+    let covered = scenarios::stalled_worker(&MemoryFactory::new(), "bank").await;
     println!("stalled-worker scenarios: {covered}");
     assert_eq!(covered, 14, "7 operations x 2 pending policies");
 }

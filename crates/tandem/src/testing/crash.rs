@@ -26,9 +26,11 @@ pub struct CrashReport {
 ///
 /// For crash point `k`, a fresh store is seeded with the documents; a
 /// coordinator whose store crashes after `k` operations runs the transaction
-/// with a zero lease (it is dead, so its lease is over at once, by the store's
-/// clock); then a recovery worker on the intact store finishes it, and
-/// [`audit`] must be clean. It stops at the first `k` the transaction survives.
+/// with the factory's [lease](StoreFactory::lease); if the crash left a
+/// transaction in flight, its lease is let pass on the store's clock
+/// ([`StoreFactory::pass`]); then a recovery worker on the intact store
+/// finishes it, and [`audit`] must be clean. It stops at the first `k` the
+/// transaction survives.
 ///
 /// ```
 /// # async fn demo() {
@@ -84,7 +86,8 @@ impl CrashHarness {
         C: Fn(Arc<dyn Store>, Result<Receipt, TxError>) -> CF,
         CF: Future<Output = ()>,
     {
-        self.run_on(&MemoryFactory, documents, make_tx, check).await
+        self.run_on(&MemoryFactory::new(), documents, make_tx, check)
+            .await
     }
 
     /// Runs the crash points of the transaction `make_tx` builds, over `documents`,
@@ -113,17 +116,32 @@ impl CrashHarness {
                     .expect("seeding documents");
             }
             let faulty = FaultStore::new(store.clone()).crash_after(k);
+            let lease = factory.lease();
             let coordinator = Coordinator::builder(faulty.clone())
                 .database(&self.database)
                 .commit_point(self.commit_point)
-                .lease(Duration::ZERO)
+                .lease(lease)
+                .clock_margin(Duration::ZERO)
                 .build();
             let result = coordinator.run(make_tx()).await;
             coordinator.drain().await;
             let survived = faulty.ops() <= k;
 
+            let in_flight = store
+                .count(
+                    &records,
+                    bson::doc! { "state": { "$nin": ["done", "canceled"] } },
+                )
+                .await
+                .expect("counting records in flight");
+            if in_flight > 0 {
+                // The crashed worker's lease runs out, by the store's clock.
+                factory.pass(store.as_ref(), lease).await;
+            }
             let healthy = Coordinator::builder_shared(store.clone())
                 .database(&self.database)
+                .lease(lease)
+                .clock_margin(Duration::ZERO)
                 .build();
             let worker = healthy.recovery(RecoveryConfig {
                 pending: self.pending,

@@ -76,11 +76,12 @@ pub async fn stalled_worker<F: StoreFactory + ?Sized>(factory: &F, db: &str) -> 
             let seeded = seed_bank(store.as_ref(), db, &["A", "B"], 1000).await;
             let faulty = FaultStore::new(store.clone());
             let pause = faulty.pause_at(pause_at);
-            // A zero lease: worker 1 counts as silent the moment it stops.
+            let lease = factory.lease();
             let worker1 = Coordinator::builder(faulty.clone())
                 .database(db)
                 .commit_point(CommitPoint::Done)
-                .lease(Duration::ZERO)
+                .lease(lease)
+                .clock_margin(Duration::ZERO)
                 .build();
             let tx = transfer(db, "A", "B", 100);
             let mut run1 = tokio::spawn(async move { worker1.run(tx).await });
@@ -91,8 +92,12 @@ pub async fn stalled_worker<F: StoreFactory + ?Sized>(factory: &F, db: &str) -> 
                 ),
             }
 
+            // Worker 1 stays silent past its lease, by the store's clock.
+            factory.pass(store.as_ref(), lease).await;
             let worker2 = Coordinator::builder_shared(store.clone())
                 .database(db)
+                .lease(lease)
+                .clock_margin(Duration::ZERO)
                 .build()
                 .recovery(RecoveryConfig {
                     pending: policy,
@@ -103,12 +108,29 @@ pub async fn stalled_worker<F: StoreFactory + ?Sized>(factory: &F, db: &str) -> 
 
             pause.release.send(()).expect("worker 1 waits");
             let result1 = run1.await.expect("worker 1 task");
-            if pause_at > 1 {
-                assert!(
-                    matches!(result1, Err(TxError::Superseded { .. })),
-                    "paused at {pause_at}: worker 1 returned {result1:?}"
-                );
-            }
+            // Whatever worker 1 left in flight after it resumed runs out too.
+            factory.pass(store.as_ref(), lease).await;
+            // Worker 1 learns it was superseded, unless it had committed
+            // before its pause: then its answer is the receipt (`applied`),
+            // and the transaction must end `done`.
+            let answered_committed = match &result1 {
+                Ok(receipt) => {
+                    // Before its record, nothing had happened: it ran undisturbed.
+                    let expected = if pause_at == 1 {
+                        TxState::Done
+                    } else {
+                        TxState::Applied
+                    };
+                    assert_eq!(receipt.state, expected, "paused at {pause_at}");
+                    true
+                }
+                Err(TxError::Superseded { .. }) => false,
+                Err(e) if pause_at == 1 => {
+                    assert!(matches!(e, TxError::Duplicate { .. }), "paused at 1: {e:?}");
+                    false
+                }
+                Err(e) => panic!("paused at {pause_at}: worker 1 returned {e:?}"),
+            };
             let final_pass = worker2.run_once().await.expect("recovery pass");
             assert_eq!(final_pass.failed, 0);
 
@@ -120,6 +142,11 @@ pub async fn stalled_worker<F: StoreFactory + ?Sized>(factory: &F, db: &str) -> 
             let a = balance(store.as_ref(), db, "A").await;
             let b = balance(store.as_ref(), db, "B").await;
             let committed = audit.count(TxState::Done) == 1;
+            assert!(
+                committed || !answered_committed,
+                "paused at {pause_at}: answered committed, ended {:?}",
+                audit.records
+            );
             let expected = if committed { (900, 1100) } else { (1000, 1000) };
             assert_eq!((a, b), expected, "paused at {pause_at} ({policy:?})");
             covered += 1;
@@ -179,14 +206,15 @@ pub async fn interleaving<F: StoreFactory + ?Sized>(factory: &F, db: &str, plan:
             faulty = faulty.crash_after(k);
         }
         let lease = if p.expired_lease || p.crash_after.is_some() {
-            Duration::ZERO
+            factory.lease()
         } else {
-            Duration::from_secs(600)
+            Duration::from_secs(3600)
         };
         let coordinator = Coordinator::builder(faulty)
             .database(db)
             .commit_point(p.commit_point)
             .lease(lease)
+            .clock_margin(Duration::ZERO)
             .build();
         let tx = transfer(db, BANK[p.from], BANK[p.to], p.amount);
         tasks.push(tokio::spawn(async move {
@@ -199,6 +227,8 @@ pub async fn interleaving<F: StoreFactory + ?Sized>(factory: &F, db: &str, plan:
             FaultStore::new(store.clone()).with_yields(plan.seed.rotate_left(7) ^ r as u64);
         let worker = Coordinator::builder(faulty)
             .database(db)
+            .lease(factory.lease())
+            .clock_margin(Duration::ZERO)
             .build()
             .recovery(RecoveryConfig {
                 pending: policy,
@@ -212,11 +242,18 @@ pub async fn interleaving<F: StoreFactory + ?Sized>(factory: &F, db: &str, plan:
             let _ = worker.run_once().await;
         }));
     }
+    // The short leases run out while the coordinators and recovery race.
+    let lease = factory.lease();
+    factory.pass(store.as_ref(), lease).await;
     for t in tasks {
         t.await.expect("scenario task");
     }
+    // And whatever the race left in flight runs out before the last pass.
+    factory.pass(store.as_ref(), lease).await;
     let worker = Coordinator::builder_shared(store.clone())
         .database(db)
+        .lease(lease)
+        .clock_margin(Duration::ZERO)
         .build()
         .recovery(RecoveryConfig {
             pending: policy,
@@ -263,11 +300,12 @@ pub async fn finished_together<F: StoreFactory + ?Sized>(factory: &F, db: &str) 
             Some(_) => faulty.crash_after(crash_after),
             None => faulty,
         };
-        // A zero lease: recovery may take over whatever the crash left.
+        let lease = factory.lease();
         let coordinator = Coordinator::builder(faulty.clone())
             .database(db)
             .commit_point(CommitPoint::Applied)
-            .lease(Duration::ZERO)
+            .lease(lease)
+            .clock_margin(Duration::ZERO)
             .build();
         let runs = (0..TRANSFERS).map(|i| {
             let tx = Transaction::with_id(format!("together-{i}")).change(
@@ -294,8 +332,12 @@ pub async fn finished_together<F: StoreFactory + ?Sized>(factory: &F, db: &str) 
             assert_eq!(audit.count(TxState::Done), TRANSFERS);
             total_ops = Some(faulty.ops());
         } else {
+            // Recovery takes over what the crash left once its lease has run out.
+            factory.pass(store.as_ref(), lease).await;
             let recovery = Coordinator::builder_shared(store.clone())
                 .database(db)
+                .lease(lease)
+                .clock_margin(Duration::ZERO)
                 .build()
                 .recovery(RecoveryConfig::default());
             let report = recovery.run_once().await.expect("recovery pass");

@@ -1,0 +1,467 @@
+//! Regression scenarios for the ways an adversarial review broke tandem's
+//! promise, each run on every store (the embedded one in `cargo test`, the
+//! test server in the test command).
+//!
+//! Each scenario names the hole it closes. Before deadline fencing (tandem
+//! 0.1's protocol fenced late steps with per-document tombstones) each of them
+//! failed; they pass because late steps are now fenced by the store's clock
+//! and nothing is kept on documents once a transaction is finished.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::{doc, Bson, Document};
+
+use super::{FaultStore, StoreFactory};
+use crate::change::{DocumentChange, DEFAULT_MARKER};
+use crate::config::{CommitPoint, PendingPolicy, RecoveryConfig};
+use crate::coordinator::{Coordinator, Transaction};
+use crate::error::{ChangeError, TxError};
+use crate::record::TxState;
+use crate::store::{Namespace, Store, StoreErrorKind};
+use crate::RecoveryWorker;
+
+fn accounts(db: &str) -> Namespace {
+    Namespace::new(db, "accounts")
+}
+
+/// A coordinator on `store` with the factory's lease and no clock margin
+/// (one store, one clock).
+fn coordinator(store: impl Store, db: &str, lease: Duration) -> Coordinator {
+    Coordinator::builder(store)
+        .database(db)
+        .lease(lease)
+        .clock_margin(Duration::ZERO)
+        .commit_point(CommitPoint::Done)
+        .build()
+}
+
+fn recovery(
+    store: Arc<dyn Store>,
+    db: &str,
+    lease: Duration,
+    pending: PendingPolicy,
+) -> RecoveryWorker {
+    Coordinator::builder_shared(store)
+        .database(db)
+        .lease(lease)
+        .clock_margin(Duration::ZERO)
+        .build()
+        .recovery(RecoveryConfig {
+            pending,
+            ..RecoveryConfig::default()
+        })
+}
+
+async fn seed(store: &dyn Store, ns: &Namespace, doc: Document) {
+    store.insert_one(ns, doc).await.expect("seeding a document");
+}
+
+async fn get(store: &dyn Store, ns: &Namespace, id: &str) -> Option<Document> {
+    store
+        .find_one(ns, doc! { "_id": id })
+        .await
+        .expect("reading a document")
+}
+
+async fn balance(store: &dyn Store, db: &str, id: &str) -> i64 {
+    get(store, &accounts(db), id)
+        .await
+        .and_then(|d| d.get_i64("balance").ok())
+        .expect("an account with an i64 balance")
+}
+
+/// Whether `doc` carries anything of a transaction: a marker or a lock.
+fn held(doc: &Document) -> bool {
+    let marked = doc
+        .get_array(DEFAULT_MARKER)
+        .map(|a| !a.is_empty())
+        .unwrap_or(false);
+    let locked = doc
+        .get_document("_tandem")
+        .map(|t| t.get("lock").is_some_and(|l| *l != Bson::Null))
+        .unwrap_or(false);
+    marked || locked
+}
+
+async fn state(store: &dyn Store, db: &str, id: &str) -> Option<TxState> {
+    store
+        .find_one(&Namespace::new(db, "transactions"), doc! { "_id": id })
+        .await
+        .expect("reading a record")
+        .and_then(|r| r.get_str("state").ok().and_then(|s| s.parse().ok()))
+}
+
+/// Issue: *a delete removes its own fence.* A worker is paused before its
+/// apply of `{delete X, debit A}`; recovery rolls the transaction forward and
+/// commits it (X is deleted); X is created again; the paused worker's delete
+/// then reaches the store. With tombstones, which the delete had removed with
+/// the document, it landed on the new X and left it locked by a `done`
+/// transaction forever. Now it is past its deadline and changes nothing.
+pub async fn late_delete_after_recreation<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "X", "balance": 0_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    let lease = factory.lease();
+    let faulty = FaultStore::new(store.clone());
+    // 1: the record; 2: the first apply.
+    let pause = faulty.pause_at(2);
+    let worker = coordinator(faulty, db, lease);
+    let tx = Transaction::with_id("late-delete")
+        .change(DocumentChange::delete(ns.clone(), "X"))
+        .change(
+            DocumentChange::update(ns.clone(), "A")
+                .inc("balance", -10_i64)
+                .require_gte("balance", 10_i64),
+        );
+    let run = tokio::spawn(async move { worker.run(tx).await });
+    pause.reached.await.expect("the worker reaches its apply");
+
+    factory.pass(store.as_ref(), lease).await;
+    let report = recovery(store.clone(), db, lease, PendingPolicy::RollForward)
+        .run_once()
+        .await
+        .expect("recovery pass");
+    assert_eq!(report.committed, 1, "{report:?}");
+    assert!(get(store.as_ref(), &ns, "X").await.is_none(), "X deleted");
+    seed(store.as_ref(), &ns, doc! { "_id": "X", "balance": 7_i64 }).await;
+
+    pause.release.send(()).expect("the worker waits");
+    let result = run.await.expect("worker task");
+    assert!(
+        matches!(result, Err(TxError::Superseded { .. })),
+        "the late worker learns it was superseded: {result:?}"
+    );
+    let x = get(store.as_ref(), &ns, "X")
+        .await
+        .expect("X created again");
+    assert!(!held(&x), "the new X is left alone: {x}");
+    assert_eq!(x.get_i64("balance").ok(), Some(7));
+    assert_eq!(balance(store.as_ref(), db, "A").await, 90, "debited once");
+    assert_eq!(
+        state(store.as_ref(), db, "late-delete").await,
+        Some(TxState::Done)
+    );
+}
+
+/// Issue: *an insert applied twice.* A worker is paused before its apply of
+/// `{insert X, debit A}`; recovery rolls forward and commits (X inserted);
+/// another transaction deletes X; the paused worker's insert then reaches the
+/// store. A plain insert landed again (the deleted order came back); now an
+/// insert fills a placeholder with a deadline-fenced update, and changes nothing.
+pub async fn late_insert_after_deletion<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    let lease = factory.lease();
+    let faulty = FaultStore::new(store.clone());
+    // 1: the placeholder; 2: the record; 3: the first apply.
+    let pause = faulty.pause_at(3);
+    let worker = coordinator(faulty, db, lease);
+    let tx = Transaction::with_id("late-insert")
+        .change(DocumentChange::insert(
+            ns.clone(),
+            "X",
+            doc! { "balance": 5_i64 },
+        ))
+        .change(
+            DocumentChange::update(ns.clone(), "A")
+                .inc("balance", -10_i64)
+                .require_gte("balance", 10_i64),
+        );
+    let run = tokio::spawn(async move { worker.run(tx).await });
+    pause.reached.await.expect("the worker reaches its apply");
+
+    factory.pass(store.as_ref(), lease).await;
+    let report = recovery(store.clone(), db, lease, PendingPolicy::RollForward)
+        .run_once()
+        .await
+        .expect("recovery pass");
+    assert_eq!(report.committed, 1, "{report:?}");
+    let x = get(store.as_ref(), &ns, "X").await.expect("X inserted");
+    assert_eq!(x.get_i64("balance").ok(), Some(5));
+    let deleting = coordinator(store.clone(), db, lease)
+        .run(Transaction::new().change(DocumentChange::delete(ns.clone(), "X")))
+        .await;
+    assert!(deleting.is_ok(), "{deleting:?}");
+    assert!(get(store.as_ref(), &ns, "X").await.is_none());
+
+    pause.release.send(()).expect("the worker waits");
+    let result = run.await.expect("worker task");
+    assert!(
+        matches!(result, Err(TxError::Superseded { .. })),
+        "the late worker learns it was superseded: {result:?}"
+    );
+    assert!(
+        get(store.as_ref(), &ns, "X").await.is_none(),
+        "the deleted X stays deleted, without even a placeholder"
+    );
+    assert_eq!(balance(store.as_ref(), db, "A").await, 90, "debited once");
+}
+
+/// Issue: *tombstones grow without bound.* A hot account that every transfer
+/// credits must stay the same size however many transactions touched it.
+/// Returns its size in bytes after the last transfer.
+pub async fn hot_document_stays_bounded<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+    transfers: usize,
+) -> usize {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "hot", "balance": 0_i64 }).await;
+    seed(
+        store.as_ref(),
+        &ns,
+        doc! { "_id": "payer", "balance": i64::MAX / 2 },
+    )
+    .await;
+    let coordinator = coordinator(store.clone(), db, factory.lease());
+    let size = |d: Document| bson::to_vec(&d).expect("encoding").len();
+    let mut first = None;
+    for i in 0..transfers {
+        coordinator
+            .run(
+                Transaction::new()
+                    .change(DocumentChange::update(ns.clone(), "payer").inc("balance", -1_i64))
+                    .change(DocumentChange::update(ns.clone(), "hot").inc("balance", 1_i64)),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("transfer {i}: {e}"));
+        let hot = get(store.as_ref(), &ns, "hot").await.expect("hot account");
+        let bytes = size(hot);
+        match first {
+            None => first = Some(bytes),
+            Some(f) => assert_eq!(
+                bytes,
+                f,
+                "after {} transfers the hot account is {bytes} bytes, after one it was {f}",
+                i + 1
+            ),
+        }
+    }
+    assert_eq!(balance(store.as_ref(), db, "hot").await, transfers as i64);
+    first.unwrap_or(0)
+}
+
+/// Issue: *garbage collection vs a stalled worker.* A worker is paused before
+/// its apply; recovery rolls the transfer back; garbage collection removes
+/// the record at the smallest age it allows; the worker's apply then reaches
+/// the store. With tombstones removed by the collection, the debit of a
+/// canceled transfer was taken, its marker orphaned. An age below the lease
+/// plus the clock margin is refused.
+pub async fn garbage_collection_then_late_apply<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
+    let lease = factory.lease();
+    let faulty = FaultStore::new(store.clone());
+    let pause = faulty.pause_at(2);
+    let worker = coordinator(faulty, db, lease);
+    let tx = Transaction::with_id("late-after-gc")
+        .change(
+            DocumentChange::update(ns.clone(), "A")
+                .inc("balance", -10_i64)
+                .require_gte("balance", 10_i64),
+        )
+        .change(DocumentChange::update(ns.clone(), "B").inc("balance", 10_i64));
+    let run = tokio::spawn(async move { worker.run(tx).await });
+    pause.reached.await.expect("the worker reaches its apply");
+
+    factory.pass(store.as_ref(), lease).await;
+    let recovery = recovery(store.clone(), db, lease, PendingPolicy::RollBack);
+    let report = recovery.run_once().await.expect("recovery pass");
+    assert_eq!(report.canceled, 1, "{report:?}");
+
+    let refused = recovery.collect_garbage(Duration::ZERO).await;
+    assert!(
+        matches!(&refused, Err(e) if e.kind == StoreErrorKind::BadRequest),
+        "an age of zero is refused: {refused:?}"
+    );
+    assert_eq!(
+        state(store.as_ref(), db, "late-after-gc").await,
+        Some(TxState::Canceled)
+    );
+    factory.pass(store.as_ref(), lease).await;
+    let removed = recovery.collect_garbage(lease).await.expect("collection");
+    assert_eq!(removed, 1);
+    assert_eq!(state(store.as_ref(), db, "late-after-gc").await, None);
+
+    pause.release.send(()).expect("the worker waits");
+    let result = run.await.expect("worker task");
+    assert!(
+        result.is_err(),
+        "the late worker does not commit: {result:?}"
+    );
+    let a = get(store.as_ref(), &ns, "A").await.expect("A");
+    let b = get(store.as_ref(), &ns, "B").await.expect("B");
+    assert!(!held(&a) && !held(&b), "no orphaned marker: {a} {b}");
+    assert_eq!(
+        balance(store.as_ref(), db, "A").await,
+        100,
+        "nothing debited"
+    );
+    assert_eq!(
+        balance(store.as_ref(), db, "B").await,
+        0,
+        "nothing credited"
+    );
+}
+
+/// Issue: *numeric ids.* `7_i32` and `7_i64` (and `7.0`) are one MongoDB
+/// document; a transaction naming it twice is refused before anything is written.
+pub async fn numeric_ids_are_one_document<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(
+        store.as_ref(),
+        &ns,
+        doc! { "_id": 7_i64, "balance": 100_i64 },
+    )
+    .await;
+    let coordinator = coordinator(store.clone(), db, factory.lease());
+    for twin in [Bson::Int32(7), Bson::Double(7.0)] {
+        let tx = Transaction::new()
+            .change(DocumentChange::update(ns.clone(), 7_i64).inc("balance", -10_i64))
+            .change(DocumentChange::update(ns.clone(), twin.clone()).inc("balance", -10_i64));
+        let result = coordinator.run(tx).await;
+        assert!(
+            matches!(
+                result,
+                Err(TxError::Invalid(ChangeError::DuplicateParticipant { .. }))
+            ),
+            "7_i64 and {twin:?}: {result:?}"
+        );
+    }
+    let doc = store
+        .find_one(&ns, doc! { "_id": 7_i64 })
+        .await
+        .expect("read")
+        .expect("the account");
+    assert_eq!(doc.get_i64("balance").ok(), Some(100));
+    assert!(!held(&doc));
+}
+
+/// Issue: *same owner name and same transaction id.* A second coordinator,
+/// given the same owner name, runs another transaction under the same id
+/// while the first is in flight. It used to adopt the first's record and
+/// apply its own changes under it; the record's creation token tells them
+/// apart, and the second is told `Duplicate` having written nothing.
+pub async fn same_owner_same_id<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 100_i64 }).await;
+    let lease = factory.lease();
+    let faulty = FaultStore::new(store.clone());
+    let pause = faulty.pause_at(2);
+    let first = Coordinator::builder(faulty)
+        .database(db)
+        .commit_point(CommitPoint::Done)
+        .owner("shop")
+        .lease(lease)
+        .clock_margin(Duration::ZERO)
+        .build();
+    let second = Coordinator::builder_shared(store.clone())
+        .database(db)
+        .owner("shop")
+        .lease(lease)
+        .clock_margin(Duration::ZERO)
+        .build();
+    let debit = |id: &str| DocumentChange::update(ns.clone(), id).inc("balance", -10_i64);
+    let tx1 = Transaction::with_id("order-1").change(debit("A"));
+    let run = tokio::spawn(async move { first.run(tx1).await });
+    pause.reached.await.expect("the first reaches its apply");
+
+    let result = second
+        .run(Transaction::with_id("order-1").change(debit("B")))
+        .await;
+    assert!(
+        matches!(result, Err(TxError::Duplicate { .. })),
+        "the second is refused: {result:?}"
+    );
+    let b = get(store.as_ref(), &ns, "B").await.expect("B");
+    assert!(!held(&b), "nothing of the second was applied: {b}");
+    assert_eq!(b.get_i64("balance").ok(), Some(100));
+
+    pause.release.send(()).expect("the first waits");
+    let receipt = run.await.expect("task").expect("the first commits");
+    assert_eq!(receipt.state, TxState::Done);
+    assert_eq!(balance(store.as_ref(), db, "A").await, 90);
+    assert_eq!(balance(store.as_ref(), db, "B").await, 100);
+}
+
+/// Issue: *answers that claim too much.* With `CommitPoint::Done`, a store
+/// that fails after the commit point used to make `run` answer `Interrupted`
+/// for a committed transaction (a caller following the docs would pay again).
+/// The answer is now the receipt, in state `applied`, and recovery finishes.
+pub async fn committed_answer_after_failure<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
+    let lease = factory.lease();
+    // 1: the record; 2, 3: the applies; 4: `applied`; then the store is gone.
+    let faulty = FaultStore::new(store.clone()).crash_after(4);
+    let worker = coordinator(faulty, db, lease);
+    let result = worker
+        .run(
+            Transaction::with_id("answered")
+                .change(DocumentChange::update(ns.clone(), "A").inc("balance", -10_i64))
+                .change(DocumentChange::update(ns.clone(), "B").inc("balance", 10_i64)),
+        )
+        .await;
+    let receipt = result.expect("committed: the answer says so");
+    assert_eq!(receipt.state, TxState::Applied);
+    factory.pass(store.as_ref(), lease).await;
+    let report = recovery(store.clone(), db, lease, PendingPolicy::RollBack)
+        .run_once()
+        .await
+        .expect("recovery pass");
+    assert_eq!(report.committed, 1, "{report:?}");
+    assert_eq!(balance(store.as_ref(), db, "A").await, 90);
+    assert_eq!(balance(store.as_ref(), db, "B").await, 10);
+}
+
+/// Issue: *a canceled insert burns the `_id`.* The placeholder a canceled
+/// insert left (fenced by a tombstone until garbage collection, forever with
+/// TTL expiry) kept any other writer from inserting that `_id`. Now nothing
+/// is left: the `_id` is free the moment the transaction is canceled.
+pub async fn canceled_insert_frees_the_id<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    let orders = Namespace::new(db, "orders");
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 5_i64 }).await;
+    let coordinator = coordinator(store.clone(), db, factory.lease());
+    for attempt in 0..2 {
+        let result = coordinator
+            .run(
+                Transaction::new()
+                    .change(DocumentChange::insert(
+                        orders.clone(),
+                        "o-1",
+                        doc! { "amount": 10_i64 },
+                    ))
+                    .change(
+                        DocumentChange::update(ns.clone(), "A")
+                            .inc("balance", -10_i64)
+                            .require_gte("balance", 10_i64),
+                    ),
+            )
+            .await;
+        assert!(
+            matches!(result, Err(TxError::Canceled { .. })),
+            "attempt {attempt}: {result:?}"
+        );
+        assert!(
+            get(store.as_ref(), &orders, "o-1").await.is_none(),
+            "attempt {attempt}: nothing left at o-1"
+        );
+    }
+    store
+        .insert_one(&orders, doc! { "_id": "o-1", "amount": 3_i64 })
+        .await
+        .expect("the _id is free for anyone");
+}
