@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Exit codes: 0 success; 1 the command ran but could not finish everything
-//! (e.g. recovery left transactions for a later pass); 2 bad arguments;
+//! (e.g. recovery left transactions for a later pass); 2 bad arguments (e.g.
+//! a garbage-collection age below the lease plus the clock margin);
 //! 3 the database cannot be reached, the URI is invalid, or authentication
 //! failed; 4 no transaction has that id; 5 the request was refused (e.g.
 //! cancelling a transaction past its commit point).
@@ -47,6 +48,14 @@ struct Cli {
     /// How long to wait for the server before giving up.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     connect_timeout: Duration,
+    /// The lease recovery gives the transactions it takes over (use the
+    /// applications' lease); garbage collection keeps records at least this
+    /// long plus the clock margin.
+    #[arg(long, default_value = "30s", value_parser = duration::parse, global = true)]
+    lease: Duration,
+    /// How far a store's clock may step back (use the applications' margin).
+    #[arg(long, default_value = "2s", value_parser = duration::parse, global = true)]
+    clock_margin: Duration,
     #[command(subcommand)]
     command: Command,
 }
@@ -102,7 +111,8 @@ enum Command {
         #[arg(long, default_value = "canceled by an operator")]
         reason: String,
     },
-    /// Removes `done` and `canceled` records older than an age, with their tombstones.
+    /// Removes `done` and `canceled` records older than an age (at least the
+    /// lease plus the clock margin).
     Gc {
         /// The age (e.g. 7d).
         #[arg(long, value_parser = duration::parse)]
@@ -113,6 +123,7 @@ enum Command {
 /// Why the command failed, and its exit code.
 #[derive(Debug)]
 enum Failure {
+    Usage(String),
     Connect(String),
     NotFound(String),
     Refused(String),
@@ -123,6 +134,7 @@ impl Failure {
     fn code(&self) -> u8 {
         match self {
             Failure::Incomplete(_) => 1,
+            Failure::Usage(_) => 2,
             Failure::Connect(_) => 3,
             Failure::NotFound(_) => 4,
             Failure::Refused(_) => 5,
@@ -131,7 +143,8 @@ impl Failure {
 
     fn message(&self) -> &str {
         match self {
-            Failure::Connect(m)
+            Failure::Usage(m)
+            | Failure::Connect(m)
             | Failure::NotFound(m)
             | Failure::Refused(m)
             | Failure::Incomplete(m) => m,
@@ -163,6 +176,16 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
+    if let Command::Gc { older_than } = &cli.command {
+        let least = cli.lease.saturating_add(cli.clock_margin);
+        if *older_than < least {
+            return Err(Failure::Usage(format!(
+                "--older-than {} is below the lease plus the clock margin ({}): a record that young may still be needed to fence a stalled worker",
+                duration::render(*older_than),
+                duration::render(least)
+            )));
+        }
+    }
     let store = MongoStore::builder()
         .server_selection_timeout(cli.connect_timeout)
         .app_name("tandem-cli")
@@ -177,6 +200,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let mut config = tandem::CoordinatorConfig {
                 database: cli.db.clone(),
                 collection: cli.collection.clone(),
+                lease: cli.lease,
+                clock_margin: cli.clock_margin,
                 ..tandem::CoordinatorConfig::default()
             };
             config.owner = format!("tandem-cli-{}", std::process::id());
@@ -228,6 +253,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             match coordinator.cancel(&record.id, &reason).await {
                 Ok(TxState::Canceled) => {
                     println!("{id}: canceled");
+                    Ok(())
+                }
+                Ok(TxState::Canceling) => {
+                    let record = find(store.as_ref(), &ns, &id).await?;
+                    let after = record
+                        .not_before
+                        .map(|t| t.try_to_rfc3339_string().unwrap_or_else(|_| t.to_string()))
+                        .unwrap_or_else(|| "its owner's deadline".into());
+                    println!(
+                        "{id}: canceling: decided; its changes are undone once applies still in flight can no longer land (after {after}, by the stores' clocks); `tandem recover` finishes it then"
+                    );
                     Ok(())
                 }
                 Ok(TxState::Initial) => {
@@ -368,21 +404,34 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
         total.canceled += pass.canceled;
         total.removed += pass.removed;
         total.failed += pass.failed;
+        total.waiting += pass.waiting;
         total.lost += pass.lost;
         bar.set_message(format!(
             "recovered {} (committed {}, canceled {}, removed {})",
             total.claimed, total.committed, total.canceled, total.removed
         ));
         bar.tick();
-        if pass.claimed == 0 || pass.failed == pass.claimed {
+        if pass.claimed == 0 || pass.failed + pass.waiting == pass.claimed {
             break;
         }
     }
     bar.finish_and_clear();
     println!(
-        "recovered {}: committed {}, canceled {}, removed {}, failed {}, taken by others {}",
-        total.claimed, total.committed, total.canceled, total.removed, total.failed, total.lost
+        "recovered {}: committed {}, canceled {}, removed {}, failed {}, waiting {}, taken by others {}",
+        total.claimed,
+        total.committed,
+        total.canceled,
+        total.removed,
+        total.failed,
+        total.waiting,
+        total.lost
     );
+    if total.waiting > 0 {
+        println!(
+            "{} transaction(s) wait for applies still in flight to miss their deadline; run recover again after the lease",
+            total.waiting
+        );
+    }
     if total.failed > 0 {
         return Err(Failure::Incomplete(format!(
             "{} transactions could not be finished this time; run recover again",

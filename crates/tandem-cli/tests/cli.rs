@@ -9,7 +9,7 @@ use std::time::Duration;
 use bson::doc;
 use tandem::testing::FaultStore;
 use tandem::{
-    CommitPoint, Coordinator, DocumentChange, Namespace, Store, Transaction, TxError, TxId,
+    CommitPoint, Coordinator, DocumentChange, Namespace, Store, Transaction, TxError, TxId, TxState,
 };
 use tandem_mongodb::MongoStore;
 
@@ -27,12 +27,41 @@ fn uri() -> Option<String> {
     }
 }
 
+/// Runs the CLI with the test's timing: a lease of one second and no clock margin
+/// (one server, one clock).
 fn tandem(uri: &str, db: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["--uri", uri, "--db", db, "--connect-timeout", "5s"])
+        .args(["--lease", "1s", "--clock-margin", "0s"])
         .args(args)
         .output()
         .expect("running tandem")
+}
+
+/// Returns once the server's clock reads `time` or later (a lease runs by the
+/// server's clock, which a test can only wait for).
+async fn until_server_time(store: &Arc<dyn Store>, time: bson::DateTime) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(120);
+    while store.now().await.unwrap() < time {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the server's clock stands still"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// When `id`'s current lease ends, by the server's clock.
+async fn deadline(store: &Arc<dyn Store>, db: &str, id: &TxId) -> bson::DateTime {
+    let doc = store
+        .find_one(
+            &Namespace::new(db, "transactions"),
+            doc! { "_id": id.as_str() },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    tandem::TxRecord::from_document(doc).unwrap().deadline()
 }
 
 fn stdout(o: &Output) -> String {
@@ -66,7 +95,9 @@ async fn stuck(
         .build();
     match coordinator.run(tx).await {
         Err(TxError::Interrupted { id, .. }) => id,
-        other => panic!("expected an interrupted transaction, got {other:?}"),
+        // Committed before the crash: the answer says so, and cleanup is left to recovery.
+        Ok(receipt) if receipt.state == TxState::Applied => receipt.id,
+        other => panic!("expected a transaction left in flight, got {other:?}"),
     }
 }
 
@@ -99,17 +130,19 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
     }
     // Four stuck transactions: pending with nothing applied, pending half applied,
     // applied (committed, markers left), and a pending one whose lease still runs.
-    let nothing = stuck(&store, &db, 2, Duration::ZERO, transfer(&db, "A", "B", 10)).await;
-    let half = stuck(&store, &db, 3, Duration::ZERO, transfer(&db, "A", "B", 20)).await;
-    let applied = stuck(&store, &db, 5, Duration::ZERO, transfer(&db, "C", "D", 30)).await;
+    let short = Duration::from_secs(1);
+    let nothing = stuck(&store, &db, 2, short, transfer(&db, "A", "B", 10)).await;
+    let half = stuck(&store, &db, 3, short, transfer(&db, "A", "B", 20)).await;
+    let applied = stuck(&store, &db, 5, short, transfer(&db, "C", "D", 30)).await;
     let leased = stuck(
         &store,
         &db,
         3,
-        Duration::from_secs(3600),
+        Duration::from_secs(10),
         transfer(&db, "C", "D", 40),
     )
     .await;
+    let expired = deadline(&store, &db, &applied).await;
 
     let out = tandem(&uri, &db, &["status"]);
     assert!(out.status.success(), "{out:?}");
@@ -152,6 +185,8 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
         "{text}"
     );
 
+    // The three short leases have run out; the fourth lease still runs.
+    until_server_time(&store, expired).await;
     let out = tandem(&uri, &db, &["recover"]);
     assert!(out.status.success(), "{out:?}");
     let text = stdout(&out);
@@ -170,9 +205,28 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
         "C->D committed; the leased one still holds 40"
     );
 
+    // Canceling the leased one is decided at once, and undone once its
+    // owner's applies can no longer land: after its deadline.
+    let owner_deadline = deadline(&store, &db, &leased).await;
     let out = tandem(&uri, &db, &["cancel", leased.as_str()]);
     assert!(out.status.success(), "{out:?}");
-    assert!(stdout(&out).contains("canceled"));
+    assert!(
+        stdout(&out).contains("canceling: decided"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(balance(&store, &db, "C").await, 930, "not undone yet");
+    until_server_time(&store, owner_deadline).await;
+    // Recovery takes it over once the canceler's own lease has run out too.
+    let canceler_deadline = deadline(&store, &db, &leased).await;
+    until_server_time(&store, canceler_deadline).await;
+    let out = tandem(&uri, &db, &["recover"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains("recovered 1: committed 0, canceled 1"),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(balance(&store, &db, "C").await, 970);
     assert_eq!(balance(&store, &db, "D").await, 1030);
 
@@ -182,6 +236,14 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
     assert_eq!(out.status.code(), Some(4), "{out:?}");
 
     let out = tandem(&uri, &db, &["gc", "--older-than", "0s"]);
+    assert_eq!(out.status.code(), Some(2), "below the lease: {out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("below the lease plus the clock margin"),
+        "{out:?}"
+    );
+    let finished = store.now().await.unwrap().timestamp_millis() + 1000;
+    until_server_time(&store, bson::DateTime::from_millis(finished)).await;
+    let out = tandem(&uri, &db, &["gc", "--older-than", "1s"]);
     assert!(out.status.success(), "{out:?}");
     assert!(
         stdout(&out).contains("removed 4 finished transaction records"),
