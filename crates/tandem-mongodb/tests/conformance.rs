@@ -801,6 +801,24 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn exclusive_change_sees_other_marker_fields() {
+        let Some(f) = factory("s_markers").await else {
+            return;
+        };
+        safety::exclusive_change_sees_other_marker_fields(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
+    async fn cancel_while_the_owner_applies() {
+        let Some(f) = factory("s_cancel").await else {
+            return;
+        };
+        safety::cancel_while_the_owner_applies(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn canceled_insert_frees_the_id() {
         let Some(f) = factory("s_insert_id").await else {
             return;

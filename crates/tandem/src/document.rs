@@ -6,6 +6,9 @@
 //!   transactions whose change is applied but not yet committed or undone;
 //! * `_tandem.lock`: the id of the transaction holding the document exclusively;
 //! * `_tandem.deleting`: set while a delete waits for its commit;
+//! * `_tandem.pending`: how many transactions have a change applied to the
+//!   document, whatever marker field they use (an exclusive change requires
+//!   zero, so two marker names on one collection cannot hide a pending change);
 //! * `_tandem.ghost`: marks a placeholder: an `_id` reserved by an insert that
 //!   has not filled it (yet). Placeholders are invisible to every other change
 //!   and are filled, or removed, by inserts.
@@ -41,6 +44,9 @@ pub(crate) const KIND: &str = "document";
 const LOCK: &str = "_tandem.lock";
 const DELETING: &str = "_tandem.deleting";
 const GHOST: &str = "_tandem.ghost";
+/// How many transactions have a change applied to the document, under any
+/// marker field: raised by every apply, lowered by every clear and undo.
+const PENDING: &str = "_tandem.pending";
 
 /// The holder named by a conflict that no transaction explains.
 const CONCURRENT_WRITE: &str = "(concurrent write)";
@@ -207,8 +213,10 @@ impl DocumentChange {
             GHOST: { "$exists": false },
         };
         if self.is_exclusive() {
-            // Nobody else may have a change pending on a document we change exclusively.
+            // Nobody else may have a change pending on a document we change
+            // exclusively, under this marker field or any other.
             filter.insert(format!("{}.0", self.marker), doc! { "$exists": false });
+            filter.insert(PENDING, doc! { "$not": { "$gt": 0 } });
         }
         let mut conds: Vec<(String, Bson)> = self
             .guards
@@ -261,7 +269,7 @@ impl DocumentChange {
         let tx = ctx.tx.as_str();
         let mut set = fields.clone();
         set.insert(self.marker.clone(), vec![tx]);
-        set.insert(META_FIELD, doc! { "lock": tx });
+        set.insert(META_FIELD, doc! { "lock": tx, "pending": 1 });
         doc! { "$set": set }
     }
 
@@ -389,6 +397,7 @@ impl DocumentChange {
         doc! {
             "$set": { LOCK: tx, DELETING: true },
             "$push": { self.marker.clone(): tx },
+            "$inc": { PENDING: 1 },
         }
     }
 
@@ -400,13 +409,12 @@ impl DocumentChange {
             "$pull": { self.marker.clone(): tx },
             "$unset": { LOCK: "" },
         };
-        let late: Document = self
+        let mut late: Document = self
             .deferred_credits()
             .map(|(path, by)| (path.to_owned(), by.clone()))
             .collect();
-        if !late.is_empty() {
-            update.insert("$inc", late);
-        }
+        late.insert(PENDING, -1);
+        update.insert("$inc", late);
         update
     }
 
@@ -443,6 +451,7 @@ impl DocumentChange {
             }
         }
         push.insert(self.marker.clone(), ctx.tx.as_str());
+        inc.insert(PENDING, 1);
         if self.is_exclusive() {
             set.insert(LOCK, ctx.tx.as_str());
         }
@@ -536,6 +545,19 @@ impl DocumentChange {
                         holder: holder_text(first),
                     });
                 }
+            }
+            let others = query::lookup(current, PENDING)
+                .and_then(|n| match n {
+                    Bson::Int32(n) => Some(i64::from(*n)),
+                    Bson::Int64(n) => Some(*n),
+                    _ => None,
+                })
+                .unwrap_or(0);
+            if others > 0 {
+                return Err(StepError::Conflict {
+                    participant,
+                    holder: format!("({others} pending under another marker field)"),
+                });
             }
         }
         for guard in &self.guards {
@@ -995,6 +1017,7 @@ impl Participant for DocumentChange {
             DocumentOp::Delete => Some(doc! {
                 "$unset": { LOCK: "", DELETING: "" },
                 "$pull": { self.marker.clone(): tx },
+                "$inc": { PENDING: -1 },
             }),
             DocumentOp::Update { ops } => {
                 let mut set = Document::new();
@@ -1016,13 +1039,12 @@ impl Participant for DocumentChange {
                     }
                 }
                 unset.insert(LOCK, "");
+                inc.insert(PENDING, -1);
                 let mut update = doc! { "$pull": { self.marker.clone(): tx }, "$unset": unset };
                 if !set.is_empty() {
                     update.insert("$set", set);
                 }
-                if !inc.is_empty() {
-                    update.insert("$inc", inc);
-                }
+                update.insert("$inc", inc);
                 Some(update)
             }
         };

@@ -42,3 +42,13 @@ async fn committed_answer_after_failure() {
 async fn canceled_insert_frees_the_id() {
     safety::canceled_insert_frees_the_id(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn exclusive_change_sees_other_marker_fields() {
+    safety::exclusive_change_sees_other_marker_fields(&MemoryFactory::new(), "bank").await;
+}
+
+#[tokio::test]
+async fn cancel_while_the_owner_applies() {
+    safety::cancel_while_the_owner_applies(&MemoryFactory::new(), "bank").await;
+}

@@ -133,6 +133,13 @@ pub async fn audit(
                     }
                 }
             }
+            if let Some(n) = query::lookup(&doc, &format!("{META_FIELD}.pending"))
+                .filter(|n| !matches!(n, Bson::Int32(0) | Bson::Int64(0)))
+            {
+                result
+                    .violations
+                    .push(format!("{ns}/{id} counts {n} pending transaction(s)"));
+            }
             if let Some(lock) = query::lookup(&doc, &format!("{META_FIELD}.lock")) {
                 result
                     .violations

@@ -84,7 +84,7 @@ fn held(doc: &Document) -> bool {
     marked || locked
 }
 
-async fn state(store: &dyn Store, db: &str, id: &str) -> Option<TxState> {
+async fn state_of(store: &dyn Store, db: &str, id: &str) -> Option<TxState> {
     store
         .find_one(&Namespace::new(db, "transactions"), doc! { "_id": id })
         .await
@@ -140,7 +140,7 @@ pub async fn late_delete_after_recreation<F: StoreFactory + ?Sized>(factory: &F,
     assert_eq!(x.get_i64("balance").ok(), Some(7));
     assert_eq!(balance(store.as_ref(), db, "A").await, 90, "debited once");
     assert_eq!(
-        state(store.as_ref(), db, "late-delete").await,
+        state_of(store.as_ref(), db, "late-delete").await,
         Some(TxState::Done)
     );
 }
@@ -281,13 +281,13 @@ pub async fn garbage_collection_then_late_apply<F: StoreFactory + ?Sized>(factor
         "an age of zero is refused: {refused:?}"
     );
     assert_eq!(
-        state(store.as_ref(), db, "late-after-gc").await,
+        state_of(store.as_ref(), db, "late-after-gc").await,
         Some(TxState::Canceled)
     );
     factory.pass(store.as_ref(), lease).await;
     let removed = recovery.collect_garbage(lease).await.expect("collection");
     assert_eq!(removed, 1);
-    assert_eq!(state(store.as_ref(), db, "late-after-gc").await, None);
+    assert_eq!(state_of(store.as_ref(), db, "late-after-gc").await, None);
 
     pause.release.send(()).expect("the worker waits");
     let result = run.await.expect("worker task");
@@ -464,4 +464,129 @@ pub async fn canceled_insert_frees_the_id<F: StoreFactory + ?Sized>(factory: &F,
         .insert_one(&orders, doc! { "_id": "o-1", "amount": 3_i64 })
         .await
         .expect("the _id is free for anyone");
+}
+
+/// Issue: *exclusivity was per marker field.* With two marker field names on
+/// one collection, an exclusive change (a `set`) committed over a debit
+/// pending under the other name, whose rollback could then change a document
+/// the exclusive change had just closed. The count of pending transactions in
+/// `_tandem.pending` knows no marker names: the exclusive change is refused.
+pub async fn exclusive_change_sees_other_marker_fields<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(
+        store.as_ref(),
+        &ns,
+        doc! { "_id": "A", "balance": 100_i64, "open": true },
+    )
+    .await;
+    seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
+    let lease = factory.lease();
+    let faulty = FaultStore::new(store.clone());
+    // 1: the record; 2, 3: the applies; 4: `applied`, held back.
+    let pause = faulty.pause_at(4);
+    let worker = coordinator(faulty, db, lease);
+    let mut debit = DocumentChange::update(ns.clone(), "A")
+        .inc("balance", -10_i64)
+        .require_gte("balance", 10_i64);
+    debit.marker = "otherPending".into();
+    let tx = Transaction::with_id("debit-other-marker")
+        .change(debit)
+        .change(DocumentChange::update(ns.clone(), "B").inc("balance", 10_i64));
+    let run = tokio::spawn(async move { worker.run(tx).await });
+    pause
+        .reached
+        .await
+        .expect("the debit is applied, not committed");
+
+    let close = coordinator(store.clone(), db, lease)
+        .run(
+            Transaction::new().change(
+                DocumentChange::update(ns.clone(), "A")
+                    .set("open", false)
+                    .require_eq("open", true),
+            ),
+        )
+        .await;
+    assert!(
+        matches!(
+            close,
+            Err(TxError::Canceled {
+                cause: crate::StepError::Conflict { .. },
+                ..
+            })
+        ),
+        "the exclusive change waits for the pending debit: {close:?}"
+    );
+    pause.release.send(()).expect("the debit waits");
+    let receipt = run.await.expect("task").expect("the debit commits");
+    assert_eq!(receipt.state, TxState::Done);
+    let a = get(store.as_ref(), &ns, "A").await.expect("A");
+    assert_eq!(a.get_bool("open").ok(), Some(true));
+    assert_eq!(a.get_i64("balance").ok(), Some(90));
+    assert!(!held(&a), "{a}");
+}
+
+/// An operator cancels a transaction while its owner's apply is on its way
+/// (paused before it reaches the store). The cancel is decided at once
+/// (`canceling`), but the undo must wait for the owner's deadline: undone
+/// earlier, the owner's apply would land afterwards and stay forever, its
+/// marker orphaned. Recovery finishes after the deadline.
+pub async fn cancel_while_the_owner_applies<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
+    let lease = factory.lease();
+    let faulty = FaultStore::new(store.clone());
+    // 1: the record; 2: the apply of A; 3: the apply of B, held back.
+    let pause = faulty.pause_at(3);
+    let worker = coordinator(faulty, db, lease);
+    let tx = Transaction::with_id("canceled-in-flight")
+        .change(
+            DocumentChange::update(ns.clone(), "A")
+                .inc("balance", -10_i64)
+                .require_gte("balance", 10_i64),
+        )
+        .change(DocumentChange::update(ns.clone(), "B").inc("balance", 10_i64));
+    let run = tokio::spawn(async move { worker.run(tx).await });
+    pause
+        .reached
+        .await
+        .expect("the owner's second apply is on its way");
+
+    let operator = coordinator(store.clone(), db, lease);
+    let id = crate::TxId::new("canceled-in-flight").expect("id");
+    let state = operator.cancel(&id, "operator").await.expect("cancel");
+    assert!(
+        matches!(state, TxState::Canceling | TxState::Canceled),
+        "{state:?}"
+    );
+    pause.release.send(()).expect("the owner waits");
+    let result = run.await.expect("task");
+    assert!(
+        matches!(result, Err(TxError::Superseded { .. })),
+        "the owner learns it was superseded: {result:?}"
+    );
+    // Both the owner's and the canceler's leases run out; recovery finishes.
+    factory.pass(store.as_ref(), lease).await;
+    factory.pass(store.as_ref(), lease).await;
+    let report = recovery(store.clone(), db, lease, PendingPolicy::RollBack)
+        .run_once()
+        .await
+        .expect("recovery pass");
+    assert_eq!(report.failed + report.waiting, 0, "{report:?}");
+    assert_eq!(
+        state_of(store.as_ref(), db, "canceled-in-flight").await,
+        Some(TxState::Canceled)
+    );
+    for id in ["A", "B"] {
+        let d = get(store.as_ref(), &ns, id).await.expect("account");
+        assert!(!held(&d), "nothing of the canceled transfer stays: {d}");
+    }
+    assert_eq!(balance(store.as_ref(), db, "A").await, 100);
+    assert_eq!(balance(store.as_ref(), db, "B").await, 0);
 }
