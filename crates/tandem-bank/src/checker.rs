@@ -225,6 +225,18 @@ fn check_leftovers(report: &mut Report, what: &str, doc: &Document) {
     if let Some(lock) = lock {
         report.add(Check::Lock, format!("{what}/{id} keeps lock {lock}"));
     }
+    let pending = integer(
+        doc.get_document(META_FIELD)
+            .ok()
+            .and_then(|m| m.get("pending")),
+    )
+    .unwrap_or(0);
+    if pending != 0 {
+        report.add(
+            Check::Marker,
+            format!("{what}/{id} counts {pending} pending transaction(s)"),
+        );
+    }
 }
 
 /// A live ledger entry, read.

@@ -42,6 +42,15 @@ impl ManualClock {
         let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
         self.millis.fetch_add(ms, Ordering::SeqCst);
     }
+
+    /// Moves the clock back by `by`, as an NTP correction or a failover to a
+    /// server whose clock is behind would: for tests of what the clock
+    /// margin ([`CoordinatorConfig::clock_margin`](crate::CoordinatorConfig::clock_margin))
+    /// covers, and what breaks beyond it.
+    pub fn rewind(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.millis.fetch_sub(ms, Ordering::SeqCst);
+    }
 }
 
 impl Default for ManualClock {

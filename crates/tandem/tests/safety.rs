@@ -52,3 +52,85 @@ async fn exclusive_change_sees_other_marker_fields() {
 async fn cancel_while_the_owner_applies() {
     safety::cancel_while_the_owner_applies(&MemoryFactory::new(), "bank").await;
 }
+
+/// The clock margin, and what breaks beyond it. A worker is paused before
+/// its apply; recovery rolls the transfer back once the lease and the margin
+/// have passed; then the store's clock steps back (an NTP correction, a
+/// failover to a replica that is behind) and the worker's apply arrives.
+/// Returns the balance of the debited account and whether a marker was left.
+async fn clock_steps_back(by: std::time::Duration) -> (i64, bool) {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tandem::testing::FaultStore;
+    use tandem::{
+        CommitPoint, Coordinator, DocumentChange, MemoryStore, Namespace, PendingPolicy,
+        RecoveryConfig, Store, Transaction,
+    };
+
+    let clock = Arc::new(tandem::ManualClock::default());
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let ns = Namespace::new("bank", "accounts");
+    for (id, balance) in [("A", 100_i64), ("B", 0)] {
+        store
+            .insert_one(&ns, bson::doc! { "_id": id, "balance": balance })
+            .await
+            .unwrap();
+    }
+    let (lease, margin) = (Duration::from_secs(30), Duration::from_secs(2));
+    let faulty = FaultStore::new(store.clone());
+    let pause = faulty.pause_at(2);
+    let worker = Coordinator::builder(faulty)
+        .lease(lease)
+        .clock_margin(margin)
+        .commit_point(CommitPoint::Done)
+        .build();
+    let tx = Transaction::new()
+        .change(
+            DocumentChange::update(ns.clone(), "A")
+                .inc("balance", -10_i64)
+                .require_gte("balance", 10_i64),
+        )
+        .change(DocumentChange::update(ns.clone(), "B").inc("balance", 10_i64));
+    let run = tokio::spawn(async move { worker.run(tx).await });
+    pause.reached.await.unwrap();
+    clock.advance(lease + margin);
+    let report = Coordinator::builder_shared(store.clone())
+        .lease(lease)
+        .clock_margin(margin)
+        .build()
+        .recovery(RecoveryConfig {
+            pending: PendingPolicy::RollBack,
+            ..RecoveryConfig::default()
+        })
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.canceled, 1, "{report:?}");
+    clock.rewind(by);
+    pause.release.send(()).unwrap();
+    let _ = run.await.unwrap();
+    let a = store
+        .find_one(&ns, bson::doc! { "_id": "A" })
+        .await
+        .unwrap()
+        .unwrap();
+    let marked = a
+        .get_array("pendingTransactions")
+        .map(|m| !m.is_empty())
+        .unwrap_or(false);
+    (a.get_i64("balance").unwrap(), marked)
+}
+
+#[tokio::test]
+async fn a_clock_step_back_within_the_margin_changes_nothing() {
+    let (balance, marked) = clock_steps_back(std::time::Duration::from_secs(2)).await;
+    assert_eq!((balance, marked), (100, false));
+}
+
+/// Beyond the margin the promise breaks, as the guide says: the late debit
+/// of a canceled transfer lands and its marker stays.
+#[tokio::test]
+async fn a_clock_step_back_beyond_the_margin_lets_a_late_apply_in() {
+    let (balance, marked) = clock_steps_back(std::time::Duration::from_secs(3)).await;
+    assert_eq!((balance, marked), (90, true));
+}
