@@ -40,14 +40,18 @@ fn transfer(id: &TxId, amount: i64) -> Transaction {
         .change(Account::change("B").inc_balance(amount))
 }
 
-/// The worker: runs the transfer and stalls for good after applying A's debit
-/// (store operations: create, pending, apply A | apply B), calling `stalled` then.
+/// The lease of the worker: short, so that the demo does not wait long for it.
+const LEASE: Duration = Duration::from_millis(500);
+
+/// The worker: runs the transfer and stalls for good after applying both
+/// participants (store operations: write the record, apply A, apply B), just
+/// before the commit, calling `stalled` then.
 async fn worker(store: Arc<dyn Store>, db: &str, id: &TxId, stalled: impl FnOnce()) {
     let faulty = FaultStore::new(store);
     let pause = faulty.pause_at(4);
     let coordinator = Coordinator::builder(faulty)
         .database(db)
-        .lease(Duration::ZERO)
+        .lease(LEASE)
         .build();
     let tx = transfer(id, 100);
     let run = tokio::spawn(async move { coordinator.run(tx).await });
@@ -132,19 +136,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         "the debit was still in flight"
     };
+    println!(
+        "waiting for the worker's lease ({LEASE:?}) and the clock margin ({:?})",
+        tandem::CoordinatorConfig::default().clock_margin
+    );
     println!("after the crash: A = {a}, B = {b} ({landed}; B's credit waits for the commit)");
 
     // ANCHOR: recover
     let restarted = Coordinator::builder_shared(store.clone())
         .database(&db)
         .build();
-    let report = restarted
-        .recovery(RecoveryConfig {
-            pending: PendingPolicy::RollForward,
-            ..RecoveryConfig::default()
-        })
-        .run_once()
-        .await?;
+    // The dead worker's last steps could still be on their way until its lease
+    // and the clock margin have run out, by the store's clock: recovery waits.
+    let recovery = restarted.recovery(RecoveryConfig {
+        pending: PendingPolicy::RollForward,
+        ..RecoveryConfig::default()
+    });
+    let report = loop {
+        let report = recovery.run_once().await?;
+        if report.claimed > 0 {
+            break report;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     println!(
         "recovery: claimed {}, committed {}",
         report.claimed, report.committed

@@ -151,20 +151,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("\n3. the process dies in the middle of paying order-3; recovery rolls the half-done payment back:");
     // ANCHOR: crash
-    // A store that stops answering after 3 operations (create, pending, apply
+    // A store that stops answering after 2 operations (write the record, apply
     // the order): the coordinator "dies" with the order marked paid and the
     // balance not yet debited.
-    let dying = FaultStore::new(store.clone()).crash_after(3);
+    let dying = FaultStore::new(store.clone()).crash_after(2);
+    let lease = Duration::from_millis(500);
     let doomed = Coordinator::builder(dying)
         .database(&db)
-        .lease(Duration::ZERO) // it is dead: recovery may take over at once
+        .lease(lease) // short, so that the demo does not wait long for it
         .on_event(|event| println!("  {event}"))
         .build();
     let err = doomed.run(payment(&order3, "alice")).await.unwrap_err();
     println!("  the coordinator stopped: {err}");
 
+    // Recovery takes the transaction over once its lease, and the clock
+    // margin after it, have run out by the store's clock: until then the dead
+    // coordinator's last steps could still be on their way.
+    println!(
+        "  waiting for its lease ({lease:?}) and the clock margin ({:?})",
+        coordinator.config().clock_margin
+    );
     let recovery = coordinator.recovery(RecoveryConfig::default());
-    let report = recovery.run_once().await?;
+    let report = loop {
+        let report = recovery.run_once().await?;
+        if report.claimed > 0 {
+            break report;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     println!(
         "  recovery: claimed {}, canceled {}",
         report.claimed, report.canceled

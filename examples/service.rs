@@ -3,7 +3,9 @@
 //!
 //! apply = authorize (a hold on the card), clear marker = capture, compensate = void.
 //! The gateway refuses an authorization whose key was voided, which fences a
-//! late apply exactly as tombstones do for documents.
+//! late apply by history; document changes fence theirs by time instead
+//! (`StepContext::deadline`), which a gateway that keeps voided keys forever
+//! does not need.
 //!
 //! ```sh
 //! cargo run --example service

@@ -19,6 +19,10 @@ use crate::recovery::RecoveryWorker;
 use crate::store::{IndexSpec, ReturnDocument, Store, StoreError, StoreErrorKind};
 use crate::TxId;
 
+/// The most the participant entries of one record may take: the 16 MiB
+/// document limit, less room for the record's other fields and history.
+const MAX_RECORD_ENTRIES_LEN: usize = 16 * 1024 * 1024 - 64 * 1024;
+
 /// Most transactions the background finisher takes on in one go.
 const FINISH_BATCH: usize = 64;
 
@@ -582,9 +586,11 @@ impl Coordinator {
         }
         let (id, items) = self.prepare_items(tx)?;
         // Inserts reserve their `_id` while preparing: a round trip of its own.
-        let reserves = items.iter().any(
-            |item| matches!(item, Item::Document(c) if matches!(c.op, DocumentOp::Insert { .. })),
-        );
+        let inserts: Vec<bool> = items
+            .iter()
+            .map(|item| matches!(item, Item::Document(c) if matches!(c.op, DocumentOp::Insert { .. })))
+            .collect();
+        let reserves = inserts.contains(&true);
         let participants: Vec<Box<dyn Participant>> = items
             .into_iter()
             .map(|item| match item {
@@ -597,41 +603,68 @@ impl Coordinator {
 
         // Before-images, read before anything is written.
         let epoch = 0;
-        let images = {
-            let stores = &engine.stores;
-            let id = &id;
-            join_all(participants.iter().map(|p| {
-                p.prepare(StepContext {
-                    tx: id,
-                    epoch,
-                    deadline: None,
-                    not_before: None,
-                    before: None,
-                    stores,
-                })
-            }))
-            .await
+        let prepare_ctx = |id| StepContext {
+            tx: id,
+            epoch,
+            deadline: None,
+            not_before: None,
+            before: None,
+            stores: &engine.stores,
         };
+        let images = join_all(participants.iter().map(|p| p.prepare(prepare_ctx(&id)))).await;
         let mut parties = Vec::with_capacity(participants.len());
         let mut entries = Vec::with_capacity(participants.len());
+        let mut refused = None;
         for (participant, image) in participants.into_iter().zip(images) {
             let before = match image {
                 Ok(b) => b,
                 Err(StepError::Store { source, .. }) => {
-                    return Err(TxError::Interrupted {
-                        id,
+                    refused.get_or_insert(TxError::Interrupted {
+                        id: id.clone(),
                         state: None,
                         source,
-                    })
+                    });
+                    None
                 }
-                Err(cause) => return Err(TxError::Canceled { id, cause }),
+                Err(cause) => {
+                    refused.get_or_insert(TxError::Canceled {
+                        id: id.clone(),
+                        cause,
+                    });
+                    None
+                }
             };
-            entries.push(entry(
-                participant.as_ref(),
-                participant.spec()?,
-                before.clone(),
-            ));
+            match participant.spec() {
+                Ok(spec) => entries.push(entry(participant.as_ref(), spec, before.clone())),
+                Err(e) => {
+                    refused.get_or_insert(TxError::Invalid(e));
+                }
+            }
             parties.push(Party::new(participant, before));
+        }
+        // The record holds every change: one too large for it is refused
+        // before it is written (servers disagree on how they refuse it).
+        let record_len: usize = entries
+            .iter()
+            .filter_map(Bson::as_document)
+            .map(crate::query::size::document_len)
+            .sum();
+        if refused.is_none() && record_len > MAX_RECORD_ENTRIES_LEN {
+            refused = Some(TxError::Canceled {
+                id: id.clone(),
+                cause: StepError::TooLarge {
+                    participant: "(transaction record)".into(),
+                },
+            });
+        }
+        if let Some(refusal) = refused {
+            // Nothing was recorded: give back the `_id`s the inserts reserved.
+            for (party, _) in parties.iter().zip(&inserts).filter(|(_, i)| **i) {
+                if let Err(e) = party.participant.compensate(prepare_ctx(&id)).await {
+                    tracing::warn!(target: "tandem", "releasing the placeholder of {} failed: {e}", party.participant.label());
+                }
+            }
+            return Err(refusal);
         }
         if reserves || parties.iter().any(|p| p.before.is_some()) {
             round_trips += 1;
