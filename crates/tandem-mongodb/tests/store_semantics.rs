@@ -201,6 +201,41 @@ async fn update_each_sends_one_command_and_counts_matches() {
     t.drop().await;
 }
 
+/// Records keep their newest history lines with `$push: {$each, $slice: -n}`.
+#[tokio::test]
+async fn push_with_slice_keeps_the_newest_elements() {
+    let Some(t) = TestDb::new("slice").await else {
+        return;
+    };
+    let ns = t.ns("docs");
+    t.store
+        .insert_one(&ns, doc! { "_id": 1, "history": [1, 2, 3] })
+        .await
+        .unwrap();
+    for n in 4..=6 {
+        t.store
+            .update_one(
+                &ns,
+                doc! { "_id": 1 },
+                doc! { "$push": { "history": { "$each": [n], "$slice": -3 } } },
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    let d = t
+        .store
+        .find_one(&ns, doc! { "_id": 1 })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        d.get_array("history").unwrap(),
+        &vec![Bson::Int32(4), Bson::Int32(5), Bson::Int32(6)]
+    );
+    t.drop().await;
+}
+
 #[tokio::test]
 async fn array_operators_and_ne_on_arrays() {
     let Some(t) = TestDb::new("arrays").await else {

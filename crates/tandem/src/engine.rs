@@ -160,7 +160,8 @@ impl Engine {
             "$set": set,
             "$currentDate": stamps,
             "$push": { "history": {
-                "state": to, "owner": &self.config.owner, "epoch": live.epoch, "event": "move",
+                "$each": [history(to, &self.config.owner, live.epoch, "move")],
+                "$slice": -HISTORY_KEPT,
             } },
         };
         (filter, update)
@@ -616,6 +617,11 @@ fn random_u64() -> u64 {
     );
     h.finish()
 }
+
+/// How many lines of history a record keeps: the newest. A record that
+/// recovery claims again and again (a participant store down for days) stays
+/// bounded; `attempts` still counts every claim.
+pub(crate) const HISTORY_KEPT: i32 = 32;
 
 /// The stored form of a history line.
 pub(crate) fn history(state: TxState, owner: &str, epoch: i64, event: &str) -> Bson {

@@ -22,12 +22,16 @@ use bson::doc;
 use futures::stream::{self, StreamExt};
 
 use crate::config::{PendingPolicy, RecoveryConfig};
-use crate::engine::{history, is_not_yet, Engine, Step};
+use crate::engine::{history, is_not_yet, Engine, Step, HISTORY_KEPT};
 use crate::error::TxError;
 use crate::event::TxEvent;
 use crate::record::{TxRecord, TxState};
 use crate::store::{FindOptions, ReturnDocument, StoreError, StoreErrorKind};
 use crate::TxId;
+
+/// How many pages of records one pass (or one garbage collection) reads at
+/// most while looking for a batch it can act on.
+const SCAN_PAGES: usize = 16;
 
 /// What one recovery pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -109,33 +113,28 @@ impl RecoveryWorker {
             .into_iter()
             .map(bson::Bson::from)
             .collect();
-        let found = engine
-            .retry(|| {
-                engine.records().find(
-                    &ns,
-                    doc! { "state": { "$in": in_flight.clone() }, "lastModified": { "$lte": now } },
-                    FindOptions {
-                        sort: Some(doc! { "lastModified": 1 }),
-                        limit: Some(self.config.batch as i64),
-                    },
-                )
-            })
-            .await?;
-        let mut report = RecoveryReport {
-            scanned: found.len(),
-            ..RecoveryReport::default()
-        };
-        let expired: Vec<TxRecord> = found
-            .into_iter()
-            .filter_map(|d| match TxRecord::from_document(d) {
-                Ok(r) => Some(r),
+        // Page past records that are not due (a long lease, a claim moments
+        // ago) or unreadable, oldest first, until a batch is due: the oldest
+        // records cannot starve the rest.
+        let filter = doc! { "state": { "$in": in_flight }, "lastModified": { "$lte": now } };
+        let mut unreadable = 0;
+        let (expired, scanned) = self
+            .scan(&ns, filter, |d| match TxRecord::from_document(d.clone()) {
+                Ok(r) => (r.lease_expired(now) && self.past_margin(&r, now)).then_some(r),
                 Err(e) => {
+                    unreadable += 1;
                     tracing::error!(target: "tandem", "skipping unreadable transaction record: {e}");
                     None
                 }
             })
-            .filter(|r| r.lease_expired(now) && self.past_margin(r, now))
-            .collect();
+            .await?;
+        if unreadable > 0 {
+            tracing::warn!(target: "tandem", "{unreadable} unreadable transaction record(s) passed over");
+        }
+        let mut report = RecoveryReport {
+            scanned,
+            ..RecoveryReport::default()
+        };
         let total = expired.len();
         let outcomes: Vec<(bool, Outcome)> = stream::iter(expired)
             .map(|record| self.recover(record))
@@ -179,6 +178,71 @@ impl RecoveryWorker {
         }
     }
 
+    /// Reads records matching `filter`, oldest change first, one page of
+    /// `batch` at a time, keeping those `pick` takes, until `batch` are kept,
+    /// the records run out, or [`SCAN_PAGES`] pages were read. Returns what
+    /// was kept and how many records were read.
+    async fn scan<T>(
+        &self,
+        ns: &crate::Namespace,
+        filter: bson::Document,
+        mut pick: impl FnMut(&bson::Document) -> Option<T>,
+    ) -> Result<(Vec<T>, usize), StoreError> {
+        let engine = &self.engine;
+        let batch = self.config.batch.max(1);
+        let mut kept = Vec::new();
+        let mut scanned = 0;
+        // The last page ended at this `lastModified`, with these ids there.
+        let mut after: Option<(bson::DateTime, Vec<bson::Bson>)> = None;
+        for _ in 0..SCAN_PAGES {
+            let mut page_filter = filter.clone();
+            if let Some((at, ids)) = &after {
+                let mut window = page_filter
+                    .get_document("lastModified")
+                    .cloned()
+                    .unwrap_or_default();
+                window.insert("$gte", *at);
+                page_filter.insert("lastModified", window);
+                page_filter.insert("_id", doc! { "$nin": ids.clone() });
+            }
+            let page = engine
+                .retry(|| {
+                    engine.records().find(
+                        ns,
+                        page_filter.clone(),
+                        FindOptions {
+                            sort: Some(doc! { "lastModified": 1, "_id": 1 }),
+                            limit: Some(batch as i64),
+                        },
+                    )
+                })
+                .await?;
+            scanned += page.len();
+            let full = page.len() == batch;
+            let last = page
+                .last()
+                .and_then(|d| d.get_datetime("lastModified").ok().copied());
+            if let Some(last) = last {
+                let mut ids: Vec<bson::Bson> = match after.take() {
+                    Some((at, ids)) if at == last => ids,
+                    _ => Vec::new(),
+                };
+                ids.extend(
+                    page.iter()
+                        .filter(|d| d.get_datetime("lastModified").ok() == Some(&last))
+                        .filter_map(|d| d.get("_id").cloned()),
+                );
+                after = Some((last, ids));
+            }
+            kept.extend(page.iter().filter_map(&mut pick));
+            if kept.len() >= batch || !full || last.is_none() {
+                break;
+            }
+        }
+        kept.truncate(batch);
+        Ok((kept, scanned))
+    }
+
     /// Whether the deadline of the record's epoch plus the clock margin has
     /// passed at `now`: before that, the new owner could not remove markers yet.
     fn past_margin(&self, record: &TxRecord, now: bson::DateTime) -> bool {
@@ -198,7 +262,12 @@ impl RecoveryWorker {
     async fn claim(&self, record: &TxRecord) -> Result<Option<TxRecord>, StoreError> {
         let engine = &self.engine;
         let owner = &engine.config.owner;
-        let lease = i64::try_from(engine.config.lease.as_millis()).unwrap_or(i64::MAX);
+        // Back off per record: each claim after the first doubles the lease,
+        // up to eight times, so a transaction whose store stays down is tried
+        // less and less often (its applies get the longer deadline too).
+        let lease = i64::try_from(engine.config.lease.as_millis())
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1_i64 << record.attempts.clamp(0, 3));
         let fence = bson::DateTime::from_millis(
             record
                 .deadline()
@@ -220,7 +289,10 @@ impl RecoveryWorker {
                 "$inc": { "epoch": 1_i64, "attempts": 1 },
                 "$set": { "owner": owner, "leaseMillis": lease, "claimToken": &token, "notBefore": not_before },
                 "$currentDate": { "lastModified": true, "leaseStart": true },
-                "$push": { "history": history(record.state, owner, record.epoch + 1, "claim") },
+                "$push": { "history": {
+                    "$each": [history(record.state, owner, record.epoch + 1, "claim")],
+                    "$slice": -HISTORY_KEPT,
+                } },
             };
             (filter, update)
         };
@@ -431,41 +503,50 @@ impl RecoveryWorker {
             now.timestamp_millis()
                 .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX)),
         );
-        let found = engine
-            .retry(|| {
-                engine.records().find(
-                    &ns,
-                    doc! { "state": { "$in": [TxState::Done, TxState::Canceled] }, "lastModified": { "$lte": cutoff } },
-                    FindOptions {
-                        sort: Some(doc! { "lastModified": 1 }),
-                        limit: Some(self.config.batch as i64),
-                    },
-                )
+        let filter = doc! {
+            "state": { "$in": [TxState::Done, TxState::Canceled] },
+            "lastModified": { "$lte": cutoff },
+        };
+        // Records whose participants are all document changes keep nothing on
+        // their documents: they go at once. Others are rebuilt to run their
+        // `forget`; those that cannot be rebuilt are passed over (paging past
+        // them), and logged.
+        let (due, _) = self
+            .scan(&ns, filter, |d| {
+                let record = match TxRecord::from_document(d.clone()) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::error!(target: "tandem", "skipping unreadable record: {e}");
+                        return None;
+                    }
+                };
+                if record
+                    .participants
+                    .iter()
+                    .all(|p| p.kind == crate::document::KIND)
+                {
+                    return Some((record, None));
+                }
+                match engine.rebuild(&record) {
+                    Ok(live) => Some((record, Some(live))),
+                    Err(e) => {
+                        tracing::error!(target: "tandem", "cannot rebuild {}: {e}", record.id);
+                        None
+                    }
+                }
             })
             .await?;
         let mut removed = 0;
-        for doc in found {
-            let record = match TxRecord::from_document(doc) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(target: "tandem", "skipping unreadable record: {e}");
+        for (record, live) in due {
+            if let Some(live) = live {
+                if engine
+                    .step_all(&live, Step::Forget)
+                    .await
+                    .iter()
+                    .any(Result::is_err)
+                {
                     continue;
                 }
-            };
-            let live = match engine.rebuild(&record) {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::error!(target: "tandem", "cannot rebuild {}: {e}", record.id);
-                    continue;
-                }
-            };
-            if engine
-                .step_all(&live, Step::Forget)
-                .await
-                .iter()
-                .any(Result::is_err)
-            {
-                continue;
             }
             let filter = doc! { "_id": record.id.as_str(), "state": record.state };
             removed += engine

@@ -726,3 +726,136 @@ async fn participants_in_a_named_store_take_part() {
         .unwrap()
         .is_none());
 }
+
+/// A transaction whose participant store stays down is claimed pass after
+/// pass: its history keeps the newest 32 lines while `attempts` counts every
+/// claim, and each claim after the first doubles its lease, up to eight times.
+#[tokio::test]
+async fn a_record_recovered_in_vain_stays_bounded_and_backs_off() {
+    let (store, clock, _) = bank(&["A"], 1000).await;
+    let down = FaultStore::new(Arc::new(store.clone()));
+    let ledger = MemoryStore::with_clock(clock.clone());
+    ledger
+        .insert_one(&accounts(), doc! { "_id": "Z", "balance": 0_i64 })
+        .await
+        .unwrap();
+    let ledger_down = FaultStore::new(Arc::new(ledger.clone()));
+    let tx = Transaction::new()
+        .change(DocumentChange::update(accounts(), "A").inc("balance", -7_i64))
+        .change(
+            DocumentChange::update(accounts(), "Z")
+                .inc("balance", -7_i64)
+                .in_store("ledger"),
+        );
+    // The coordinator dies after its applies (record, A; Z in the ledger); the ledger then stays down.
+    let dead = Coordinator::builder(down.crash_after(2))
+        .store("ledger", ledger_down.clone())
+        .commit_point(CommitPoint::Done)
+        .build();
+    assert!(dead.run(tx).await.is_err());
+    ledger_down.crash_now();
+    let coordinator = Coordinator::builder(store.clone())
+        .store("ledger", ledger_down)
+        .build();
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    let mut leases = Vec::new();
+    for pass in 0..40 {
+        // The longest lease (8 x 30 s) and the clock margin pass each time.
+        clock.advance(Duration::from_secs(8 * 30 + 3));
+        let report = worker.run_once().await.unwrap();
+        assert_eq!(
+            (report.claimed, report.failed),
+            (1, 1),
+            "pass {pass}: {report:?}"
+        );
+        let record =
+            tandem::TxRecord::from_document(store.documents(&records()).remove(0)).unwrap();
+        leases.push(record.lease_millis / 1000);
+        assert!(
+            record.history.len() <= 32,
+            "pass {pass}: {} lines",
+            record.history.len()
+        );
+        assert_eq!(record.attempts, pass + 1);
+    }
+    assert_eq!(&leases[..5], &[30, 60, 120, 240, 240]);
+}
+
+/// Recovery pages past records it cannot act on yet (long leases), oldest
+/// first, instead of looking at the oldest `batch` only: they used to starve
+/// every record behind them.
+#[tokio::test]
+async fn recovery_is_not_starved_by_long_leases() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let stuck = |lease: u64| {
+        let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(1);
+        Coordinator::builder(faulty)
+            .lease(Duration::from_secs(lease))
+            .build()
+    };
+    for _ in 0..5 {
+        let err = stuck(3600).run(transfer("A", "B", 1)).await.unwrap_err();
+        assert!(matches!(err, TxError::Interrupted { .. }), "{err:?}");
+    }
+    clock.advance(Duration::from_secs(1));
+    for _ in 0..3 {
+        stuck(30).run(transfer("A", "B", 1)).await.unwrap_err();
+    }
+    clock.advance(Duration::from_secs(33));
+    let worker = done(&store).recovery(RecoveryConfig {
+        batch: 2,
+        ..RecoveryConfig::default()
+    });
+    let first = worker.run_once().await.unwrap();
+    assert_eq!((first.claimed, first.canceled), (2, 2), "{first:?}");
+    let second = worker.run_once().await.unwrap();
+    assert_eq!((second.claimed, second.canceled), (1, 1), "{second:?}");
+    let pending = store
+        .documents(&records())
+        .into_iter()
+        .filter(|d| d.get_str("state") == Ok("pending"))
+        .count();
+    assert_eq!(pending, 5, "the long leases still run");
+}
+
+/// Garbage collection pages past finished records it cannot rebuild (a kind
+/// this process does not know), instead of stopping at them.
+#[tokio::test]
+async fn garbage_collection_is_not_starved_by_unknown_kinds() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    for i in 0..3 {
+        store
+            .insert_one(
+                &records(),
+                doc! {
+                    "_id": format!("foreign-{i}"), "state": "done", "owner": "elsewhere",
+                    "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
+                    "participants": [{ "kind": "not-registered-here", "label": "x", "spec": {} }],
+                    "lastModified": bson::DateTime::from_millis(0),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let coordinator = done(&store);
+    for _ in 0..2 {
+        coordinator.run(transfer("A", "B", 1)).await.unwrap();
+    }
+    clock.advance(Duration::from_secs(3601));
+    let worker = coordinator.recovery(RecoveryConfig {
+        batch: 2,
+        ..RecoveryConfig::default()
+    });
+    assert_eq!(
+        worker
+            .collect_garbage(Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        store.documents(&records()).len(),
+        3,
+        "the foreign records stay"
+    );
+}

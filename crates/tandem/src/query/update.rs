@@ -193,6 +193,8 @@ fn apply_one<'u>(
 ) -> Result<(), StoreError> {
     let kind = match op {
         "$unset" => OpKind::Unset,
+        // A `$slice` may drop earlier elements: the whole array is saved.
+        "$push" if slice_of(value.get()).is_some() => OpKind::Write,
         "$push" | "$addToSet" => OpKind::Append,
         "$pull" => OpKind::Pull,
         _ => OpKind::Write,
@@ -894,6 +896,7 @@ fn validate_argument(op: &str, path: &str, value: &Bson) -> Result<(), StoreErro
                 for (modifier, arg) in d {
                     match (modifier.as_str(), arg) {
                         ("$each", Bson::Array(_)) => {}
+                        ("$slice", Bson::Int32(_) | Bson::Int64(_)) if op == "$push" => {}
                         ("$each", _) => {
                             return Err(bad_request(
                                 BAD_VALUE,
@@ -1189,7 +1192,33 @@ fn as_f64(v: &Bson) -> f64 {
     }
 }
 
+/// The `$slice` of a `$push` with modifiers, if any.
+fn slice_of(value: &Bson) -> Option<i64> {
+    match value {
+        Bson::Document(d) if is_operator_doc(d) => match d.get("$slice") {
+            Some(Bson::Int32(n)) => Some(i64::from(*n)),
+            Some(Bson::Int64(n)) => Some(*n),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Keeps the first `n` elements of `array` (`n >= 0`), or the last `-n`.
+fn slice(array: &mut Vec<Bson>, n: i64) {
+    let keep = usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX);
+    if array.len() <= keep {
+        return;
+    }
+    if n >= 0 {
+        array.truncate(keep);
+    } else {
+        array.drain(..array.len() - keep);
+    }
+}
+
 fn push(doc: &mut Document, path: &str, value: Arg<'_>, as_set: bool) -> Result<(), StoreError> {
+    let limit = if as_set { None } else { slice_of(value.get()) };
     let items = match value {
         Arg::Borrowed(value) => Items::Borrowed(match value {
             Bson::Document(d) if is_operator_doc(d) => match d.get("$each") {
@@ -1213,12 +1242,18 @@ fn push(doc: &mut Document, path: &str, value: Arg<'_>, as_set: bool) -> Result<
         match leaf_mut(&mut parent, last) {
             Some(Bson::Array(array)) => {
                 append(array, items, as_set);
+                if let Some(n) = limit {
+                    slice(array, n);
+                }
                 return Ok(());
             }
             Some(other) => type_name(other),
             None => {
                 let mut array = Vec::with_capacity(items.len());
                 append(&mut array, items, as_set);
+                if let Some(n) = limit {
+                    slice(&mut array, n);
+                }
                 return put_leaf(parent, last, Bson::Array(array));
             }
         }
@@ -1499,6 +1534,57 @@ mod tests {
     }
 
     #[test]
+    fn push_with_slice_keeps_the_last_or_first_elements() {
+        let d = upd(
+            doc! { "l": [1, 2, 3] },
+            doc! { "$push": { "l": { "$each": [4, 5], "$slice": -3 } } },
+        );
+        assert_eq!(d, doc! { "l": [3, 4, 5] });
+        let d = upd(
+            doc! { "l": [1, 2, 3] },
+            doc! { "$push": { "l": { "$each": [4], "$slice": 2_i64 } } },
+        );
+        assert_eq!(d, doc! { "l": [1, 2] });
+        let d = upd(
+            doc! {},
+            doc! { "$push": { "l": { "$each": [1, 2], "$slice": -1 } } },
+        );
+        assert_eq!(d, doc! { "l": [2] });
+        let d = upd(
+            doc! { "l": [1] },
+            doc! { "$push": { "l": { "$each": [2], "$slice": 0 } } },
+        );
+        assert_eq!(d, doc! { "l": [] });
+    }
+
+    #[tokio::test]
+    async fn a_failed_update_with_slice_leaves_the_array_as_it_was() {
+        use crate::store::Store;
+        let store = crate::MemoryStore::new();
+        let ns = crate::Namespace::new("db", "c");
+        store
+            .insert_one(&ns, doc! { "_id": 1, "l": [1, 2, 3], "n": "text" })
+            .await
+            .unwrap();
+        let err = store
+            .update_one(
+                &ns,
+                doc! { "_id": 1 },
+                doc! { "$push": { "l": { "$each": [4], "$slice": -2 } }, "$inc": { "n": 1 } },
+                false,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, StoreErrorKind::TypeMismatch);
+        let d = store
+            .find_one(&ns, doc! { "_id": 1 })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(d, doc! { "_id": 1, "l": [1, 2, 3], "n": "text" });
+    }
+
+    #[test]
     fn push_and_add_to_set() {
         let d = upd(
             doc! { "l": [1] },
@@ -1541,7 +1627,12 @@ mod tests {
         }
         let e = fail(
             doc! {},
-            doc! { "$push": { "l": { "$each": [1], "$slice": 2 } } },
+            doc! { "$push": { "l": { "$each": [1], "$slice": "2" } } },
+        );
+        assert_eq!(e.kind, StoreErrorKind::BadRequest);
+        let e = fail(
+            doc! {},
+            doc! { "$addToSet": { "l": { "$each": [1], "$slice": 2 } } },
         );
         assert_eq!(e.kind, StoreErrorKind::BadRequest);
         let e = fail(doc! {}, doc! { "$push": { "l": { "$each": 1 } } });
