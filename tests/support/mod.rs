@@ -236,7 +236,7 @@ impl Fixture {
     /// * every collection of `expected` holds exactly the expected `_id`s (no
     ///   stray document, no placeholder), and each document's own fields equal
     ///   the expected ones; tandem's bookkeeping may only be an empty marker
-    ///   array and a zero `_tandem.pending`.
+    ///   array, a zero `_tandem.pending` and zero sums in `_tandem.credit`.
     pub async fn assert_after(
         &self,
         initial: &[(Namespace, Document)],
@@ -329,12 +329,23 @@ pub fn assert_bookkeeping_clean(d: &Document) {
         );
     }
     if let Ok(meta) = d.get_document("_tandem") {
+        let zero = |v: &Bson| matches!(v, Bson::Int32(0) | Bson::Int64(0));
         for (key, value) in meta {
-            assert!(
-                key == "pending" && matches!(value, Bson::Int32(0) | Bson::Int64(0)),
-                "_tandem.{key} left on {}: {meta}",
-                id_text(d)
-            );
+            let clean = match (key.as_str(), value) {
+                ("pending", n) => zero(n),
+                // Sums of pending credits, by field path.
+                ("credit", Bson::Document(sums)) => {
+                    fn all_zero(d: &Document) -> bool {
+                        d.values().all(|v| match v {
+                            Bson::Document(inner) => all_zero(inner),
+                            v => matches!(v, Bson::Int32(0) | Bson::Int64(0)),
+                        })
+                    }
+                    all_zero(sums)
+                }
+                _ => false,
+            };
+            assert!(clean, "_tandem.{key} left on {}: {meta}", id_text(d));
         }
     }
 }

@@ -819,6 +819,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn credits_near_the_limit_are_counted_together() {
+        let Some(f) = factory("s_credits").await else {
+            return;
+        };
+        safety::credits_near_the_limit_are_counted_together(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn canceled_insert_frees_the_id() {
         let Some(f) = factory("s_insert_id").await else {
             return;

@@ -44,6 +44,8 @@ pub(crate) const KIND: &str = "document";
 const LOCK: &str = "_tandem.lock";
 const DELETING: &str = "_tandem.deleting";
 const GHOST: &str = "_tandem.ghost";
+/// The sums of the credits pending on each field, by path under it.
+const CREDITS: &str = "_tandem.credit";
 /// How many transactions have a change applied to the document, under any
 /// marker field: raised by every apply, lowered by every clear and undo.
 const PENDING: &str = "_tandem.pending";
@@ -169,25 +171,53 @@ impl DocumentChange {
         let tx = ctx.tx.as_str();
         let mut filter = self.guarded_filter(ctx.before);
         filter.insert(self.marker.clone(), doc! { "$ne": tx });
+        // A credit deferred to the commit must not overflow there, where it
+        // cannot be refused, together with every other credit pending on the field.
+        let (plain, mut exprs) = self.credit_room(self.deferred_credits());
+        merge_conditions(&mut filter, plain);
         if let Some(deadline) = ctx.deadline {
-            filter.insert("$expr", before(deadline));
+            exprs.insert(0, before(deadline));
         }
-        // A credit deferred to the commit must not overflow there, where it cannot be refused.
-        let ceilings: Vec<(String, Bson)> = self
-            .deferred_credits()
-            .filter_map(|(path, by)| {
+        insert_expr(&mut filter, exprs);
+        filter
+    }
+
+    /// The conditions under which the positive integer credits `credits` fit
+    /// with every credit already pending on their fields: the pending sum
+    /// (`_tandem.credit.<path>`, `S`) leaves room for this one (`S <= MAX - by`,
+    /// a plain condition), and the field with all of them fits (`f <= MAX - by
+    /// - S`, an `$expr`, which cannot overflow given the first). A path with a
+    /// numeric segment (an array element) is checked against this credit alone.
+    fn credit_room<'a>(
+        &self,
+        credits: impl Iterator<Item = (&'a str, &'a Bson)>,
+    ) -> (Vec<(String, Bson)>, Vec<Document>) {
+        let mut plain = Vec::new();
+        let mut exprs = Vec::new();
+        for (path, by) in credits {
+            let Some(max) = credit_ceiling(by) else {
+                continue;
+            };
+            if path.split('.').any(|seg| query::array_index(seg).is_some()) {
                 // `$not: {$gt}` rather than `$or` of `$lte` and `$exists`: it also admits a
                 // missing field, and keeps the filter a plain `_id` look-up for the server.
-                credit_ceiling(by).map(|max| {
-                    (
-                        path.to_owned(),
-                        Bson::Document(doc! { "$not": { "$gt": max } }),
-                    )
-                })
-            })
-            .collect();
-        merge_conditions(&mut filter, ceilings);
-        filter
+                plain.push((
+                    path.to_owned(),
+                    Bson::Document(doc! { "$not": { "$gt": max } }),
+                ));
+                continue;
+            }
+            let pending = credit_path(path);
+            plain.push((
+                pending.clone(),
+                Bson::Document(doc! { "$not": { "$gt": max.clone() } }),
+            ));
+            exprs.push(doc! { "$lte": [
+                format!("${path}"),
+                { "$subtract": [max, { "$ifNull": [format!("${pending}"), 0_i64] }] },
+            ] });
+        }
+        (plain, exprs)
     }
 
     /// The increments that take effect only at commit, with their amounts.
@@ -409,10 +439,13 @@ impl DocumentChange {
             "$pull": { self.marker.clone(): tx },
             "$unset": { LOCK: "" },
         };
-        let mut late: Document = self
-            .deferred_credits()
-            .map(|(path, by)| (path.to_owned(), by.clone()))
-            .collect();
+        let mut late = Document::new();
+        for (path, by) in self.deferred_credits() {
+            late.insert(path, by.clone());
+            if credit_ceiling(by).is_some() {
+                late.insert(credit_path(path), negate(by));
+            }
+        }
         late.insert(PENDING, -1);
         update.insert("$inc", late);
         update
@@ -438,6 +471,10 @@ impl DocumentChange {
                     let now = if self.applies_early(op) {
                         by.clone()
                     } else {
+                        if credit_ceiling(by).is_some() {
+                            // Counted as pending on the field until it lands or is undone.
+                            inc.insert(credit_path(path), by.clone());
+                        }
                         zero_like(by)
                     };
                     inc.insert(path.clone(), now);
@@ -609,15 +646,33 @@ impl DocumentChange {
             }
         }
         for (path, by) in self.deferred_credits() {
-            if let (Some(max), Some(found)) = (credit_ceiling(by), query::lookup(current, path)) {
-                if query::compare(found, &max) == Some(std::cmp::Ordering::Greater) {
-                    return Err(StepError::Overflow {
-                        participant,
-                        message: format!(
-                            "adding {by} to {path} = {found} would overflow a 64-bit integer"
-                        ),
-                    });
+            let Some(Bson::Int64(max)) = credit_ceiling(by) else {
+                continue;
+            };
+            let pending = match query::lookup(current, &credit_path(path)) {
+                Some(Bson::Int64(n)) => *n,
+                Some(Bson::Int32(n)) => i64::from(*n),
+                _ => 0,
+            };
+            let found = query::lookup(current, path);
+            let room = max.checked_sub(pending);
+            let over = match (found, room) {
+                (_, None) => true,
+                (Some(found), Some(room)) => {
+                    query::compare(found, &Bson::Int64(room)) == Some(std::cmp::Ordering::Greater)
                 }
+                (None, Some(_)) => false,
+            };
+            if over {
+                let found = found
+                    .map(|f| f.to_string())
+                    .unwrap_or_else(|| "nothing".into());
+                return Err(StepError::Overflow {
+                    participant,
+                    message: format!(
+                        "adding {by} to {path} = {found}, with {pending} more pending, would overflow a 64-bit integer"
+                    ),
+                });
             }
         }
         // The before-image no longer holds: somebody wrote the document since it was read.
@@ -772,10 +827,17 @@ impl DocumentChange {
                         body.insert(op.path(), value);
                     }
                 }
-                NativeCommand::Update {
-                    filter: self.guarded_filter(None),
-                    update,
-                }
+                // An increment must leave room for the credits two-phase
+                // transactions have pending on the field, which land later.
+                let mut filter = self.guarded_filter(None);
+                let incs = ops.iter().filter_map(|op| match op {
+                    FieldOp::Inc { path, by } => Some((path.as_str(), by)),
+                    _ => None,
+                });
+                let (plain, exprs) = self.credit_room(incs);
+                merge_conditions(&mut filter, plain);
+                insert_expr(&mut filter, exprs);
+                NativeCommand::Update { filter, update }
             }
         }
     }
@@ -1027,6 +1089,8 @@ impl Participant for DocumentChange {
                     if let FieldOp::Inc { path, by } = op {
                         if self.applies_early(op) {
                             inc.insert(path.clone(), negate(by));
+                        } else if credit_ceiling(by).is_some() {
+                            inc.insert(credit_path(path), negate(by));
                         }
                     }
                 }
@@ -1075,6 +1139,25 @@ impl Participant for DocumentChange {
             _ => Some(self.clear_update(&ctx)),
         };
         self.remove_marker(store.as_ref(), &ctx, update).await
+    }
+}
+
+/// Where the sum of the credits pending on `path` is kept.
+fn credit_path(path: &str) -> String {
+    format!("{CREDITS}.{path}")
+}
+
+/// Adds `exprs` to `filter` as its `$expr`: one condition as it is, several
+/// under `$and`.
+fn insert_expr(filter: &mut Document, mut exprs: Vec<Document>) {
+    match exprs.len() {
+        0 => {}
+        1 => {
+            filter.insert("$expr", exprs.remove(0));
+        }
+        _ => {
+            filter.insert("$expr", doc! { "$and": exprs });
+        }
     }
 }
 

@@ -134,3 +134,8 @@ async fn a_clock_step_back_beyond_the_margin_lets_a_late_apply_in() {
     let (balance, marked) = clock_steps_back(std::time::Duration::from_secs(3)).await;
     assert_eq!((balance, marked), (90, true));
 }
+
+#[tokio::test]
+async fn credits_near_the_limit_are_counted_together() {
+    safety::credits_near_the_limit_are_counted_together(&MemoryFactory::new(), "bank").await;
+}

@@ -580,7 +580,9 @@ fn validate_expr(expr: &Bson) -> Result<(), StoreError> {
                 }
             };
             match op.as_str() {
-                "$lt" | "$lte" | "$gt" | "$gte" | "$eq" | "$ne" => arity(2)?,
+                "$lt" | "$lte" | "$gt" | "$gte" | "$eq" | "$ne" | "$subtract" | "$ifNull" => {
+                    arity(2)?
+                }
                 "$toLong" => arity(1)?,
                 "$and" | "$or" => {}
                 _ => {
@@ -863,6 +865,28 @@ fn eval_expr_operator<'a>(
             let v = eval_expr(doc, arg, cx)?;
             Ok(Some(Cow::Owned(to_long(v.as_deref())?)))
         }
+        "$ifNull" => {
+            let [value, otherwise] = args else {
+                return Err(bad_request("Expression $ifNull takes exactly 2 arguments."));
+            };
+            match eval_expr(doc, value, cx)? {
+                Some(v) if !matches!(v.as_ref(), Bson::Null | Bson::Undefined) => Ok(Some(v)),
+                _ => eval_expr(doc, otherwise, cx),
+            }
+        }
+        "$subtract" => {
+            let [left, right] = args else {
+                return Err(bad_request(
+                    "Expression $subtract takes exactly 2 arguments.",
+                ));
+            };
+            let left = eval_expr(doc, left, cx)?;
+            let right = eval_expr(doc, right, cx)?;
+            Ok(Some(Cow::Owned(subtract(
+                left.as_deref(),
+                right.as_deref(),
+            )?)))
+        }
         _ => {
             let [left, right] = args else {
                 return Err(bad_request(format!(
@@ -912,6 +936,57 @@ fn field_path<'a>(doc: &'a Document, path: &str) -> Value<'a> {
                 .collect(),
         ))),
         _ => None,
+    }
+}
+
+/// `$subtract` of two numbers: null if either is null or missing; a 32-bit
+/// result when both are 32-bit and it fits, else 64-bit, else (or with a
+/// double) a double, as MongoDB computes it.
+fn subtract(left: Option<&Bson>, right: Option<&Bson>) -> Result<Bson, StoreError> {
+    let (Some(left), Some(right)) = (left, right) else {
+        return Ok(Bson::Null);
+    };
+    Ok(match (left, right) {
+        (Bson::Null | Bson::Undefined, _) | (_, Bson::Null | Bson::Undefined) => Bson::Null,
+        (Bson::Int32(a), Bson::Int32(b)) => match a.checked_sub(*b) {
+            Some(n) => Bson::Int32(n),
+            None => Bson::Int64(i64::from(*a) - i64::from(*b)),
+        },
+        (Bson::Int32(_) | Bson::Int64(_), Bson::Int32(_) | Bson::Int64(_)) => {
+            let long = |v: &Bson| match v {
+                Bson::Int32(n) => i64::from(*n),
+                Bson::Int64(n) => *n,
+                _ => 0,
+            };
+            match long(left).checked_sub(long(right)) {
+                Some(n) => Bson::Int64(n),
+                None => Bson::Double(long(left) as f64 - long(right) as f64),
+            }
+        }
+        (
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_),
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_),
+        ) => Bson::Double(number_f64(left) - number_f64(right)),
+        (Bson::DateTime(a), Bson::DateTime(b)) => {
+            Bson::Int64(a.timestamp_millis().saturating_sub(b.timestamp_millis()))
+        }
+        _ => {
+            return Err(bad_request(format!(
+                "can't $subtract {} from {}",
+                type_name(right),
+                type_name(left)
+            ))
+            .with_code(16556))
+        }
+    })
+}
+
+fn number_f64(v: &Bson) -> f64 {
+    match v {
+        Bson::Int32(n) => f64::from(*n),
+        Bson::Int64(n) => *n as f64,
+        Bson::Double(d) => *d,
+        _ => f64::NAN,
     }
 }
 

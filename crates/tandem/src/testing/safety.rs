@@ -590,3 +590,86 @@ pub async fn cancel_while_the_owner_applies<F: StoreFactory + ?Sized>(factory: &
     assert_eq!(balance(store.as_ref(), db, "A").await, 100);
     assert_eq!(balance(store.as_ref(), db, "B").await, 0);
 }
+
+/// Issue: *two deferred credits overflow together.* Each credit used to be
+/// checked against the ceiling alone: two pending credits near `i64::MAX`
+/// both passed, and the second to land at commit overflowed, leaving a
+/// committed transaction stuck `applied` with its credit never landed. The
+/// credits pending on a field are summed (`_tandem.credit.<path>`), and a
+/// credit that would not fit with them is refused at apply, as is a native
+/// credit that would leave them no room.
+pub async fn credits_near_the_limit_are_counted_together<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    let start = i64::MAX - 150;
+    seed(store.as_ref(), &ns, doc! { "_id": "H", "balance": start }).await;
+    seed(
+        store.as_ref(),
+        &ns,
+        doc! { "_id": "P", "balance": 1000_i64 },
+    )
+    .await;
+    seed(
+        store.as_ref(),
+        &ns,
+        doc! { "_id": "Q", "balance": 1000_i64 },
+    )
+    .await;
+    let lease = factory.lease();
+    let faulty = FaultStore::new(store.clone());
+    // 1: the record; 2, 3: the applies; 4: `applied`, held back.
+    let pause = faulty.pause_at(4);
+    let worker = coordinator(faulty, db, lease);
+    let credit = |from: &str| {
+        Transaction::new()
+            .change(
+                DocumentChange::update(ns.clone(), from)
+                    .inc("balance", -100_i64)
+                    .require_gte("balance", 100_i64),
+            )
+            .change(DocumentChange::update(ns.clone(), "H").inc("balance", 100_i64))
+    };
+    let first = credit("P");
+    let run = tokio::spawn(async move { worker.run(first).await });
+    pause.reached.await.expect("the first credit is pending");
+
+    let other = coordinator(store.clone(), db, lease);
+    let second = other.run(credit("Q")).await;
+    assert!(
+        matches!(
+            second,
+            Err(TxError::Canceled {
+                cause: crate::StepError::Overflow { .. },
+                ..
+            })
+        ),
+        "the second credit does not fit with the first: {second:?}"
+    );
+    if store.supports_native() {
+        let native = other
+            .run(credit("Q").strategy(crate::Strategy::Native))
+            .await;
+        assert!(
+            matches!(native, Err(TxError::Canceled { .. })),
+            "a native credit leaves room for the pending one: {native:?}"
+        );
+    }
+    pause.release.send(()).expect("the first waits");
+    let receipt = run.await.expect("task").expect("the first credit commits");
+    assert_eq!(receipt.state, TxState::Done);
+    assert_eq!(balance(store.as_ref(), db, "H").await, start + 100);
+    assert_eq!(balance(store.as_ref(), db, "Q").await, 1000);
+    let h = get(store.as_ref(), &ns, "H").await.expect("H");
+    assert!(!held(&h), "{h}");
+    assert_eq!(
+        h.get_document("_tandem")
+            .and_then(|t| t.get_document("credit"))
+            .and_then(|c| c.get_i64("balance"))
+            .ok(),
+        Some(0),
+        "nothing pending any more: {h}"
+    );
+}
