@@ -185,8 +185,8 @@ impl DocumentChange {
     /// The conditions under which the positive integer credits `credits` fit
     /// with every credit already pending on their fields: the pending sum
     /// (`_tandem.credit.<path>`, `S`) leaves room for this one (`S <= MAX - by`,
-    /// a plain condition), and the field with all of them fits (`f <= MAX - by
-    /// - S`, an `$expr`, which cannot overflow given the first). A path with a
+    /// a plain condition), and the field with all of them fits
+    /// (`f <= MAX - by - S`, an `$expr`, which cannot overflow given the first). A path with a
     /// numeric segment (an array element) is checked against this credit alone.
     fn credit_room<'a>(
         &self,
