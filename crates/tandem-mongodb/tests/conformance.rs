@@ -828,6 +828,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn undo_keeps_writes_made_outside_tandem() {
+        let Some(f) = factory("s_outside").await else {
+            return;
+        };
+        safety::undo_keeps_writes_made_outside_tandem(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn canceled_insert_frees_the_id() {
         let Some(f) = factory("s_insert_id").await else {
             return;

@@ -384,6 +384,22 @@ impl DocumentChange {
         ctx: &StepContext<'_>,
         update: Option<Document>,
     ) -> Result<(), StepError> {
+        self.remove_marker_if(store, ctx, update, Vec::new())
+            .await
+            .map(|_| ())
+    }
+
+    /// [`remove_marker`](Self::remove_marker), only while the document also
+    /// satisfies `expect`. `Ok(false)`: the marker is there but `expect` no
+    /// longer holds (nothing was changed).
+    async fn remove_marker_if(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+        update: Option<Document>,
+        expect: Vec<(String, Bson)>,
+    ) -> Result<bool, StepError> {
+        let checked = !expect.is_empty();
         if let Some(until) = ctx.not_before {
             let now = store.now().await.map_err(|e| self.store_err(e))?;
             if now < until {
@@ -393,7 +409,8 @@ impl DocumentChange {
                 });
             }
         }
-        let filter = self.applied_filter(ctx);
+        let mut filter = self.applied_filter(ctx);
+        merge_conditions(&mut filter, expect.clone());
         let matched = match update {
             Some(update) => store
                 .update_one(&self.namespace, filter, update, false)
@@ -402,8 +419,9 @@ impl DocumentChange {
             None => store.delete_one(&self.namespace, filter).await,
         }
         .map_err(|e| self.store_err(e))?;
-        if let (0, Some(until)) = (matched, ctx.not_before) {
-            // Nothing to do, unless the store's clock disagreed with the time condition.
+        if matched == 0 && (checked || ctx.not_before.is_some()) {
+            // Nothing to do, unless the document or the store's clock
+            // disagreed with a condition.
             let still = store
                 .find_one(
                     &self.namespace,
@@ -411,14 +429,141 @@ impl DocumentChange {
                 )
                 .await
                 .map_err(|e| self.store_err(e))?;
-            if still.is_some() {
-                return Err(StepError::NotYet {
-                    participant: self.label(),
-                    until,
+            if let Some(still) = still {
+                let expected = Document::from_iter(expect);
+                if checked && !query::matches(&still, &expected).unwrap_or(false) {
+                    return Ok(false);
+                }
+                return Err(match ctx.not_before {
+                    Some(until) => StepError::NotYet {
+                        participant: self.label(),
+                        until,
+                    },
+                    None => StepError::Conflict {
+                        participant: self.label(),
+                        holder: CONCURRENT_WRITE.into(),
+                    },
                 });
             }
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// The undo of an update some of whose fields were changed outside tandem
+    /// since the apply: everything but those fields is undone (the other
+    /// fields restored, early increments taken back, pending credits and the
+    /// count released, the marker and the hold removed), and the fields are
+    /// left as found, reported as [`StepError::Overwritten`].
+    async fn undo_around(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+        expect: Vec<(String, Bson)>,
+    ) -> Result<(), StepError> {
+        let current = store
+            .find_one(
+                &self.namespace,
+                doc! { "_id": self.id.clone(), self.marker.clone(): ctx.tx.as_str() },
+            )
+            .await
+            .map_err(|e| self.store_err(e))?;
+        let Some(current) = current else {
+            return Ok(()); // undone meanwhile, by another worker
+        };
+        let changed: Vec<String> = expect
+            .into_iter()
+            .filter(|(path, cond)| {
+                let one = doc! { path.as_str(): cond.clone() };
+                !query::matches(&current, &one).unwrap_or(false)
+            })
+            .map(|(path, _)| path)
+            .collect();
+        let tx = ctx.tx.as_str();
+        let mut set = Document::new();
+        let mut unset = doc! { LOCK: "" };
+        let mut inc = doc! { PENDING: -1 };
+        if let DocumentOp::Update { ops } = &self.op {
+            for op in ops {
+                if let FieldOp::Inc { path, by } = op {
+                    if self.applies_early(op) {
+                        inc.insert(path.clone(), negate(by));
+                    } else if credit_ceiling(by).is_some() {
+                        inc.insert(credit_path(path), negate(by));
+                    }
+                }
+            }
+        }
+        if let Some(before) = ctx.before {
+            for (path, value) in image_from_doc(before) {
+                if changed.contains(&path) {
+                    continue;
+                }
+                match value {
+                    Some(v) => set.insert(path, v),
+                    None => unset.insert(path, ""),
+                };
+            }
+        }
+        let mut update =
+            doc! { "$pull": { self.marker.clone(): tx }, "$unset": unset, "$inc": inc };
+        if !set.is_empty() {
+            update.insert("$set", set);
+        }
+        // Guarded by the fields as found: a further outside write makes this
+        // step fail, and a repeat looks again.
+        let found: Vec<(String, Bson)> = changed
+            .iter()
+            .map(|path| {
+                let cond = match query::lookup(&current, path) {
+                    Some(v) => doc! { "$eq": v.clone() },
+                    None => doc! { "$exists": false },
+                };
+                (path.clone(), Bson::Document(cond))
+            })
+            .collect();
+        if !self
+            .remove_marker_if(store, ctx, Some(update), found)
+            .await?
+        {
+            return Err(StepError::Conflict {
+                participant: self.label(),
+                holder: CONCURRENT_WRITE.into(),
+            });
+        }
+        let fields = changed
+            .iter()
+            .map(|path| {
+                let found = query::lookup(&current, path)
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "nothing".into());
+                format!("{path} (found {found})")
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(StepError::Overwritten {
+            participant: self.label(),
+            fields,
+        })
+    }
+
+    /// What an undo expects of the fields it restores from the before-image:
+    /// each still as this transaction's apply left it (set to its value, or
+    /// unset). Array changes (`push`, `pull`) are not checked.
+    fn undo_expects(&self) -> Vec<(String, Bson)> {
+        let DocumentOp::Update { ops } = &self.op else {
+            return Vec::new();
+        };
+        ops.iter()
+            .filter_map(|op| match op {
+                FieldOp::Set { path, value } => {
+                    Some((path.clone(), Bson::Document(doc! { "$eq": value.clone() })))
+                }
+                FieldOp::Unset { path } => {
+                    Some((path.clone(), Bson::Document(doc! { "$exists": false })))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// The apply of a delete: hold the document and mark it for deletion at commit.
@@ -1112,6 +1257,18 @@ impl Participant for DocumentChange {
                 Some(update)
             }
         };
+        let expect = self.undo_expects();
+        if !expect.is_empty() {
+            if let Some(full) = update {
+                if self
+                    .remove_marker_if(store.as_ref(), &ctx, Some(full), expect.clone())
+                    .await?
+                {
+                    return Ok(());
+                }
+                return self.undo_around(store.as_ref(), &ctx, expect).await;
+            }
+        }
         self.remove_marker(store.as_ref(), &ctx, update).await?;
         if matches!(self.op, DocumentOp::Insert { .. }) {
             // A placeholder this insert never filled goes too; whoever fills

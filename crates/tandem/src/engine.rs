@@ -14,7 +14,7 @@ use crate::config::{ConflictPolicy, CoordinatorConfig};
 use crate::error::{ChangeError, StepError, TxError};
 use crate::event::{EventSink, TxEvent};
 use crate::participant::{Participant, ParticipantKinds, StepContext, Stores};
-use crate::record::{TxRecord, TxState};
+use crate::record::{TxRecord, TxState, CONFLICT_EVENT};
 use crate::store::{Namespace, Store, StoreError, StoreErrorKind};
 use crate::TxId;
 
@@ -146,6 +146,19 @@ impl Engine {
         to: TxState,
         last_error: Option<&str>,
     ) -> (Document, Document) {
+        self.transition_statement_noting(live, from, to, last_error, &[])
+    }
+
+    /// [`transition_statement`](Self::transition_statement), with `notes`
+    /// as further history lines (their events) after the move's own.
+    fn transition_statement_noting(
+        &self,
+        live: &Live,
+        from: TxState,
+        to: TxState,
+        last_error: Option<&str>,
+        notes: &[String],
+    ) -> (Document, Document) {
         let filter = doc! { "_id": live.id.as_str(), "state": from, "epoch": live.epoch };
         let mut set = doc! { "state": to };
         if let Some(err) = last_error {
@@ -160,7 +173,9 @@ impl Engine {
             "$set": set,
             "$currentDate": stamps,
             "$push": { "history": {
-                "$each": [history(to, &self.config.owner, live.epoch, "move")],
+                "$each": std::iter::once(history(to, &self.config.owner, live.epoch, "move"))
+                    .chain(notes.iter().map(|n| history(to, &self.config.owner, live.epoch, n)))
+                    .collect::<Vec<_>>(),
                 "$slice": -HISTORY_KEPT,
             } },
         };
@@ -175,11 +190,25 @@ impl Engine {
         to: TxState,
         last_error: Option<String>,
     ) -> Result<(), TxError> {
+        self.transition_noting(live, from, to, last_error, &[])
+            .await
+    }
+
+    /// [`transition`](Self::transition), noting `notes` in the history.
+    pub async fn transition_noting(
+        &self,
+        live: &Live,
+        from: TxState,
+        to: TxState,
+        last_error: Option<String>,
+        notes: &[String],
+    ) -> Result<(), TxError> {
         debug_assert!(from.can_move_to(to), "{from} -> {to}");
         let ns = self.records_ns();
         // Built afresh for each attempt: the store takes them by value, and
         // building costs no more than the copy a retry would otherwise need.
-        let statement = || self.transition_statement(live, from, to, last_error.as_deref());
+        let statement =
+            || self.transition_statement_noting(live, from, to, last_error.as_deref(), notes);
         let interrupted = |source| TxError::Interrupted {
             id: live.id.clone(),
             state: Some(from),
@@ -471,11 +500,36 @@ impl Engine {
     }
 
     /// From `canceling`: undo every participant and move to `canceled`.
+    ///
+    /// An undo that left fields as a writer outside tandem set them
+    /// ([`StepError::Overwritten`]) is done; the move to `canceled` notes it
+    /// in the history.
     pub async fn finish_canceling(&self, live: &Live) -> Result<(), TxError> {
-        self.step_all_or_interrupt(live, Step::Compensate, TxState::Canceling)
-            .await?;
-        self.transition(live, TxState::Canceling, TxState::Canceled, None)
+        let mut conflicts = Vec::new();
+        let results = self
+            .step_all(live, Step::Compensate)
             .await
+            .into_iter()
+            .map(|r| match r {
+                Err(StepError::Overwritten {
+                    participant,
+                    fields,
+                }) => {
+                    conflicts.push(format!("{CONFLICT_EVENT} {participant}: {fields}"));
+                    Ok(())
+                }
+                other => other,
+            })
+            .collect();
+        interrupted_by(live, TxState::Canceling, results)?;
+        self.transition_noting(
+            live,
+            TxState::Canceling,
+            TxState::Canceled,
+            None,
+            &conflicts,
+        )
+        .await
     }
 
     /// From `applied`: clear every marker and move to `done`.

@@ -190,6 +190,18 @@ pub enum StepError {
         /// The earliest time, by the participant store's clock, the step may act.
         until: bson::DateTime,
     },
+    /// The undo found fields that a writer outside tandem changed after the
+    /// apply: restoring the before-image would have overwritten that write, so
+    /// those fields were left as that writer set them (everything else was
+    /// undone, and the marker removed). The transaction still ends `canceled`,
+    /// and its record's history notes the conflict (`TxRecord::conflicts`).
+    #[error("{participant}: not restored, changed outside tandem since the apply: {fields}")]
+    Overwritten {
+        /// The participant.
+        participant: String,
+        /// The fields left as found, e.g. `state (found "Shipped")`.
+        fields: String,
+    },
     /// The change would make the document exceed the store's size limit.
     #[error("{participant}: document would exceed the size limit")]
     TooLarge {

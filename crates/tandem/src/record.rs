@@ -182,6 +182,9 @@ pub struct ParticipantEntry {
     pub before: Option<Document>,
 }
 
+/// How a history line noting an undo's conflict begins (see [`TxRecord::conflicts`]).
+pub const CONFLICT_EVENT: &str = "overwritten";
+
 /// One line of a record's history: who moved it to which state.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {
@@ -191,7 +194,8 @@ pub struct HistoryEntry {
     pub owner: String,
     /// The worker's epoch.
     pub epoch: i64,
-    /// `"create"`, `"move"`, or `"claim"`.
+    /// `"create"`, `"move"`, `"claim"`, or `"overwritten …"` (an undo's
+    /// conflict with a writer outside tandem).
     pub event: String,
 }
 
@@ -269,6 +273,18 @@ impl TxRecord {
             .map(|t| t.timestamp_millis())
             .unwrap_or(0);
         bson::DateTime::from_millis(start.saturating_add(self.lease_millis))
+    }
+
+    /// The conflicts its undo met: participants whose fields a writer outside
+    /// tandem changed after the apply, left as that writer set them
+    /// ([`StepError::Overwritten`](crate::StepError::Overwritten)), as noted in
+    /// the history (events starting with `overwritten`).
+    pub fn conflicts(&self) -> Vec<&str> {
+        self.history
+            .iter()
+            .filter(|h| h.event.starts_with(CONFLICT_EVENT))
+            .map(|h| h.event.as_str())
+            .collect()
     }
 
     /// Whether the lease has ended at `now` (a time from the store's clock).

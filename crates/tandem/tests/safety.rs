@@ -139,3 +139,8 @@ async fn a_clock_step_back_beyond_the_margin_lets_a_late_apply_in() {
 async fn credits_near_the_limit_are_counted_together() {
     safety::credits_near_the_limit_are_counted_together(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn undo_keeps_writes_made_outside_tandem() {
+    safety::undo_keeps_writes_made_outside_tandem(&MemoryFactory::new(), "bank").await;
+}

@@ -673,3 +673,104 @@ pub async fn credits_near_the_limit_are_counted_together<F: StoreFactory + ?Size
         "nothing pending any more: {h}"
     );
 }
+
+/// Issue: *rollback clobbers writes made outside tandem.* A transaction sets an
+/// order `Paid` and dies; before recovery undoes it, plain application code
+/// (not tandem) ships the order. Restoring the before-image (`UnPaid`) used to
+/// overwrite that write. Now the undo leaves the field as that writer set it,
+/// removes everything else of the transaction, ends it `canceled`, and notes
+/// the conflict in the record's history.
+pub async fn undo_keeps_writes_made_outside_tandem<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let orders = Namespace::new(db, "orders");
+    seed(
+        store.as_ref(),
+        &orders,
+        doc! { "_id": "o-1", "state": "UnPaid", "note": "keep" },
+    )
+    .await;
+    // In the same collection, so that the two applies go out in order.
+    seed(
+        store.as_ref(),
+        &orders,
+        doc! { "_id": "A", "balance": 100_i64 },
+    )
+    .await;
+    let lease = factory.lease();
+    // 1: the note's before-image; 2: the record; 3: the order's apply; then
+    // the worker is gone.
+    let faulty = FaultStore::new(store.clone()).crash_after(3);
+    let worker = coordinator(faulty, db, lease);
+    let result = worker
+        .run(
+            Transaction::with_id("shipped-meanwhile")
+                .change(
+                    DocumentChange::update(orders.clone(), "o-1")
+                        .set("state", "Paid")
+                        .set("note", "paid")
+                        .require_eq("state", "UnPaid"),
+                )
+                .change(
+                    DocumentChange::update(orders.clone(), "A")
+                        .inc("balance", -10_i64)
+                        .require_gte("balance", 10_i64),
+                ),
+        )
+        .await;
+    assert!(
+        matches!(result, Err(TxError::Interrupted { .. })),
+        "{result:?}"
+    );
+    let paid = get(store.as_ref(), &orders, "o-1").await.expect("order");
+    assert_eq!(paid.get_str("state").ok(), Some("Paid"), "{paid}");
+    // Application code writes the order without tandem.
+    store
+        .update_one(
+            &orders,
+            doc! { "_id": "o-1" },
+            doc! { "$set": { "state": "Shipped" } },
+            false,
+        )
+        .await
+        .expect("a plain write");
+
+    factory.pass(store.as_ref(), lease).await;
+    let report = recovery(store.clone(), db, lease, PendingPolicy::RollBack)
+        .run_once()
+        .await
+        .expect("recovery pass");
+    assert_eq!((report.canceled, report.failed), (1, 0), "{report:?}");
+    let order = get(store.as_ref(), &orders, "o-1").await.expect("order");
+    assert_eq!(
+        order.get_str("state").ok(),
+        Some("Shipped"),
+        "the outside write stays: {order}"
+    );
+    assert_eq!(
+        order.get_str("note").ok(),
+        Some("keep"),
+        "the rest is undone: {order}"
+    );
+    assert!(!held(&order), "{order}");
+    let record = store
+        .find_one(
+            &Namespace::new(db, "transactions"),
+            doc! { "_id": "shipped-meanwhile" },
+        )
+        .await
+        .expect("read")
+        .map(|d| crate::TxRecord::from_document(d).expect("record"))
+        .expect("the record");
+    assert_eq!(record.state, TxState::Canceled);
+    let conflicts = record.conflicts();
+    assert_eq!(conflicts.len(), 1, "{:?}", record.history);
+    assert!(
+        conflicts[0].contains("state (found \"Shipped\")"),
+        "{conflicts:?}"
+    );
+    let a = get(store.as_ref(), &orders, "A").await.expect("A");
+    assert_eq!(a.get_i64("balance").ok(), Some(100));
+}
