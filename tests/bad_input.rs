@@ -361,10 +361,11 @@ async fn a_duplicate_transaction_id(fx: Fixture) {
         assert_eq!(
             err,
             TxError::Duplicate {
-                id: TxId::new("pay-42").unwrap()
+                id: TxId::new("pay-42").unwrap(),
+                state: Some(TxState::Done),
             }
         );
-        assert_eq!(err.to_string(), "transaction pay-42 exists already");
+        assert_eq!(err.to_string(), "transaction pay-42 exists already (done)");
     }
     let expected = vec![
         (accounts.clone(), doc! { "_id": "A", "balance": 99_i64 }),

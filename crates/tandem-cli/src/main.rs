@@ -117,6 +117,10 @@ enum Command {
         /// The age (e.g. 7d).
         #[arg(long, value_parser = duration::parse)]
         older_than: Duration,
+        /// How long after it finished a transaction with a caller-chosen id
+        /// keeps a stub of its id and outcome, so that a retry is refused.
+        #[arg(long, default_value = "24h", value_parser = duration::parse)]
+        idempotency_window: Duration,
     },
 }
 
@@ -176,7 +180,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    if let Command::Gc { older_than } = &cli.command {
+    if let Command::Gc { older_than, .. } = &cli.command {
         let least = cli.lease.saturating_add(cli.clock_margin);
         if *older_than < least {
             return Err(Failure::Usage(format!(
@@ -282,8 +286,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 Err(e) => Err(Failure::Incomplete(e.to_string())),
             }
         }
-        Command::Gc { older_than } => {
-            let worker = coordinator.recovery(RecoveryConfig::default());
+        Command::Gc {
+            older_than,
+            idempotency_window,
+        } => {
+            let worker = coordinator.recovery(RecoveryConfig {
+                idempotency_window,
+                ..RecoveryConfig::default()
+            });
             let mut total = 0;
             loop {
                 let removed = worker.collect_garbage(older_than).await?;
@@ -292,7 +302,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     break;
                 }
             }
-            println!("removed {total} finished transaction records");
+            println!("removed {total} finished transaction records (those of caller-chosen ids inside the idempotency window kept as stubs)");
             Ok(())
         }
     }

@@ -837,6 +837,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn idempotency_key_outlives_garbage_collection() {
+        let Some(f) = factory("s_key").await else {
+            return;
+        };
+        safety::idempotency_key_outlives_garbage_collection(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn canceled_insert_frees_the_id() {
         let Some(f) = factory("s_insert_id").await else {
             return;

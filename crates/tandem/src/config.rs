@@ -127,6 +127,13 @@ pub struct RecoveryConfig {
     pub concurrency: usize,
     /// The pause between passes of [`RecoveryWorker::run_until`](crate::RecoveryWorker::run_until).
     pub interval: Duration,
+    /// How long after it finished a transaction with a caller-chosen id
+    /// ([`Transaction::with_id`](crate::Transaction::with_id), an idempotency
+    /// key) keeps answering for that id: garbage collection turns its record
+    /// into a small stub (state and id) until then, so that a retry is told
+    /// [`TxError::Duplicate`](crate::TxError::Duplicate) with the outcome
+    /// instead of running again. 24 hours by default.
+    pub idempotency_window: Duration,
 }
 
 impl Default for RecoveryConfig {
@@ -136,6 +143,7 @@ impl Default for RecoveryConfig {
             batch: 1000,
             concurrency: 16,
             interval: Duration::from_secs(5),
+            idempotency_window: Duration::from_secs(24 * 3600),
         }
     }
 }

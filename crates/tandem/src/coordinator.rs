@@ -371,6 +371,11 @@ impl Coordinator {
     /// Creates a TTL index that lets the store delete `done` and `canceled` records
     /// `after` they finished (idempotent).
     ///
+    /// Records of caller-chosen ids (idempotency keys) are not expired by
+    /// this index: [`RecoveryWorker::collect_garbage`] turns them into stubs
+    /// kept for the idempotency window, which a second TTL index (on
+    /// `stubUntil`) then removes.
+    ///
     /// `after` must be at least the lease plus the clock margin, as for
     /// [`RecoveryWorker::collect_garbage`]; a shorter one is refused with
     /// [`StoreErrorKind::BadRequest`] and creates nothing. Nothing is left on
@@ -390,14 +395,25 @@ impl Coordinator {
             ));
         }
         let ns = self.engine.records_ns();
-        self.engine
-            .records()
+        let records = self.engine.records();
+        records
             .ensure_index(
                 &ns,
                 IndexSpec {
-                    name: "tandem_finishedAt_ttl".into(),
+                    name: "tandem_finishedAt_ttl_unkeyed".into(),
                     keys: doc! { "finishedAt": 1 },
                     expire_after_secs: Some(after.as_secs()),
+                    partial_filter: Some(doc! { "keyed": false }),
+                },
+            )
+            .await?;
+        records
+            .ensure_index(
+                &ns,
+                IndexSpec {
+                    name: "tandem_stubUntil_ttl".into(),
+                    keys: doc! { "stubUntil": 1 },
+                    expire_after_secs: Some(0),
                     partial_filter: None,
                 },
             )
@@ -584,6 +600,7 @@ impl Coordinator {
         if tx.strategy.unwrap_or(self.engine.config.strategy) == Strategy::Native {
             return self.run_native(tx).await;
         }
+        let keyed = tx.id.is_some();
         let (id, items) = self.prepare_items(tx)?;
         // Inserts reserve their `_id` while preparing: a round trip of its own.
         let inserts: Vec<bool> = items
@@ -670,6 +687,7 @@ impl Coordinator {
             round_trips += 1;
         }
         let mut live = Live {
+            keyed,
             id: id.clone(),
             epoch,
             parties,
@@ -798,6 +816,7 @@ impl Coordinator {
         // Tells this transaction's record apart from another one of the same id
         // (owner names repeat across processes that were given the same name).
         let token = bson::oid::ObjectId::new().to_hex();
+        let keyed = live.keyed;
         let statement = |participants: Vec<Bson>| {
             // `state: {$in: []}` matches nothing, so an existing record is never touched:
             // the upsert then collides with its `_id` and fails with a duplicate key.
@@ -811,6 +830,7 @@ impl Coordinator {
                     "leaseMillis": lease_millis,
                     "attempts": 0,
                     "token": &token,
+                    "keyed": keyed,
                     "history": [history(TxState::Pending, &config.owner, live.epoch, "create")],
                 },
                 "$currentDate": { "created": true, "lastModified": true, "leaseStart": true },
@@ -884,9 +904,10 @@ impl Coordinator {
                         });
                         return Ok(r.deadline());
                     }
-                    _ => {
+                    other => {
                         return Err(TxError::Duplicate {
                             id: live.id.clone(),
+                            state: other.map(|r| r.state),
                         })
                     }
                 }

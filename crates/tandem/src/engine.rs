@@ -41,6 +41,8 @@ impl Party {
 /// A transaction as one worker drives it.
 pub(crate) struct Live {
     pub id: TxId,
+    /// Whether the id was chosen by the caller (an idempotency key).
+    pub keyed: bool,
     pub epoch: i64,
     pub parties: Vec<Party>,
     /// The deadline of this epoch's applies, by the participant stores' clocks.
@@ -600,6 +602,7 @@ impl Engine {
             })
             .collect::<Result<Vec<_>, ChangeError>>()?;
         Ok(Live {
+            keyed: record.keyed,
             id: record.id.clone(),
             epoch: record.epoch,
             parties,

@@ -251,11 +251,14 @@ pub enum TxError {
     Invalid(#[from] ChangeError),
     /// A transaction record with this id exists already, written by another
     /// transaction (told apart by the record's creation token); this one wrote
-    /// no record and applied nothing.
-    #[error("transaction {id} exists already")]
+    /// no record and applied nothing. For a retry with an idempotency key,
+    /// `state` is the outcome of the first run once it finished.
+    #[error("transaction {id} exists already{}", state.map(|s| format!(" ({s})")).unwrap_or_default())]
     Duplicate {
         /// The id.
         id: TxId,
+        /// The state of the existing record (or of its stub), if it could be read.
+        state: Option<TxState>,
     },
     /// A participant refused its change; every applied change was undone.
     #[error("transaction {id} canceled: {cause}")]
@@ -316,7 +319,7 @@ impl TxError {
     pub fn id(&self) -> Option<&TxId> {
         match self {
             TxError::Invalid(_) => None,
-            TxError::Duplicate { id }
+            TxError::Duplicate { id, .. }
             | TxError::Canceled { id, .. }
             | TxError::Superseded { id, .. }
             | TxError::Interrupted { id, .. } => Some(id),

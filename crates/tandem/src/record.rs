@@ -233,6 +233,15 @@ pub struct TxRecord {
     /// earlier attempt by it (owner names and ids alone may repeat).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// Whether the id was chosen by the caller (an idempotency key): such a
+    /// record becomes a stub at garbage collection, kept for the
+    /// idempotency window ([`RecoveryConfig::idempotency_window`](crate::RecoveryConfig::idempotency_window)).
+    #[serde(default)]
+    pub keyed: bool,
+    /// Set on the stub garbage collection leaves of a keyed record: its
+    /// participants and history are gone, its id and state stay until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stub_until: Option<bson::DateTime>,
     /// When the current epoch began, by the store's clock: the record's creation
     /// or its last claim. The epoch's applies carry [`deadline`](Self::deadline).
     #[serde(default, skip_serializing_if = "Option::is_none")]

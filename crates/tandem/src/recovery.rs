@@ -475,7 +475,11 @@ impl RecoveryWorker {
 
     /// Removes `done` and `canceled` records older than `older_than` (by the
     /// store's clock), running each participant's [`forget`](crate::Participant::forget)
-    /// first. Returns how many records were removed.
+    /// first. A record whose id the caller chose (an idempotency key) becomes
+    /// a stub instead, holding its id and state until the
+    /// [idempotency window](RecoveryConfig::idempotency_window) after it
+    /// finished has passed; stubs past it are removed. Returns how many
+    /// records were removed or reduced to stubs.
     ///
     /// `older_than` must be at least the lease plus the clock margin
     /// ([`CoordinatorConfig::lease`](crate::CoordinatorConfig::lease),
@@ -506,11 +510,14 @@ impl RecoveryWorker {
         let filter = doc! {
             "state": { "$in": [TxState::Done, TxState::Canceled] },
             "lastModified": { "$lte": cutoff },
+            "stubUntil": { "$exists": false },
         };
+        let window = i64::try_from(self.config.idempotency_window.as_millis()).unwrap_or(i64::MAX);
         // Records whose participants are all document changes keep nothing on
         // their documents: they go at once. Others are rebuilt to run their
         // `forget`; those that cannot be rebuilt are passed over (paging past
-        // them), and logged.
+        // them), and logged. A record of a caller-chosen id still inside its
+        // idempotency window becomes a stub instead.
         let (due, _) = self
             .scan(&ns, filter, |d| {
                 let record = match TxRecord::from_document(d.clone()) {
@@ -520,15 +527,23 @@ impl RecoveryWorker {
                         return None;
                     }
                 };
+                let finished = record
+                    .finished_at
+                    .or(record.last_modified)
+                    .map(|t| t.timestamp_millis())
+                    .unwrap_or(0);
+                let keep_until = (record.keyed
+                    && finished.saturating_add(window) > now.timestamp_millis())
+                .then(|| bson::DateTime::from_millis(finished.saturating_add(window)));
                 if record
                     .participants
                     .iter()
                     .all(|p| p.kind == crate::document::KIND)
                 {
-                    return Some((record, None));
+                    return Some((record, None, keep_until));
                 }
                 match engine.rebuild(&record) {
-                    Ok(live) => Some((record, Some(live))),
+                    Ok(live) => Some((record, Some(live), keep_until)),
                     Err(e) => {
                         tracing::error!(target: "tandem", "cannot rebuild {}: {e}", record.id);
                         None
@@ -537,7 +552,7 @@ impl RecoveryWorker {
             })
             .await?;
         let mut removed = 0;
-        for (record, live) in due {
+        for (record, live, keep_until) in due {
             if let Some(live) = live {
                 if engine
                     .step_all(&live, Step::Forget)
@@ -549,6 +564,34 @@ impl RecoveryWorker {
                 }
             }
             let filter = doc! { "_id": record.id.as_str(), "state": record.state };
+            match keep_until {
+                Some(until) => {
+                    let stub =
+                        doc! { "$set": { "participants": [], "history": [], "stubUntil": until } };
+                    removed += engine
+                        .retry(|| {
+                            engine
+                                .records()
+                                .update_one(&ns, filter.clone(), stub.clone(), false)
+                        })
+                        .await?
+                        .matched as usize;
+                }
+                None => {
+                    removed += engine
+                        .retry(|| engine.records().delete_one(&ns, filter.clone()))
+                        .await? as usize;
+                }
+            }
+        }
+        // Stubs whose idempotency window has passed.
+        let (stale, _) = self
+            .scan(&ns, doc! { "stubUntil": { "$lte": now } }, |d| {
+                d.get("_id").cloned()
+            })
+            .await?;
+        for id in stale {
+            let filter = doc! { "_id": id, "stubUntil": { "$lte": now } };
             removed += engine
                 .retry(|| engine.records().delete_one(&ns, filter.clone()))
                 .await? as usize;

@@ -220,7 +220,8 @@ async fn a_duplicate_transaction_id_is_refused() {
     assert_eq!(
         err,
         TxError::Duplicate {
-            id: TxId::new("pay-42").unwrap()
+            id: TxId::new("pay-42").unwrap(),
+            state: Some(TxState::Done),
         }
     );
     assert_eq!(balance(&store, "A").await, 99, "applied once");

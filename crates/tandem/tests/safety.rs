@@ -144,3 +144,8 @@ async fn credits_near_the_limit_are_counted_together() {
 async fn undo_keeps_writes_made_outside_tandem() {
     safety::undo_keeps_writes_made_outside_tandem(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn idempotency_key_outlives_garbage_collection() {
+    safety::idempotency_key_outlives_garbage_collection(&MemoryFactory::new(), "bank").await;
+}

@@ -285,7 +285,17 @@ pub async fn garbage_collection_then_late_apply<F: StoreFactory + ?Sized>(factor
         Some(TxState::Canceled)
     );
     factory.pass(store.as_ref(), lease).await;
-    let removed = recovery.collect_garbage(lease).await.expect("collection");
+    // No idempotency window: the record itself goes, not just its details.
+    let collector = Coordinator::builder_shared(store.clone())
+        .database(db)
+        .lease(lease)
+        .clock_margin(Duration::ZERO)
+        .build()
+        .recovery(RecoveryConfig {
+            idempotency_window: Duration::ZERO,
+            ..RecoveryConfig::default()
+        });
+    let removed = collector.collect_garbage(lease).await.expect("collection");
     assert_eq!(removed, 1);
     assert_eq!(state_of(store.as_ref(), db, "late-after-gc").await, None);
 
@@ -773,4 +783,94 @@ pub async fn undo_keeps_writes_made_outside_tandem<F: StoreFactory + ?Sized>(
     );
     let a = get(store.as_ref(), &orders, "A").await.expect("A");
     assert_eq!(a.get_i64("balance").ok(), Some(100));
+}
+
+/// Issue: *idempotency keys expire with their records.* A payment run with a
+/// caller-chosen id commits; garbage collection removes its record at the
+/// smallest age it allows; the caller retries with the same id. It used to
+/// run again (paying twice, or told `Canceled` by a guard the first payment
+/// had used up). Now the record becomes a stub holding its id and outcome for
+/// the idempotency window, and the retry is told `Duplicate` with `done`.
+/// Returns nothing; after the window the stub goes too.
+pub async fn idempotency_key_outlives_garbage_collection<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
+    let lease = factory.lease();
+    let coordinator = coordinator(store.clone(), db, lease);
+    let pay = || {
+        Transaction::with_id("pay-7")
+            .change(
+                DocumentChange::update(ns.clone(), "A")
+                    .inc("balance", -60_i64)
+                    .require_gte("balance", 60_i64),
+            )
+            .change(DocumentChange::update(ns.clone(), "B").inc("balance", 60_i64))
+    };
+    coordinator.run(pay()).await.expect("the payment commits");
+    // A transaction with a generated id, collected without a stub.
+    coordinator
+        .run(
+            Transaction::new()
+                .change(DocumentChange::update(ns.clone(), "B").inc("balance", 1_i64)),
+        )
+        .await
+        .expect("a second transaction");
+    let window = lease * 3;
+    let collector = Coordinator::builder_shared(store.clone())
+        .database(db)
+        .lease(lease)
+        .clock_margin(Duration::ZERO)
+        .build()
+        .recovery(RecoveryConfig {
+            idempotency_window: window,
+            ..RecoveryConfig::default()
+        });
+    factory.pass(store.as_ref(), lease).await;
+    assert_eq!(
+        collector.collect_garbage(lease).await.expect("collection"),
+        2
+    );
+    let records = Namespace::new(db, "transactions");
+    let left = store
+        .find(&records, doc! {}, crate::store::FindOptions::default())
+        .await
+        .expect("records");
+    assert_eq!(
+        left.len(),
+        1,
+        "only the keyed one stays, as a stub: {left:?}"
+    );
+    let stub = crate::TxRecord::from_document(left[0].clone()).expect("a stub reads as a record");
+    assert_eq!((stub.id.as_str(), stub.state), ("pay-7", TxState::Done));
+    assert!(stub.participants.is_empty() && stub.stub_until.is_some());
+
+    let retry = coordinator.run(pay()).await;
+    assert!(
+        matches!(
+            retry,
+            Err(TxError::Duplicate {
+                state: Some(TxState::Done),
+                ..
+            })
+        ),
+        "the retry is told the first run's outcome: {retry:?}"
+    );
+    assert_eq!(balance(store.as_ref(), db, "A").await, 40, "paid once");
+    assert_eq!(balance(store.as_ref(), db, "B").await, 61);
+
+    factory.pass(store.as_ref(), window).await;
+    assert_eq!(
+        collector.collect_garbage(lease).await.expect("collection"),
+        1
+    );
+    assert_eq!(
+        state_of(store.as_ref(), db, "pay-7").await,
+        None,
+        "the window has passed"
+    );
 }
