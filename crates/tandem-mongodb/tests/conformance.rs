@@ -846,6 +846,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn a_pending_credit_creates_no_field() {
+        let Some(f) = factory("s_residue").await else {
+            return;
+        };
+        safety::a_pending_credit_creates_no_field(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn canceled_insert_frees_the_id() {
         let Some(f) = factory("s_insert_id").await else {
             return;

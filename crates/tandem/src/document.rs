@@ -198,7 +198,7 @@ impl DocumentChange {
             let Some(max) = credit_ceiling(by) else {
                 continue;
             };
-            if path.split('.').any(|seg| query::array_index(seg).is_some()) {
+            if !counted(path, by) {
                 // `$not: {$gt}` rather than `$or` of `$lte` and `$exists`: it also admits a
                 // missing field, and keeps the filter a plain `_id` look-up for the server.
                 plain.push((
@@ -216,6 +216,10 @@ impl DocumentChange {
                 format!("${path}"),
                 { "$subtract": [max, { "$ifNull": [format!("${pending}"), 0_i64] }] },
             ] });
+            // With the comparison above (which every type but numbers, null
+            // and missing fails), the field is numeric or missing: the credit
+            // cannot fail at commit.
+            exprs.push(doc! { "$ne": [format!("${path}"), Bson::Null] });
         }
         (plain, exprs)
     }
@@ -487,7 +491,7 @@ impl DocumentChange {
                 if let FieldOp::Inc { path, by } = op {
                     if self.applies_early(op) {
                         inc.insert(path.clone(), negate(by));
-                    } else if credit_ceiling(by).is_some() {
+                    } else if counted(path, by) {
                         inc.insert(credit_path(path), negate(by));
                     }
                 }
@@ -587,7 +591,7 @@ impl DocumentChange {
         let mut late = Document::new();
         for (path, by) in self.deferred_credits() {
             late.insert(path, by.clone());
-            if credit_ceiling(by).is_some() {
+            if counted(path, by) {
                 late.insert(credit_path(path), negate(by));
             }
         }
@@ -613,16 +617,18 @@ impl DocumentChange {
                 FieldOp::Inc { path, by } => {
                     // A deferred credit adds zero now: the store still checks the field's type,
                     // so a credit can never fail later, at commit.
-                    let now = if self.applies_early(op) {
-                        by.clone()
+                    if self.applies_early(op) {
+                        inc.insert(path.clone(), by.clone());
+                    } else if counted(path, by) {
+                        // Counted as pending on the field until it lands or is
+                        // undone; the filter checks the field's type
+                        // (`credit_room`), so the field itself is not touched.
+                        inc.insert(credit_path(path), by.clone());
                     } else {
-                        if credit_ceiling(by).is_some() {
-                            // Counted as pending on the field until it lands or is undone.
-                            inc.insert(credit_path(path), by.clone());
-                        }
-                        zero_like(by)
-                    };
-                    inc.insert(path.clone(), now);
+                        // Adds zero now: the store still checks the field's
+                        // type, so a credit can never fail later, at commit.
+                        inc.insert(path.clone(), zero_like(by));
+                    }
                 }
                 FieldOp::Push { path, value } => {
                     push.insert(path.clone(), value.clone());
@@ -1234,7 +1240,7 @@ impl Participant for DocumentChange {
                     if let FieldOp::Inc { path, by } = op {
                         if self.applies_early(op) {
                             inc.insert(path.clone(), negate(by));
-                        } else if credit_ceiling(by).is_some() {
+                        } else if counted(path, by) {
                             inc.insert(credit_path(path), negate(by));
                         }
                     }
@@ -1297,6 +1303,12 @@ impl Participant for DocumentChange {
         };
         self.remove_marker(store.as_ref(), &ctx, update).await
     }
+}
+
+/// Whether a deferred credit of `by` to `path` is counted in the field's
+/// pending sum: a positive integer credit to a field outside any array.
+fn counted(path: &str, by: &Bson) -> bool {
+    credit_ceiling(by).is_some() && !path.split('.').any(|seg| query::array_index(seg).is_some())
 }
 
 /// Where the sum of the credits pending on `path` is kept.

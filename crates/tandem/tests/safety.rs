@@ -149,3 +149,8 @@ async fn undo_keeps_writes_made_outside_tandem() {
 async fn idempotency_key_outlives_garbage_collection() {
     safety::idempotency_key_outlives_garbage_collection(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn a_pending_credit_creates_no_field() {
+    safety::a_pending_credit_creates_no_field(&MemoryFactory::new(), "bank").await;
+}

@@ -874,3 +874,67 @@ pub async fn idempotency_key_outlives_garbage_collection<F: StoreFactory + ?Size
         "the window has passed"
     );
 }
+
+/// Issue: *residue of a rolled-back credit.* A credit to a missing field used
+/// to create the field as `0` when applied (a type check), which the undo left
+/// behind, and which an `exists` guard of another transaction counted while
+/// the credit was pending. Now the type is checked by the filter, and the
+/// field appears only when the credit lands.
+pub async fn a_pending_credit_creates_no_field<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 5_i64 }).await;
+    let lease = factory.lease();
+    let faulty = FaultStore::new(store.clone());
+    // 1: the record; 2, 3: the applies; 4: `applied`, held back.
+    let pause = faulty.pause_at(4);
+    let worker = coordinator(faulty, db, lease);
+    let tx = Transaction::with_id("bonus")
+        .change(
+            DocumentChange::update(ns.clone(), "A")
+                .inc("balance", -10_i64)
+                .require_gte("balance", 10_i64),
+        )
+        .change(DocumentChange::update(ns.clone(), "B").inc("bonus", 10_i64));
+    let run = tokio::spawn(async move { worker.run(tx).await });
+    pause.reached.await.expect("the credit is pending");
+    let b = get(store.as_ref(), &ns, "B").await.expect("B");
+    assert!(held(&b), "the credit is applied: {b}");
+    assert!(b.get("bonus").is_none(), "no field before the commit: {b}");
+    let guarded = coordinator(store.clone(), db, lease)
+        .run(
+            Transaction::new().change(
+                DocumentChange::update(ns.clone(), "B")
+                    .inc("balance", 1_i64)
+                    .require_exists("bonus"),
+            ),
+        )
+        .await;
+    assert!(
+        matches!(
+            guarded,
+            Err(TxError::Canceled {
+                cause: crate::StepError::GuardFailed { .. },
+                ..
+            })
+        ),
+        "an exists guard does not count the pending credit: {guarded:?}"
+    );
+    // The worker dies here; recovery rolls the transfer back.
+    std::mem::forget(pause.release);
+    run.abort();
+    let _ = run.await;
+    factory.pass(store.as_ref(), lease).await;
+    let report = recovery(store.clone(), db, lease, PendingPolicy::RollBack)
+        .run_once()
+        .await
+        .expect("recovery pass");
+    assert_eq!(report.canceled, 1, "{report:?}");
+    let b = get(store.as_ref(), &ns, "B").await.expect("B");
+    assert!(
+        b.get("bonus").is_none(),
+        "nothing left by the undone credit: {b}"
+    );
+    assert_eq!(balance(store.as_ref(), db, "A").await, 100);
+}
