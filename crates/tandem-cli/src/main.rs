@@ -79,6 +79,11 @@ enum Command {
         /// Only transactions owned by this worker.
         #[arg(long)]
         owner: Option<String>,
+        /// Only transactions in flight that recovery claimed at least this
+        /// many times without finishing them (e.g. a participant's store is
+        /// down); each claim after the first doubles their lease, up to eight times.
+        #[arg(long, value_name = "CLAIMS")]
+        stuck: Option<i32>,
         /// The most rows.
         #[arg(long, default_value_t = 100)]
         limit: i64,
@@ -218,6 +223,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             state,
             older_than,
             owner,
+            stuck,
             limit,
             json,
         } => {
@@ -231,6 +237,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             if let Some(owner) = owner {
                 filter.insert("owner", owner);
+            }
+            if let Some(claims) = stuck {
+                let in_flight: Vec<bson::Bson> =
+                    TxState::in_flight().into_iter().map(Into::into).collect();
+                if !filter.contains_key("state") {
+                    filter.insert("state", doc! { "$in": in_flight });
+                }
+                filter.insert("attempts", doc! { "$gte": claims });
             }
             let records = load(store.as_ref(), &ns, filter, Some(limit)).await?;
             if json {

@@ -216,6 +216,17 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
         stdout(&out)
     );
     assert_eq!(balance(&store, &db, "C").await, 930, "not undone yet");
+    // Claimed once (by the cancel) and still in flight.
+    let out = tandem(&uri, &db, &["list", "--stuck", "1", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [leased.as_str()]);
     until_server_time(&store, owner_deadline).await;
     // Recovery takes it over once the canceler's own lease has run out too.
     let canceler_deadline = deadline(&store, &db, &leased).await;
