@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::bank::MAX_ACCOUNTS;
+use crate::bank::{DEFAULT_VOUCHERS, MAX_ACCOUNTS, MAX_VOUCHERS};
 use crate::nemesis::Nemesis;
 use crate::worker::WorkerArgs;
 
@@ -12,25 +12,44 @@ use crate::worker::WorkerArgs;
 pub const USAGE: &str = "\
 tandem-bank: the bank test of tandem under faults
 
-Runs random transfers between accounts from several worker processes while a
-nemesis kills workers, kills the database server, arms failCommand failpoints,
-pauses workers and delays writes past the lease; then stops everything, runs
-recovery until nothing is left in flight, and checks the bank. The last line
-reads `bank: T transfers, C committed, X canceled, F faults, V violations`;
-the exit status is 0 when V is 0, 1 when it is not, 2 when the test could not
-run.
+Runs random transactions from several worker processes while a nemesis kills
+workers, kills either database server, arms failCommand failpoints, pauses
+workers and delays writes past the lease; then stops everything, runs
+recovery until nothing is left in flight, and checks the bank.
 
-Without MONGODB_URI it starts (and stops) its own SecantusDB server from
+The bank spans two servers: customers, the ledger and the transaction records
+on server 1; merchants, the fee account and the vouchers on server 2 (a named
+store of the coordinator). Every transaction pays a fee into the fee account,
+the hot document all of them touch; its size is sampled every 250 ms and must
+stay within a bound (4 KiB plus a marker entry per transaction the workers can
+have in flight). Vouchers come from a small pool: an issue inserts voucher-k,
+a redeem deletes it, and the same _id is issued again later. Meanwhile the
+controller collects the records of finished transactions at the smallest age
+allowed (the lease plus the clock margin): records become stubs (id and
+state; the bank's ids are caller-chosen) kept for 3 times that age, then go.
+The checker relies on the workers' logs for what a stub or a removed record
+no longer tells.
+
+The last line reads
+  bank: T transfers, C committed, X canceled, F faults, V violations, hot document peak B bytes, G records collected
+(T: transactions begun; C and X count records and, for removed records,
+ledger entries and what workers were told; B: the fee account's largest
+size; G: records garbage collection removed or reduced to stubs, a stub
+removed later counting again); the exit status is 0 when V is 0, 1 when it
+is not, 2 when the test could not run.
+
+Without MONGODB_URI it starts (and stops) its own two SecantusDB servers from
 .venv/bin/secantusd-py (install it with: scripts/db.sh install, or run the
-test with: bash scripts/bank.sh). With MONGODB_URI it uses that server and
-skips the server-kill nemesis (and the failpoints, unless the server is on
-127.0.0.1).
+test with: bash scripts/bank.sh). With MONGODB_URI it uses that server for
+both stores (two databases) and skips the server-kill nemesis (and the
+failpoints, unless the server is on 127.0.0.1).
 
 usage: tandem-bank [flags]
 
 flags:
   --duration D           how long transactions run, e.g. 60s, 2m, 500ms  [60s]
   --accounts N           customer accounts, 2..=10000                    [8]
+  --vouchers N           vouchers in the pool, 0..=1000 (0: no vouchers) [4]
   --workers N            worker processes, 1..=64                        [4]
   --tasks N              concurrent transactions per worker, 1..=16      [2]
   --seed S               seed of every random choice                     [from the clock]
@@ -39,6 +58,8 @@ flags:
   --nemesis-interval D   mean time between two nemesis rounds            [3s]
   --nemesis LIST         all, none, or a comma-separated list of kill-worker,
                          kill-server, failpoint, pause, slow-write       [all]
+  --no-gc                collect no records during the run (the audit, which
+                         needs every record, then runs too)
   --work-dir DIR         where the run directory goes                    [system temp dir]
   --keep                 keep the run directory even when the run is clean
   --sabotage             to test the checker: halfway through, add 7 to one
@@ -56,6 +77,8 @@ pub struct Options {
     pub duration: Duration,
     /// Customer accounts.
     pub accounts: usize,
+    /// Vouchers in the pool.
+    pub vouchers: usize,
     /// Worker processes.
     pub workers: usize,
     /// Concurrent transactions per worker.
@@ -82,6 +105,8 @@ pub struct Options {
     pub sabotage: bool,
     /// Workers write with `{w: 1, j: false}` (unsafe: a killed server may lose acknowledged writes).
     pub unjournaled: bool,
+    /// Collect the records of finished transactions during the run.
+    pub gc: bool,
 }
 
 impl Default for Options {
@@ -89,6 +114,7 @@ impl Default for Options {
         Options {
             duration: Duration::from_secs(60),
             accounts: 8,
+            vouchers: DEFAULT_VOUCHERS,
             workers: 4,
             tasks: 2,
             seed: 0,
@@ -102,6 +128,7 @@ impl Default for Options {
             uri: None,
             sabotage: false,
             unjournaled: false,
+            gc: true,
         }
     }
 }
@@ -184,6 +211,7 @@ pub fn parse(args: &[String], uri: Option<String>) -> Result<Invocation, String>
             "-h" | "--help" => return Ok(Invocation::Help),
             "--duration" => o.duration = parse_duration(&value()?)?,
             "--accounts" => o.accounts = in_range(flag, number(flag, &value()?)?, 2, MAX_ACCOUNTS)?,
+            "--vouchers" => o.vouchers = in_range(flag, number(flag, &value()?)?, 0, MAX_VOUCHERS)?,
             "--workers" => o.workers = in_range(flag, number(flag, &value()?)?, 1, 64)?,
             "--tasks" => o.tasks = in_range(flag, number(flag, &value()?)?, 1, 16)?,
             "--seed" => o.seed = number(flag, &value()?)?,
@@ -208,6 +236,7 @@ pub fn parse(args: &[String], uri: Option<String>) -> Result<Invocation, String>
             "--nemesis" => o.nemeses = Nemesis::parse_list(&value()?)?,
             "--work-dir" => o.work_dir = PathBuf::from(value()?),
             "--keep" => o.keep = true,
+            "--no-gc" => o.gc = false,
             "--sabotage" => o.sabotage = true,
             "--unjournaled" => o.unjournaled = true,
             "--secantusd" => o.secantusd = Some(PathBuf::from(value()?)),
@@ -240,7 +269,7 @@ mod tests {
     #[test]
     fn flags() {
         let Invocation::Run(o) = parse(
-            &args("--duration 45s --accounts 100 --workers=3 --seed 7 --nemesis pause,failpoint"),
+            &args("--duration 45s --accounts 100 --workers=3 --seed 7 --nemesis pause,failpoint --vouchers 9 --no-gc"),
             Some(" ".into()),
         )
         .unwrap() else {
@@ -248,6 +277,7 @@ mod tests {
         };
         assert_eq!(o.duration, Duration::from_secs(45));
         assert_eq!((o.accounts, o.workers, o.seed), (100, 3, 7));
+        assert_eq!((o.vouchers, o.gc), (9, false));
         assert_eq!(
             o.nemeses,
             [Nemesis::Failpoint, Nemesis::Pause].into_iter().collect()
@@ -255,6 +285,7 @@ mod tests {
         assert_eq!(o.uri, None);
         assert!(parse(&args("--accounts 10001"), None).is_err());
         assert!(parse(&args("--accounts 1"), None).is_err());
+        assert!(parse(&args("--vouchers 1001"), None).is_err());
         assert!(parse(&args("--workers"), None).is_err());
         assert!(parse(&args("--frobnicate"), None).is_err());
         assert_eq!(parse(&args("-h"), None).unwrap(), Invocation::Help);
@@ -264,10 +295,11 @@ mod tests {
     fn worker_arguments_round_trip() {
         let w = WorkerArgs {
             uri: "mongodb://127.0.0.1:1/".into(),
+            uri2: "mongodb://127.0.0.1:2/".into(),
             db: "bank".into(),
             index: 3,
             incarnation: 2,
-            spec: crate::bank::BankSpec::new(8, 100),
+            spec: crate::bank::BankSpec::new(8, 100).with_vouchers(3),
             seed: 9,
             log: PathBuf::from("/tmp/x.log"),
             lease: Duration::from_secs(2),

@@ -4,7 +4,7 @@
 //! incarnations share the file):
 //!
 //! ```text
-//! begin <txid> <kind> <from> <to> <amount>
+//! begin <txid> <kind> <from> <to> <amount> [<issue>]
 //! committed <txid>
 //! canceled <txid>
 //! unknown <txid> <why>
@@ -14,6 +14,10 @@
 //! appending, so a worker killed with SIGKILL leaves whole lines behind; a
 //! transaction with a `begin` line and no outcome line was in flight when its
 //! worker died, and counts as unknown.
+//!
+//! The `begin` line holds the whole [`Plan`] (a redeem also names the issue it
+//! redeems), so the checker knows what each transaction was meant to do even
+//! after garbage collection removed its record.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -67,10 +71,7 @@ impl OutcomeLog {
 
     /// Logs the start of a transaction.
     pub fn begin(&self, plan: &Plan) -> io::Result<()> {
-        self.write_line(format!(
-            "begin {} {} {} {} {}\n",
-            plan.txid, plan.kind, plan.from, plan.to, plan.amount
-        ))
+        self.write_line(format!("begin {}\n", plan.log_words()))
     }
 
     /// Logs what a transaction's `run` returned; `why` explains an unknown outcome.
@@ -105,6 +106,8 @@ pub struct LogSummary {
     pub unknown_reasons: BTreeMap<String, u64>,
     /// Transactions begun and not answered (yet, or ever: their worker was killed).
     pub unanswered: std::collections::BTreeSet<String>,
+    /// What each transaction begun was meant to do, from its `begin` line.
+    pub plans: BTreeMap<String, Plan>,
 }
 
 impl LogSummary {
@@ -125,6 +128,13 @@ impl LogSummary {
         let outcome = match word {
             "begin" => {
                 self.begun += 1;
+                let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+                match Plan::from_log_words(&words) {
+                    Some(plan) => {
+                        self.plans.insert(txid.to_owned(), plan);
+                    }
+                    None => self.malformed += 1,
+                }
                 self.unanswered.insert(txid.to_owned());
                 self.outcomes
                     .entry(txid.to_owned())
@@ -227,6 +237,7 @@ mod tests {
             from: "acct-00000".into(),
             to: "acct-00001".into(),
             amount: 5,
+            issue: None,
         }
     }
 
@@ -265,6 +276,7 @@ mod tests {
         assert!(summary.contradictory.is_empty());
         assert_eq!(summary.unknown_reasons.get("store_went_away"), Some(&1));
         assert_eq!(summary.unanswered.len(), 1);
+        assert_eq!(summary.plans.get("c"), Some(&plan("c")));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -272,6 +284,7 @@ mod tests {
     fn contradictions_are_noticed() {
         let mut s = LogSummary::default();
         s.add_text("begin x transfer a b 1\ncommitted x\ncanceled x\nbogus\n");
+        assert_eq!(s.plans["x"].amount, 1);
         assert_eq!(s.contradictory, vec!["x".to_owned()]);
         assert_eq!(s.malformed, 1);
     }

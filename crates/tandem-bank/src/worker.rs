@@ -4,20 +4,27 @@
 //! binary) with its standard input on a pipe: when the pipe closes (the
 //! controller asks it to stop, or died), the worker finishes the transactions
 //! it has in flight, waits for their background finishing, and exits.
+//!
+//! A worker talks to both servers: its coordinators have server 1 as their
+//! default store (records, customers, ledger) and server 2 as the store named
+//! [`REMOTE`] (merchants, the fee account, vouchers). Before a voucher
+//! operation it reads the voucher (outside any transaction) to choose between
+//! an issue and a redeem, and to know which issue a redeem takes.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bson::doc;
 use mongodb::options::{Acknowledgment, ClientOptions, WriteConcern};
 use tandem::{
     CommitPoint, Coordinator, CoordinatorConfig, PendingPolicy, RecoveryConfig, RecoveryWorker,
-    StoreErrorKind, Strategy, TxError,
+    Store, StoreErrorKind, Strategy, TxError,
 };
 use tandem_mongodb::{MongoStore, RetryPolicy};
 
-use crate::bank::{BankNs, BankSpec, Plan};
+use crate::bank::{BankNs, BankSpec, Draw, Plan, REMOTE};
 use crate::outcome_log::{Logged, OutcomeLog};
 use crate::rng::Rng;
 
@@ -28,9 +35,11 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 /// What a worker process needs to know.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerArgs {
-    /// The server, with the driver options every worker uses.
+    /// Server 1 (the default store), with the driver options every worker uses.
     pub uri: String,
-    /// The bank's database.
+    /// Server 2 (the store named [`REMOTE`]).
+    pub uri2: String,
+    /// The bank's database on server 1 (server 2's is derived from it, see [`BankNs`]).
     pub db: String,
     /// This worker's index.
     pub index: usize,
@@ -70,11 +79,13 @@ impl WorkerArgs {
     pub fn to_args(&self) -> Vec<String> {
         vec![
             self.uri.clone(),
+            self.uri2.clone(),
             self.db.clone(),
             self.index.to_string(),
             self.incarnation.to_string(),
             self.spec.customers.to_string(),
             self.spec.initial.to_string(),
+            self.spec.vouchers.to_string(),
             self.seed.to_string(),
             self.log.display().to_string(),
             self.lease.as_millis().to_string(),
@@ -87,7 +98,7 @@ impl WorkerArgs {
 
     /// Reads the arguments written by [`to_args`](Self::to_args).
     pub fn from_args(args: &[String]) -> Result<Self, String> {
-        const COUNT: usize = 13;
+        const COUNT: usize = 15;
         if args.len() != COUNT {
             return Err(format!(
                 "a worker takes {COUNT} arguments, got {}",
@@ -101,13 +112,15 @@ impl WorkerArgs {
         }
         Ok(WorkerArgs {
             uri: text(),
+            uri2: text(),
             db: text(),
             index: parsed(text(), "index")?,
             incarnation: parsed(text(), "incarnation")?,
             spec: BankSpec::new(
                 parsed(text(), "accounts")?,
                 parsed(text(), "initial balance")?,
-            ),
+            )
+            .with_vouchers(parsed(text(), "vouchers")?),
             seed: parsed(text(), "seed")?,
             log: PathBuf::from(text()),
             lease: Duration::from_millis(parsed(text(), "lease")?),
@@ -130,8 +143,8 @@ pub async fn run(args: WorkerArgs) -> i32 {
     }
 }
 
-async fn connect(args: &WorkerArgs) -> Result<MongoStore, String> {
-    let mut options = ClientOptions::parse(&args.uri)
+async fn connect(args: &WorkerArgs, uri: &str) -> Result<MongoStore, String> {
+    let mut options = ClientOptions::parse(uri)
         .await
         .map_err(|e| format!("bad URI: {e}"))?;
     options.app_name = Some(args.app_name.clone());
@@ -178,7 +191,8 @@ async fn run_inner(args: WorkerArgs) -> Result<(), String> {
             stop.store(true, Ordering::SeqCst);
         });
     }
-    let store = connect(&args).await?;
+    let store = connect(&args, &args.uri).await?;
+    let remote = connect(&args, &args.uri2).await?;
     let log =
         Arc::new(OutcomeLog::open(&args.log).map_err(|e| format!("{}: {e}", args.log.display()))?);
     let ns = BankNs::new(&args.db);
@@ -188,6 +202,7 @@ async fn run_inner(args: WorkerArgs) -> Result<(), String> {
     };
     let build = |point: CommitPoint| {
         Coordinator::builder(store.clone())
+            .store(REMOTE, remote.clone())
             .config(config.clone())
             .database(&args.db)
             .lease(args.lease)
@@ -213,8 +228,17 @@ async fn run_inner(args: WorkerArgs) -> Result<(), String> {
         let (log, ns, stop) = (log.clone(), ns.clone(), stop.clone());
         let prefix = format!("w{}.{}.{}", args.index, args.incarnation, task);
         let spec = args.spec;
+        let remote = remote.clone();
         handles.push(tokio::spawn(async move {
-            transactions(rng, &prefix, spec, &ns, &coordinators, &log, &stop).await
+            let task = Task {
+                spec,
+                ns: &ns,
+                remote: &remote,
+                coordinators: &coordinators,
+                log: &log,
+                stop: &stop,
+            };
+            task.transactions(rng, &prefix).await
         }));
     }
     {
@@ -247,50 +271,83 @@ async fn run_inner(args: WorkerArgs) -> Result<(), String> {
     result
 }
 
-/// One task's loop: a transaction at a time, its outcome logged.
-async fn transactions(
-    mut rng: Rng,
-    prefix: &str,
+/// What one task of a worker runs with.
+struct Task<'a> {
     spec: BankSpec,
-    ns: &BankNs,
-    coordinators: &[Coordinator; 2],
-    log: &OutcomeLog,
-    stop: &AtomicBool,
-) -> Result<(), String> {
-    let mut seq: u64 = 0;
-    while !stop.load(Ordering::SeqCst) {
-        seq += 1;
-        let plan = Plan::random(&spec, &mut rng, format!("{prefix}-{seq}"));
-        log.begin(&plan)
-            .map_err(|e| format!("writing the log: {e}"))?;
-        let coordinator = &coordinators[rng.index(2)];
-        let result = tokio::time::timeout(RUN_TIMEOUT, coordinator.run(plan.transaction(ns))).await;
-        let (outcome, why, pause) = match result {
-            Ok(Ok(_receipt)) => (Logged::Committed, String::new(), false),
-            Ok(Err(TxError::Canceled { .. })) => (Logged::Canceled, String::new(), false),
-            Ok(Err(TxError::Interrupted { source, .. })) => {
-                let unavailable = matches!(
-                    source.kind,
-                    StoreErrorKind::Unavailable | StoreErrorKind::Transient
-                );
-                (
-                    Logged::Unknown,
-                    format!("interrupted:{:?}", source.kind),
-                    unavailable,
-                )
+    ns: &'a BankNs,
+    remote: &'a MongoStore,
+    coordinators: &'a [Coordinator; 2],
+    log: &'a OutcomeLog,
+    stop: &'a AtomicBool,
+}
+
+impl Task<'_> {
+    /// The next plan: drawn at random; for a voucher operation, made after
+    /// reading the voucher (an unreadable voucher is issued, blindly).
+    async fn next_plan(&self, rng: &mut Rng, txid: String) -> Plan {
+        match Plan::draw(&self.spec, rng, txid.clone()) {
+            Draw::Plan(plan) => plan,
+            Draw::Voucher { voucher, blind } => {
+                let current = if blind {
+                    None
+                } else {
+                    let vouchers = self.ns.vouchers();
+                    let read = self
+                        .remote
+                        .find_one(&vouchers, doc! { "_id": voucher.as_str() });
+                    tokio::time::timeout(Duration::from_secs(2), read)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .flatten()
+                };
+                Plan::for_voucher(&self.spec, rng, txid, &voucher, current.as_ref())
             }
-            Ok(Err(TxError::Superseded { .. })) => (Logged::Unknown, "superseded".into(), false),
-            Ok(Err(e)) => (Logged::Unknown, format!("error:{e}"), false),
-            Err(_) => (Logged::Unknown, "timeout".into(), false),
-        };
-        log.outcome(&plan.txid, outcome, &why)
-            .map_err(|e| format!("writing the log: {e}"))?;
-        if pause {
-            // The server is away (killed, or failing on purpose): do not spin.
-            tokio::time::sleep(Duration::from_millis(rng.range(100, 300))).await;
         }
     }
-    Ok(())
+
+    /// One task's loop: a transaction at a time, its outcome logged.
+    async fn transactions(&self, mut rng: Rng, prefix: &str) -> Result<(), String> {
+        let mut seq: u64 = 0;
+        while !self.stop.load(Ordering::SeqCst) {
+            seq += 1;
+            let plan = self.next_plan(&mut rng, format!("{prefix}-{seq}")).await;
+            self.log
+                .begin(&plan)
+                .map_err(|e| format!("writing the log: {e}"))?;
+            let coordinator = &self.coordinators[rng.index(2)];
+            let result =
+                tokio::time::timeout(RUN_TIMEOUT, coordinator.run(plan.transaction(self.ns))).await;
+            let (outcome, why, pause) = match result {
+                Ok(Ok(_receipt)) => (Logged::Committed, String::new(), false),
+                Ok(Err(TxError::Canceled { .. })) => (Logged::Canceled, String::new(), false),
+                Ok(Err(TxError::Interrupted { source, .. })) => {
+                    let unavailable = matches!(
+                        source.kind,
+                        StoreErrorKind::Unavailable | StoreErrorKind::Transient
+                    );
+                    (
+                        Logged::Unknown,
+                        format!("interrupted:{:?}", source.kind),
+                        unavailable,
+                    )
+                }
+                Ok(Err(TxError::Superseded { .. })) => {
+                    (Logged::Unknown, "superseded".into(), false)
+                }
+                Ok(Err(e)) => (Logged::Unknown, format!("error:{e}"), false),
+                Err(_) => (Logged::Unknown, "timeout".into(), false),
+            };
+            self.log
+                .outcome(&plan.txid, outcome, &why)
+                .map_err(|e| format!("writing the log: {e}"))?;
+            if pause {
+                // A server is away (killed, or failing on purpose): do not spin.
+                tokio::time::sleep(Duration::from_millis(rng.range(100, 300))).await;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Recovery passes every second or so, each rolling `pending` back or forward at random.

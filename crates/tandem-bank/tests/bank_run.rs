@@ -2,10 +2,11 @@
 //! real worker processes, real faults, the real checker.
 //!
 //! Without `MONGODB_URI` the tests are skipped (they fail instead when
-//! `TANDEM_REQUIRE_MONGODB=1`). The server-kill nemesis is not used here (the
+//! `TANDEM_REQUIRE_MONGODB=1`). The one server then holds both of the bank's
+//! stores, in two databases. The server-kill nemesis is not used here (the
 //! server is not ours to kill), nor are failpoints (`failCommand` is one
 //! server-wide setting, which other tests on the same server may be using);
-//! `bash scripts/bank.sh` runs every nemesis on a server of its own.
+//! `bash scripts/bank.sh` runs every nemesis on two servers of its own.
 
 use std::process::{Command, Output};
 
@@ -77,14 +78,19 @@ fn a_run_with_killed_and_paused_workers_keeps_every_invariant() {
     let numbers: Vec<u64> = last
         .trim_start_matches("bank: ")
         .split(", ")
-        .map(|part| part.split(' ').next().unwrap().parse().unwrap())
+        .map(|part| {
+            part.split(' ')
+                .find_map(|word| word.parse().ok())
+                .unwrap_or_else(|| panic!("no number in {part:?} of {last:?}"))
+        })
         .collect();
-    let [transfers, committed, canceled, faults, violations] = numbers[..] else {
+    let [transfers, committed, canceled, faults, violations, peak, _collected] = numbers[..] else {
         panic!("unexpected final line {last:?}");
     };
-    assert!(last.ends_with(" violations"), "{last}");
+    assert!(last.contains(" violations, hot document peak "), "{last}");
+    assert!(last.ends_with(" records collected"), "{last}");
     assert_eq!(violations, 0);
-    assert!(committed > 0 && faults > 0, "{last}");
+    assert!(committed > 0 && faults > 0 && peak > 0, "{last}");
     assert!(committed + canceled <= transfers, "{last}");
     assert!(text.contains("nemesis kill-server skipped"), "{text}");
 }
@@ -108,19 +114,25 @@ fn money_added_behind_tandems_back_is_caught() {
             "--nemesis",
             "none",
             "--sabotage",
+            // Every record kept, so that the audit runs too.
+            "--no-gc",
         ],
     );
     println!("{text}");
-    // A failed run keeps its database for inspection: drop it.
-    if let Some(db) = text
+    // A failed run keeps its databases for inspection: drop them.
+    if let Some(dbs) = text
         .lines()
-        .find_map(|l| l.strip_prefix("bank: database kept: "))
+        .find_map(|l| l.strip_prefix("bank: databases kept: "))
     {
-        drop_database(db);
+        for db in dbs.split(" and ") {
+            drop_database(db);
+        }
     }
     assert_eq!(out.status.code(), Some(1), "the run should fail:\n{text}");
+    let last = final_line(&out);
     assert!(
-        final_line(&out).ends_with(", 0 faults, 3 violations"),
+        last.contains(", 0 faults, 3 violations, hot document peak ")
+            && last.ends_with(", 0 records collected"),
         "conservation, one balance and the audit: {text}"
     );
     assert!(
