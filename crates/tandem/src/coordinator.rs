@@ -688,6 +688,7 @@ impl Coordinator {
         }
         let mut live = Live {
             keyed,
+            token: Some(bson::oid::ObjectId::new().to_hex()),
             id: id.clone(),
             epoch,
             parties,
@@ -815,7 +816,7 @@ impl Coordinator {
         let lease_millis = i64::try_from(config.lease.as_millis()).unwrap_or(i64::MAX);
         // Tells this transaction's record apart from another one of the same id
         // (owner names repeat across processes that were given the same name).
-        let token = bson::oid::ObjectId::new().to_hex();
+        let token = live.token.clone().unwrap_or_default();
         let keyed = live.keyed;
         let statement = |participants: Vec<Bson>| {
             // `state: {$in: []}` matches nothing, so an existing record is never touched:

@@ -43,6 +43,10 @@ pub(crate) struct Live {
     pub id: TxId,
     /// Whether the id was chosen by the caller (an idempotency key).
     pub keyed: bool,
+    /// The record's creation token: every move of the record names it, so a
+    /// stalled worker of an earlier transaction with the same id (its record
+    /// collected, the id used again) cannot move the new one.
+    pub token: Option<String>,
     pub epoch: i64,
     pub parties: Vec<Party>,
     /// The deadline of this epoch's applies, by the participant stores' clocks.
@@ -161,7 +165,10 @@ impl Engine {
         last_error: Option<&str>,
         notes: &[String],
     ) -> (Document, Document) {
-        let filter = doc! { "_id": live.id.as_str(), "state": from, "epoch": live.epoch };
+        let mut filter = doc! { "_id": live.id.as_str(), "state": from, "epoch": live.epoch };
+        if let Some(token) = &live.token {
+            filter.insert("token", token.as_str());
+        }
         let mut set = doc! { "state": to };
         if let Some(err) = last_error {
             set.insert("lastError", err);
@@ -603,6 +610,7 @@ impl Engine {
             .collect::<Result<Vec<_>, ChangeError>>()?;
         Ok(Live {
             keyed: record.keyed,
+            token: record.token.clone(),
             id: record.id.clone(),
             epoch: record.epoch,
             parties,

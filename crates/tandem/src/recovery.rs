@@ -255,11 +255,18 @@ impl RecoveryWorker {
 
     /// Claims a record: raises its epoch if nobody touched it since it was read.
     ///
-    /// The claim starts a new epoch with a new deadline, and moves the
-    /// record's `notBefore` past the old deadline plus the clock margin: the
-    /// old owner's applies may land until their deadline, so no marker is
-    /// removed before then.
-    async fn claim(&self, record: &TxRecord) -> Result<Option<TxRecord>, StoreError> {
+    /// The claim moves the record's `notBefore` past the current deadline
+    /// plus the clock margin: the old owner's applies may land until their
+    /// deadline, so no marker is removed before then. Only a new epoch that
+    /// will apply (`applies`: rolling `pending` forward) gets a new deadline;
+    /// any other keeps the old one, so that `notBefore` does not move on with
+    /// every claim (it would chase a participant store whose clock is behind
+    /// the records' store's, and recovery would never finish).
+    async fn claim(
+        &self,
+        record: &TxRecord,
+        applies: bool,
+    ) -> Result<Option<TxRecord>, StoreError> {
         let engine = &self.engine;
         let owner = &engine.config.owner;
         // Back off per record: each claim after the first doubles the lease,
@@ -285,10 +292,23 @@ impl RecoveryWorker {
             if let Some(lm) = record.last_modified {
                 filter.insert("lastModified", lm);
             }
+            let mut set = doc! { "owner": owner, "leaseMillis": lease, "claimToken": &token, "notBefore": not_before };
+            let mut stamps = doc! { "lastModified": true };
+            if applies {
+                stamps.insert("leaseStart", true);
+            } else {
+                // The deadline stays where it was: lease start + lease.
+                set.insert(
+                    "leaseStart",
+                    bson::DateTime::from_millis(
+                        record.deadline().timestamp_millis().saturating_sub(lease),
+                    ),
+                );
+            }
             let update = doc! {
                 "$inc": { "epoch": 1_i64, "attempts": 1 },
-                "$set": { "owner": owner, "leaseMillis": lease, "claimToken": &token, "notBefore": not_before },
-                "$currentDate": { "lastModified": true, "leaseStart": true },
+                "$set": set,
+                "$currentDate": stamps,
                 "$push": { "history": {
                     "$each": [history(record.state, owner, record.epoch + 1, "claim")],
                     "$slice": -HISTORY_KEPT,
@@ -326,7 +346,9 @@ impl RecoveryWorker {
     }
 
     async fn recover(&self, record: TxRecord) -> (bool, Outcome) {
-        let claimed = match self.claim(&record).await {
+        let applies =
+            record.state == TxState::Pending && self.config.pending == PendingPolicy::RollForward;
+        let claimed = match self.claim(&record, applies).await {
             Ok(Some(r)) => r,
             Ok(None) => return (false, Outcome::Lost),
             Err(e) => {
@@ -458,7 +480,7 @@ impl RecoveryWorker {
             state => return Ok(state),
         }
         let claimed = self
-            .claim(&record)
+            .claim(&record, false)
             .await
             .map_err(|source| TxError::Interrupted {
                 id: id.clone(),
