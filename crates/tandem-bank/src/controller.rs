@@ -13,7 +13,7 @@
 //! * The sampler reads the fee account (the document every transaction
 //!   touches) every [`SAMPLE_EVERY`], and once more at the end, and keeps the
 //!   peak of its BSON size, which must stay within
-//!   [`hot_bound`](crate::bank::hot_bound).
+//!   [`hot_bound`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
