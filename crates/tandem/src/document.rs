@@ -485,18 +485,7 @@ impl DocumentChange {
         let tx = ctx.tx.as_str();
         let mut set = Document::new();
         let mut unset = doc! { LOCK: "" };
-        let mut inc = doc! { PENDING: -1 };
-        if let DocumentOp::Update { ops } = &self.op {
-            for op in ops {
-                if let FieldOp::Inc { path, by } = op {
-                    if self.applies_early(op) {
-                        inc.insert(path.clone(), negate(by));
-                    } else if counted(path, by) {
-                        inc.insert(credit_path(path), negate(by));
-                    }
-                }
-            }
-        }
+        let inc = self.undo_increments();
         if let Some(before) = ctx.before {
             for (path, value) in image_from_doc(before) {
                 if changed.contains(&path) {
@@ -548,6 +537,25 @@ impl DocumentChange {
             participant: self.label(),
             fields,
         })
+    }
+
+    /// The `$inc` of an undo: early increments taken back, this transaction's
+    /// pending credits taken off their sums, and the pending count lowered.
+    fn undo_increments(&self) -> Document {
+        let mut inc = Document::new();
+        if let DocumentOp::Update { ops } = &self.op {
+            for op in ops {
+                if let FieldOp::Inc { path, by } = op {
+                    if self.applies_early(op) {
+                        inc.insert(path.clone(), negate(by));
+                    } else if counted(path, by) {
+                        inc.insert(credit_path(path), negate(by));
+                    }
+                }
+            }
+        }
+        inc.insert(PENDING, -1);
+        inc
     }
 
     /// What an undo expects of the fields it restores from the before-image:
@@ -1232,19 +1240,9 @@ impl Participant for DocumentChange {
                 "$pull": { self.marker.clone(): tx },
                 "$inc": { PENDING: -1 },
             }),
-            DocumentOp::Update { ops } => {
+            DocumentOp::Update { .. } => {
                 let mut set = Document::new();
                 let mut unset = Document::new();
-                let mut inc = Document::new();
-                for op in ops {
-                    if let FieldOp::Inc { path, by } = op {
-                        if self.applies_early(op) {
-                            inc.insert(path.clone(), negate(by));
-                        } else if counted(path, by) {
-                            inc.insert(credit_path(path), negate(by));
-                        }
-                    }
-                }
                 if let Some(before) = ctx.before {
                     for (path, value) in image_from_doc(before) {
                         match value {
@@ -1254,7 +1252,7 @@ impl Participant for DocumentChange {
                     }
                 }
                 unset.insert(LOCK, "");
-                inc.insert(PENDING, -1);
+                let inc = self.undo_increments();
                 let mut update = doc! { "$pull": { self.marker.clone(): tx }, "$unset": unset };
                 if !set.is_empty() {
                     update.insert("$set", set);
