@@ -165,8 +165,11 @@
 //!    that answered `Duplicate` have its transaction run after all. GC's age
 //!    does not help: nothing fences a create. Fix: the create carries `D_0`
 //!    (the coordinator's reading of `R`'s clock plus `LEASE`, also epoch 0's
-//!    apply deadline) and inserts a live record only while `R.now < D_0` (an
-//!    upsert whose pipeline writes an inert record otherwise); a coordinator
+//!    apply deadline) and inserts a live record only while `R.now < D_0`
+//!    (tandem writes the record anyway, with `createBy = D_0`, and every reader
+//!    treats a record stamped `created ≥ createBy` as inert: never applied,
+//!    canceled without a document step; the model's create writes nothing,
+//!    which differs only in the `_id` staying taken until collection); a coordinator
 //!    that lost a create's answer takes `Duplicate` as definite only once
 //!    `R.now ≥ D_0`, and a create found past its deadline means "unknown" if
 //!    an earlier attempt was lost. GC after `finishedAt + LEASE + MARGIN` is

@@ -64,7 +64,12 @@ struct Inner {
     secrets: Vec<String>,
     collections: RwLock<HashMap<Namespace, Collection<Document>>>,
     counters: Counters,
+    /// The last reading of the server's clock and when it arrived here.
+    clock: std::sync::Mutex<Option<(Instant, bson::DateTime)>>,
 }
+
+/// How long a reading of the server's clock serves [`Store::clock_estimate`].
+const CLOCK_READING_KEPT: Duration = Duration::from_secs(10);
 
 impl fmt::Debug for MongoStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -109,6 +114,7 @@ impl MongoStore {
                 secrets,
                 collections: RwLock::new(HashMap::new()),
                 counters: Counters::default(),
+                clock: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -372,6 +378,25 @@ impl Store for MongoStore {
                 "the server's hello reply has neither localTime nor operationTime",
             )
         })
+    }
+
+    /// The last `hello`'s time plus the time elapsed here since it arrived,
+    /// read again once it is [`CLOCK_READING_KEPT`] old: behind the server's
+    /// clock by at most the reading's round trip (and the drift since).
+    async fn clock_estimate(&self) -> Result<bson::DateTime, StoreError> {
+        let kept = *self.inner.clock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, time)) = kept {
+            let age = at.elapsed();
+            if age < CLOCK_READING_KEPT {
+                let age = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+                return Ok(bson::DateTime::from_millis(
+                    time.timestamp_millis().saturating_add(age),
+                ));
+            }
+        }
+        let time = self.now().await?;
+        *self.inner.clock.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), time));
+        Ok(time)
     }
 
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {

@@ -705,6 +705,14 @@ async fn a_transfer_costs_five_commands_and_three_sequential_round_trips() {
             )
             .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 1_i64))
     };
+    // The first transaction also reads the server's clock (`hello`), for its
+    // record's create deadline; the reading then serves for ten seconds.
+    let before = store.metrics().total;
+    coordinator.run(transfer()).await.unwrap();
+    coordinator.drain().await;
+    let first = store.metrics();
+    assert_eq!(first.total - before, 6, "{first:?}");
+    assert_eq!(first.hello, 1, "{first:?}");
     let before = store.metrics().total;
     let receipt = coordinator.run(transfer()).await.unwrap();
     coordinator.drain().await;
@@ -716,10 +724,11 @@ async fn a_transfer_costs_five_commands_and_three_sequential_round_trips() {
     // create (pending), both applies in one `update`, applied | both clears in one, done.
     let m = store.metrics();
     assert_eq!(commands, 5, "{m:?}");
-    assert_eq!(m.update_each, 2, "{m:?}");
+    assert_eq!(m.update_each, 4, "{m:?}");
+    assert_eq!(m.hello, 1, "no second clock reading: {m:?}");
     assert_eq!(receipt.round_trips, 3);
     // Both accounts changed, and nothing is left on them.
-    for (id, balance) in [("A", 99_i64), ("B", 101)] {
+    for (id, balance) in [("A", 98_i64), ("B", 102)] {
         let d = store
             .find_one(&accounts, doc! { "_id": id })
             .await
@@ -860,6 +869,15 @@ mod safety_on_mongodb {
             return;
         };
         safety::canceled_insert_frees_the_id(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
+    async fn late_create_after_collection() {
+        let Some(f) = factory("s_late_create").await else {
+            return;
+        };
+        safety::late_create_after_collection(&f, &f.db.clone()).await;
         done(f).await;
     }
 }

@@ -818,6 +818,24 @@ impl Coordinator {
         // (owner names repeat across processes that were given the same name).
         let token = live.token.clone().unwrap_or_default();
         let keyed = live.keyed;
+        // The create's deadline, fixed before the first attempt: a record the
+        // store writes later (an attempt that arrived late, perhaps after the
+        // transaction finished and its record was collected) is inert.
+        let estimate =
+            engine
+                .records()
+                .clock_estimate()
+                .await
+                .map_err(|source| TxError::Canceled {
+                    id: live.id.clone(),
+                    cause: StepError::Store {
+                        participant: "(transaction record)".into(),
+                        source,
+                    },
+                })?;
+        let create_by =
+            bson::DateTime::from_millis(estimate.timestamp_millis().saturating_add(lease_millis));
+        let attempts = std::sync::atomic::AtomicU32::new(0);
         let statement = |participants: Vec<Bson>| {
             // `state: {$in: []}` matches nothing, so an existing record is never touched:
             // the upsert then collides with its `_id` and fails with a duplicate key.
@@ -832,6 +850,7 @@ impl Coordinator {
                     "attempts": 0,
                     "token": &token,
                     "keyed": keyed,
+                    "createBy": create_by,
                     "history": [history(TxState::Pending, &config.owner, live.epoch, "create")],
                 },
                 "$currentDate": { "created": true, "lastModified": true, "leaseStart": true },
@@ -856,6 +875,7 @@ impl Coordinator {
                         .collect::<Result<Vec<_>, ChangeError>>(),
                 };
                 let statement = participants.map(statement);
+                attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 async move {
                     let (filter, update) = statement
                         .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
@@ -891,6 +911,10 @@ impl Coordinator {
                         })?;
                 match existing {
                     Some(r) if r.token.as_deref() == Some(token.as_str()) => {
+                        if r.is_inert() {
+                            let retried = attempts.load(std::sync::atomic::Ordering::Relaxed) > 1;
+                            return Err(self.cancel_inert(live, r.epoch, retried).await);
+                        }
                         if r.state != TxState::Pending || r.epoch != live.epoch {
                             // Written by us, then claimed by recovery before we heard back.
                             return Err(TxError::Superseded {
@@ -906,10 +930,25 @@ impl Coordinator {
                         return Ok(r.deadline());
                     }
                     other => {
+                        if attempts.load(std::sync::atomic::Ordering::Relaxed) > 1
+                            && !self.wait_until(create_by).await
+                        {
+                            // An earlier attempt of ours may still be on its way:
+                            // it can take effect only before the create deadline.
+                            return Err(TxError::Interrupted {
+                                id: live.id.clone(),
+                                state: None,
+                                source: StoreError::new(
+                                    StoreErrorKind::Other,
+                                    "the id is taken, and an earlier attempt to write this \
+                                     transaction's record may still land until its create deadline",
+                                ),
+                            });
+                        }
                         return Err(TxError::Duplicate {
                             id: live.id.clone(),
                             state: other.map(|r| r.state),
-                        })
+                        });
                     }
                 }
             }
@@ -930,6 +969,13 @@ impl Coordinator {
                 })
             }
         };
+        let inert = TxRecord::from_document(written.clone())
+            .map(|r| r.is_inert())
+            .unwrap_or(false);
+        if inert {
+            let retried = attempts.load(std::sync::atomic::Ordering::Relaxed) > 1;
+            return Err(self.cancel_inert(live, live.epoch, retried).await);
+        }
         engine.emit(TxEvent::Created {
             id: live.id.clone(),
             participants: live.parties.len(),
@@ -948,6 +994,64 @@ impl Coordinator {
         Ok(bson::DateTime::from_millis(
             start.saturating_add(lease_millis),
         ))
+    }
+
+    /// The answer for a record the store wrote at or after its create
+    /// deadline: nothing of it was or will be applied. Moves it to `canceled`
+    /// at once when it can; recovery does it otherwise, without touching any
+    /// document.
+    ///
+    /// When the record took more than one attempt (`retried`), an earlier
+    /// attempt whose answer was lost may have written a live record in time,
+    /// which recovery then finished (perhaps committed) and collected before
+    /// this one landed: the outcome is unknown.
+    async fn cancel_inert(&self, live: &Live, epoch: i64, retried: bool) -> TxError {
+        if epoch == live.epoch {
+            if let Err(e) = self.engine.cancel_inert(live, TxState::Pending).await {
+                tracing::warn!(target: "tandem", "canceling the inert record {} left to recovery: {e}", live.id);
+            }
+        }
+        if retried {
+            return TxError::Interrupted {
+                id: live.id.clone(),
+                state: None,
+                source: StoreError::new(
+                    StoreErrorKind::Other,
+                    "the record was written after its create deadline by a retry; an \
+                     earlier attempt may have written it in time and been finished by recovery",
+                ),
+            };
+        }
+        TxError::Canceled {
+            id: live.id.clone(),
+            cause: StepError::Expired {
+                participant: "(transaction record)".into(),
+            },
+        }
+    }
+
+    /// Waits until the records store's clock reads `time` or later: `true`
+    /// once it does, `false` if it does not within the lease plus the clock
+    /// margin of local time (or cannot be read).
+    async fn wait_until(&self, time: bson::DateTime) -> bool {
+        let config = &self.engine.config;
+        let give_up = tokio::time::Instant::now() + config.lease + config.clock_margin;
+        loop {
+            let Ok(now) = self.engine.records().now().await else {
+                return false;
+            };
+            let left = time
+                .timestamp_millis()
+                .saturating_sub(now.timestamp_millis());
+            if left <= 0 {
+                return true;
+            }
+            let left = Duration::from_millis(u64::try_from(left).unwrap_or(0).min(1_000));
+            if tokio::time::Instant::now() + left > give_up {
+                return false;
+            }
+            tokio::time::sleep(left).await;
+        }
     }
 
     /// Cancels a transaction that is still `pending` (or finishes canceling one that is `canceling`).

@@ -259,6 +259,24 @@ impl Engine {
         Ok(())
     }
 
+    /// Cancels an inert record ([`TxRecord::is_inert`]), in state `from`
+    /// (`pending` or `canceling`), without touching any document: nothing
+    /// of it was applied, and its participants' markers, if any, belong to
+    /// the transaction that first wrote the record.
+    pub async fn cancel_inert(&self, live: &Live, from: TxState) -> Result<(), TxError> {
+        if from == TxState::Pending {
+            self.transition(
+                live,
+                TxState::Pending,
+                TxState::Canceling,
+                Some(INERT.to_owned()),
+            )
+            .await?;
+        }
+        self.transition(live, TxState::Canceling, TxState::Canceled, None)
+            .await
+    }
+
     /// What `step` of `party` knows: the apply deadline, and for a step that
     /// removes the marker the time it must wait for, which covers every apply
     /// that may still be in flight (an earlier epoch's, or this epoch's own
@@ -630,6 +648,10 @@ impl Engine {
 pub(crate) const NOT_YET: &str = "not yet: ";
 
 /// Whether `e` says a step must wait for applies still in flight.
+/// Why an inert record was canceled.
+pub(crate) const INERT: &str =
+    "inert: the store wrote the record at or after its create deadline (a create that arrived late)";
+
 pub(crate) fn is_not_yet(e: &TxError) -> bool {
     matches!(e, TxError::Interrupted { source, .. } if source.message.starts_with(NOT_YET))
 }

@@ -619,6 +619,11 @@ impl Store for MemoryStore {
         Ok(self.inner.clock.now())
     }
 
+    /// The clock itself, read in place: not a command.
+    async fn clock_estimate(&self) -> Result<bson::DateTime, StoreError> {
+        Ok(self.inner.clock.now())
+    }
+
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
         self.count();
         let doc = with_id_first(doc);

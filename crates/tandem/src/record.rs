@@ -242,6 +242,13 @@ pub struct TxRecord {
     /// participants and history are gone, its id and state stay until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stub_until: Option<bson::DateTime>,
+    /// The create's deadline: the records store's clock (as the coordinator
+    /// estimated it) plus the lease, fixed before the first attempt to write
+    /// the record. A record the store wrote at or after it ([`is_inert`](Self::is_inert))
+    /// comes from a create that arrived late, possibly after the transaction
+    /// finished and its record was collected: nothing of it is ever applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_by: Option<bson::DateTime>,
     /// When the current epoch began, by the store's clock: the record's creation
     /// or its last claim. The epoch's applies carry [`deadline`](Self::deadline).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -294,6 +301,14 @@ impl TxRecord {
             .filter(|h| h.event.starts_with(CONFLICT_EVENT))
             .map(|h| h.event.as_str())
             .collect()
+    }
+
+    /// Whether the record was written at or after its create deadline
+    /// ([`create_by`](Self::create_by)): by a create that arrived late, which
+    /// may repeat a transaction that already finished. Its owner never applies
+    /// it and recovery cancels it without touching any document.
+    pub fn is_inert(&self) -> bool {
+        matches!((self.created, self.create_by), (Some(at), Some(by)) if at >= by)
     }
 
     /// Whether the lease has ended at `now` (a time from the store's clock).

@@ -346,8 +346,9 @@ impl RecoveryWorker {
     }
 
     async fn recover(&self, record: TxRecord) -> (bool, Outcome) {
-        let applies =
-            record.state == TxState::Pending && self.config.pending == PendingPolicy::RollForward;
+        let applies = record.state == TxState::Pending
+            && self.config.pending == PendingPolicy::RollForward
+            && !record.is_inert();
         let claimed = match self.claim(&record, applies).await {
             Ok(Some(r)) => r,
             Ok(None) => return (false, Outcome::Lost),
@@ -388,6 +389,11 @@ impl RecoveryWorker {
     ) -> Result<TxState, TxError> {
         let engine = &self.engine;
         let live = engine.rebuild(record)?;
+        if record.is_inert() && matches!(record.state, TxState::Pending | TxState::Canceling) {
+            // Written by a create that arrived late: nothing of it was applied.
+            engine.cancel_inert(&live, record.state).await?;
+            return Ok(TxState::Canceled);
+        }
         match record.state {
             TxState::Initial => {
                 let ns = engine.records_ns();

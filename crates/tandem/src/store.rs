@@ -182,6 +182,17 @@ pub trait Store: Send + Sync + 'static {
     /// The store's clock. Leases are judged by this clock, never by the caller's.
     async fn now(&self) -> Result<bson::DateTime, StoreError>;
 
+    /// A recent reading of the store's clock, advanced by the time elapsed
+    /// here since: never ahead of [`Store::now`] by more than the clock drift
+    /// over that time, and behind it by at most the round trip of the reading.
+    ///
+    /// A coordinator reads it before it writes a record, to fix the record's
+    /// create deadline. The default reads [`Store::now`]; a store whose clock
+    /// costs a round trip keeps a reading and estimates from it.
+    async fn clock_estimate(&self) -> Result<bson::DateTime, StoreError> {
+        self.now().await
+    }
+
     /// `insertOne`: inserts `doc`, failing with [`StoreErrorKind::DuplicateKey`] if its `_id` exists.
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError>;
 
@@ -291,6 +302,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn now(&self) -> Result<bson::DateTime, StoreError> {
         (**self).now().await
+    }
+    async fn clock_estimate(&self) -> Result<bson::DateTime, StoreError> {
+        (**self).clock_estimate().await
     }
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
         (**self).insert_one(ns, doc).await

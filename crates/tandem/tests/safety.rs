@@ -154,3 +154,8 @@ async fn idempotency_key_outlives_garbage_collection() {
 async fn a_pending_credit_creates_no_field() {
     safety::a_pending_credit_creates_no_field(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn late_create_after_collection() {
+    safety::late_create_after_collection(&MemoryFactory::new(), "bank").await;
+}

@@ -26,6 +26,21 @@ struct Plan {
     crash_after: Option<u64>,
     pause_at: Option<(u64, oneshot::Sender<()>, oneshot::Receiver<()>)>,
     yield_seed: Option<u64>,
+    /// Copies of the upserts sent through the wrapper, when kept.
+    upserts: Option<Vec<Upsert>>,
+}
+
+/// A copy of an upserting `findAndModify` sent through a [`FaultStore`]:
+/// [`FaultStore::deliver_again`] sends it to the wrapped store once more, as
+/// a request that the network delayed and delivered twice would arrive.
+#[derive(Clone, Debug)]
+pub struct Upsert {
+    /// Its namespace.
+    pub ns: Namespace,
+    /// Its filter.
+    pub filter: Document,
+    /// Its update.
+    pub update: Document,
 }
 
 /// A [`Store`] wrapper that injects crashes, pauses and scheduling noise.
@@ -90,6 +105,31 @@ impl FaultStore {
         self
     }
 
+    /// From now on, keeps a copy of every upserting `findAndModify` (see [`Upsert`]).
+    pub fn keeping_upserts(self) -> Self {
+        self.lock().upserts = Some(Vec::new());
+        self
+    }
+
+    /// The upserts kept so far, in the order they were sent.
+    pub fn upserts(&self) -> Vec<Upsert> {
+        self.lock().upserts.clone().unwrap_or_default()
+    }
+
+    /// Sends `upsert` to the wrapped store again, as a late duplicate of the
+    /// original request would arrive; returns the document it wrote.
+    pub async fn deliver_again(&self, upsert: &Upsert) -> Result<Option<Document>, StoreError> {
+        self.inner
+            .find_one_and_update(
+                &upsert.ns,
+                upsert.filter.clone(),
+                upsert.update.clone(),
+                ReturnDocument::After,
+                true,
+            )
+            .await
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Plan> {
         self.plan.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -137,6 +177,10 @@ impl Store for FaultStore {
         self.gate().await?;
         self.inner.now().await
     }
+    /// A clock reading, not an operation: neither counted nor faulted.
+    async fn clock_estimate(&self) -> Result<bson::DateTime, StoreError> {
+        self.inner.clock_estimate().await
+    }
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
         self.gate().await?;
         self.inner.insert_one(ns, doc).await
@@ -160,6 +204,15 @@ impl Store for FaultStore {
         upsert: bool,
     ) -> Result<Option<Document>, StoreError> {
         self.gate().await?;
+        if upsert {
+            if let Some(kept) = &mut self.lock().upserts {
+                kept.push(Upsert {
+                    ns: ns.clone(),
+                    filter: filter.clone(),
+                    update: update.clone(),
+                });
+            }
+        }
         self.inner
             .find_one_and_update(ns, filter, update, ret, upsert)
             .await

@@ -31,7 +31,7 @@ pub mod scenarios;
 
 pub use audit::{audit, Audit, FieldKey};
 pub use crash::{CrashHarness, CrashReport};
-pub use fault::{FaultStore, Pause};
+pub use fault::{FaultStore, Pause, Upsert};
 
 /// Makes a fresh store for each run of a scenario, and lets time pass on it.
 ///

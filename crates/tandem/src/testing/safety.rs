@@ -938,3 +938,75 @@ pub async fn a_pending_credit_creates_no_field<F: StoreFactory + ?Sized>(factory
     );
     assert_eq!(balance(store.as_ref(), db, "A").await, 100);
 }
+
+/// Model finding: *a create that arrives after its record was collected.*
+/// The request that writes a transaction's record is delivered twice (a
+/// retry after a lost answer got through first and the network delivered the
+/// original late): the transaction commits, its record is collected, then
+/// the late copy writes the record again, `pending` at epoch 0. Before
+/// records carried a create deadline, recovery rolled it forward and paid a
+/// second time. Now the late record is inert: recovery cancels it without
+/// touching a document.
+pub async fn late_create_after_collection<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
+    let lease = factory.lease();
+    let faulty = FaultStore::new(store.clone()).keeping_upserts();
+    let coordinator = coordinator(faulty.clone(), db, lease);
+    let receipt = coordinator
+        .run(
+            Transaction::new()
+                .change(
+                    DocumentChange::update(ns.clone(), "A")
+                        .inc("balance", -10_i64)
+                        .require_gte("balance", 10_i64),
+                )
+                .change(DocumentChange::update(ns.clone(), "B").inc("balance", 10_i64)),
+        )
+        .await
+        .expect("the transfer commits");
+    assert_eq!(receipt.state, TxState::Done);
+    let records = Namespace::new(db, "transactions");
+    let create = faulty
+        .upserts()
+        .into_iter()
+        .find(|u| u.ns == records)
+        .expect("the record was written by an upsert");
+
+    factory.pass(store.as_ref(), lease).await;
+    let collector = recovery(store.clone(), db, lease, PendingPolicy::RollForward);
+    assert_eq!(
+        collector.collect_garbage(lease).await.expect("collection"),
+        1
+    );
+    assert_eq!(
+        state_of(store.as_ref(), db, receipt.id.as_str()).await,
+        None
+    );
+
+    let again = faulty
+        .deliver_again(&create)
+        .await
+        .expect("the late copy is written");
+    let again =
+        crate::TxRecord::from_document(again.expect("the record as written")).expect("a record");
+    assert!(
+        again.is_inert(),
+        "written after its create deadline: {again:?}"
+    );
+
+    factory.pass(store.as_ref(), lease).await;
+    let report = collector.run_once().await.expect("recovery pass");
+    assert_eq!(
+        state_of(store.as_ref(), db, receipt.id.as_str()).await,
+        Some(TxState::Canceled),
+        "{report:?}"
+    );
+    assert_eq!(balance(store.as_ref(), db, "A").await, 90, "debited once");
+    assert_eq!(balance(store.as_ref(), db, "B").await, 10, "credited once");
+    let a = get(store.as_ref(), &ns, "A").await.expect("A");
+    let b = get(store.as_ref(), &ns, "B").await.expect("B");
+    assert!(!held(&a) && !held(&b), "nothing left on documents: {a} {b}");
+}
