@@ -9,7 +9,8 @@
 #   bash scripts/bank.sh [flags]        e.g. bash scripts/bank.sh --duration 45s
 #
 # Installs the SecantusDB test server into .venv if needed (scripts/db.sh
-# install; it is idempotent), then runs
+# install; it is idempotent), and libfaketime when --clock-skew asks for it,
+# then runs
 #   cargo run --release -p tandem-bank -- [flags]
 # which starts and stops its own two servers on free loopback ports (or uses the
 # server at MONGODB_URI for both stores, skipping the server-kill nemesis).
@@ -24,4 +25,35 @@ cd "$ROOT"
 if [[ -z "${MONGODB_URI:-}" ]]; then
     scripts/db.sh install
 fi
-exec cargo run --release -p tandem-bank -- "$@"
+
+# --clock-skew D runs server 2 under libfaketime (Debian's faketime package):
+# install it when it is missing. If it cannot be installed, the run goes on
+# without the clock nemesis and says so.
+args=("$@")
+skew=""
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[i]}" in
+        --clock-skew) skew="${args[i + 1]:-}" ;;
+        --clock-skew=*) skew="${args[i]#--clock-skew=}" ;;
+    esac
+done
+LIBFAKETIME="${TANDEM_LIBFAKETIME:-/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1}"
+if [[ -n "$skew" && ! "$skew" =~ ^0+(\.0*)?(ms|s|m|h)?$ && -z "${MONGODB_URI:-}" && ! -f "$LIBFAKETIME" ]]; then
+    echo "bank.sh: installing libfaketime (Debian package faketime) for --clock-skew" >&2
+    sudo=""
+    [[ "$(id -u)" -eq 0 ]] || sudo="sudo"
+    if ! { $sudo apt-get install -y -q faketime >&2 ||
+        { $sudo apt-get update -q >&2 && $sudo apt-get install -y -q faketime >&2; }; }; then
+        echo "bank.sh: WARNING: libfaketime could not be installed; running WITHOUT the clock nemesis" >&2
+        filtered=()
+        for ((i = 0; i < ${#args[@]}; i++)); do
+            case "${args[i]}" in
+                --clock-skew) i=$((i + 1)) ;;
+                --clock-skew=*) ;;
+                *) filtered+=("${args[i]}") ;;
+            esac
+        done
+        args=("${filtered[@]}")
+    fi
+fi
+exec cargo run --release -p tandem-bank -- "${args[@]}"

@@ -22,7 +22,9 @@ on server 1; merchants, the fee account and the vouchers on server 2 (a named
 store of the coordinator). Every transaction pays a fee into the fee account,
 the hot document all of them touch; its size is sampled every 250 ms and must
 stay within a bound (4 KiB plus a marker entry per transaction the workers can
-have in flight). Vouchers come from a small pool: an issue inserts voucher-k,
+have in flight). Merchant 0, the vault, starts at i64::MAX - 200: payments
+into it are credits near the limit, refused when they would not fit together
+with those pending. Vouchers come from a small pool: an issue inserts voucher-k,
 a redeem deletes it, and the same _id is issued again later. Meanwhile the
 controller collects the records of finished transactions at the smallest age
 allowed (the lease plus the clock margin): records become stubs (id and
@@ -58,6 +60,9 @@ flags:
   --nemesis-interval D   mean time between two nemesis rounds            [3s]
   --nemesis LIST         all, none, or a comma-separated list of kill-worker,
                          kill-server, failpoint, pause, slow-write       [all]
+  --clock-skew D         run server 2 under libfaketime, its clock off from
+                         server 1's by an offset drawn from [-D, +D] at every
+                         (re)start, so a restart may step it back           [0: off]
   --no-gc                collect no records during the run (the audit, which
                          needs every record, then runs too)
   --work-dir DIR         where the run directory goes                    [system temp dir]
@@ -107,6 +112,8 @@ pub struct Options {
     pub unjournaled: bool,
     /// Collect the records of finished transactions during the run.
     pub gc: bool,
+    /// Server 2's clock is off by up to this much either way (zero: not skewed).
+    pub clock_skew: Duration,
 }
 
 impl Default for Options {
@@ -129,6 +136,7 @@ impl Default for Options {
             sabotage: false,
             unjournaled: false,
             gc: true,
+            clock_skew: Duration::ZERO,
         }
     }
 }
@@ -237,6 +245,12 @@ pub fn parse(args: &[String], uri: Option<String>) -> Result<Invocation, String>
             "--work-dir" => o.work_dir = PathBuf::from(value()?),
             "--keep" => o.keep = true,
             "--no-gc" => o.gc = false,
+            "--clock-skew" => {
+                o.clock_skew = parse_duration(&value()?)?;
+                if o.clock_skew > Duration::from_secs(3600) {
+                    return Err("--clock-skew must be at most 1h".into());
+                }
+            }
             "--sabotage" => o.sabotage = true,
             "--unjournaled" => o.unjournaled = true,
             "--secantusd" => o.secantusd = Some(PathBuf::from(value()?)),

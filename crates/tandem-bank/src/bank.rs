@@ -43,6 +43,20 @@ pub const MERCHANTS: usize = 3;
 /// The largest amount of one transaction.
 pub const MAX_AMOUNT: i64 = 50;
 
+/// How far below `i64::MAX` the vault ([`VAULT`]) starts: room for a few
+/// payments only, so that several credits near the limit are pending at once.
+pub const VAULT_ROOM: i64 = 4 * MAX_AMOUNT;
+
+/// The vault's initial balance: `i64::MAX - VAULT_ROOM`. Payments to it are
+/// credits near the limit; tandem must refuse (cancel) every one that would
+/// not fit together with those already pending, and payouts from it make room
+/// again. A credit that did not fit would fail to land after its commit: the
+/// transaction stuck `applied`, the money lost.
+pub const VAULT_START: i64 = i64::MAX - VAULT_ROOM;
+
+/// The vault: merchant 0, whose balance starts at [`VAULT_START`].
+pub const VAULT: &str = "merchant-0";
+
 /// The most customer accounts a run may have.
 pub const MAX_ACCOUNTS: usize = 10_000;
 
@@ -124,9 +138,10 @@ impl BankSpec {
         self
     }
 
-    /// The money in the bank, which no transaction may create or destroy.
-    pub fn total(&self) -> i64 {
-        self.customers as i64 * self.initial
+    /// The money in the bank, which no transaction may create or destroy
+    /// (more than an `i64` holds: the vault starts near `i64::MAX`).
+    pub fn total(&self) -> i128 {
+        self.customers as i128 * i128::from(self.initial) + i128::from(VAULT_START)
     }
 
     /// The id of customer `i`.
@@ -151,7 +166,11 @@ impl BankSpec {
             (i < self.customers && id == Self::customer(i)).then_some(self.initial)
         } else if let Some(n) = id.strip_prefix("merchant-") {
             let i: usize = n.parse().ok()?;
-            (i < self.merchants && id == Self::merchant(i)).then_some(0)
+            (i < self.merchants && id == Self::merchant(i)).then_some(if i == 0 {
+                VAULT_START
+            } else {
+                0
+            })
         } else if id == FEES {
             Some(0)
         } else {
@@ -209,7 +228,7 @@ impl BankSpec {
         let merchants = (0..self.merchants).map(|i| {
             doc! {
                 "_id": Self::merchant(i),
-                "balance": 0_i64,
+                "balance": if i == 0 { VAULT_START } else { 0_i64 },
                 "payments": 0_i64,
                 "pendingTransactions": [],
             }
@@ -395,7 +414,8 @@ pub fn read_voucher(doc: &Document) -> Option<(String, i64, String)> {
 impl Plan {
     /// A random transaction between accounts with id `txid`: 50 % transfers,
     /// 20 % payments, 30 % payouts (a third of them from the fee account), so
-    /// that the money the merchants and the fees collect flows back.
+    /// that the money the merchants and the fees collect flows back (less of
+    /// it from the vault, which is meant to stay at its limit).
     pub fn random(spec: &BankSpec, rng: &mut Rng, txid: String) -> Plan {
         let amount = rng.range(2, MAX_AMOUNT as u64) as i64;
         let customer = |rng: &mut Rng| BankSpec::customer(rng.index(spec.customers));
@@ -408,7 +428,14 @@ impl Plan {
         } else if roll < 70 {
             (Kind::Payment, customer(rng), merchant(rng))
         } else if roll < 90 {
-            (Kind::Payout, merchant(rng), customer(rng))
+            // Half the payouts the vault would make go to another merchant:
+            // more money flows into the vault than out, so it stays at its
+            // limit, where credits that would not fit are refused.
+            let mut from = merchant(rng);
+            if from == VAULT && spec.merchants > 1 && rng.coin() {
+                from = BankSpec::merchant(1 + rng.index(spec.merchants - 1));
+            }
+            (Kind::Payout, from, customer(rng))
         } else {
             (Kind::Payout, FEES.to_owned(), customer(rng))
         };
@@ -700,7 +727,8 @@ mod tests {
         assert_eq!(spec.local_documents().len(), 12);
         assert_eq!(spec.remote_documents().len(), MERCHANTS + 1);
         assert_eq!(spec.account_ids().len(), 12 + MERCHANTS + 1);
-        assert_eq!(spec.total(), 1200);
+        assert_eq!(spec.total(), 1200 + i128::from(VAULT_START));
+        assert_eq!(spec.initial_balance(VAULT), Some(VAULT_START));
     }
 
     #[test]

@@ -238,9 +238,13 @@ pub struct Report {
     /// Undone-insert placeholders in the ledger.
     pub ghosts: u64,
     /// The sum of all balances and of the live vouchers' amounts.
-    pub total: i64,
+    pub total: i128,
     /// The fee account's `count`.
     pub fee_count: i64,
+    /// The vault's balance ([`VAULT`](crate::bank::VAULT), near `i64::MAX`).
+    pub vault_balance: i64,
+    /// Committed transactions that credited the vault.
+    pub vault_credits: u64,
     /// The vouchers' story.
     pub vouchers: VoucherStats,
     /// Why the `canceled` records were canceled (see [`cancel_cause`]), counted.
@@ -250,7 +254,8 @@ pub struct Report {
 /// Classifies the `lastError` of a canceled record: `guard` (a balance too low),
 /// `conflict` (a document held by another transaction), `recovery` (rolled back
 /// by recovery after its lease ended), `store` (a store error while applying),
-/// `fenced`, `expired` (an apply past its deadline), `exists` (a voucher
+/// `fenced`, `expired` (an apply past its deadline), `overflow` (a credit to
+/// the vault that would not fit with those pending), `exists` (a voucher
 /// issued over a live one), `not-found`, or `other`.
 pub fn cancel_cause(last_error: Option<&str>) -> &'static str {
     let Some(e) = last_error else {
@@ -268,6 +273,8 @@ pub fn cancel_cause(last_error: Option<&str>) -> &'static str {
         "fenced"
     } else if e.contains("deadline of the apply has passed") {
         "expired"
+    } else if e.contains("would overflow") {
+        "overflow"
     } else if e.contains("already exists") {
         "exists"
     } else if e.contains("not found") {
@@ -679,6 +686,9 @@ pub fn check(spec: &BankSpec, ns: &BankNs, snap: &Snapshot, logs: Option<&LogSum
         }
         *delta.entry(plan.from.clone()).or_default() -= plan.amount;
         *delta.entry(plan.to.clone()).or_default() += plan.credit();
+        if plan.to == crate::bank::VAULT {
+            report.vault_credits += 1;
+        }
         *delta.entry(FEES.to_owned()).or_default() += FEE;
         if plan.kind == Kind::Payment {
             payments
@@ -705,10 +715,15 @@ pub fn check(spec: &BankSpec, ns: &BankNs, snap: &Snapshot, logs: Option<&LogSum
     }
 
     // Every committed transaction applied exactly once, every canceled one not at all.
+    report.vault_balance = balances
+        .get(crate::bank::VAULT)
+        .copied()
+        .unwrap_or_default();
     for (id, balance) in &balances {
-        let initial = spec.initial_balance(id).unwrap_or(0);
-        let moved = delta.get(id).copied().unwrap_or(0);
-        if *balance != initial + moved {
+        let initial = i128::from(spec.initial_balance(id).unwrap_or(0));
+        let moved = i128::from(delta.get(id).copied().unwrap_or(0));
+        let balance = i128::from(*balance);
+        if balance != initial + moved {
             report.add(
                 Check::Balance,
                 format!(
@@ -736,8 +751,11 @@ pub fn check(spec: &BankSpec, ns: &BankNs, snap: &Snapshot, logs: Option<&LogSum
             );
         }
     }
-    report.total =
-        balances.values().sum::<i64>() + vouchers.values().map(|v| v.amount).sum::<i64>();
+    report.total = balances.values().map(|&b| i128::from(b)).sum::<i128>()
+        + vouchers
+            .values()
+            .map(|v| i128::from(v.amount))
+            .sum::<i128>();
     if report.total != spec.total() {
         report.add(
             Check::Conservation,
@@ -1189,7 +1207,7 @@ mod tests {
         assert!(report.violations.is_empty(), "{:#?}", report.violations);
         assert_eq!((report.committed, report.canceled), (8, 4));
         assert_eq!((report.ledger_entries, report.ghosts), (8, 0));
-        assert_eq!(report.total, 300);
+        assert_eq!(report.total, 300 + i128::from(crate::bank::VAULT_START));
         assert_eq!(report.fee_count, 8);
         assert_eq!(
             report.vouchers,

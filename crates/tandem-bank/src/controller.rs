@@ -36,7 +36,7 @@ use crate::nemesis::{
     failpoint_off, is_loopback, probe_failpoints, random_failpoint, slow_failpoint, Nemesis,
 };
 use crate::outcome_log::{LogSummary, LogTail, Logged};
-use crate::procs::{locate_secantusd, Server, Worker};
+use crate::procs::{locate_libfaketime, locate_secantusd, ClockSkew, Server, Worker};
 use crate::rng::Rng;
 use crate::worker::WorkerArgs;
 
@@ -283,12 +283,21 @@ async fn run_in(
                     logs_dir.join(format!("server-{n}.log")),
                 )
                 .map_err(|e| format!("choosing a port: {e}"))?;
+                if n == 2 && !options.clock_skew.is_zero() {
+                    let lib = locate_libfaketime()?;
+                    server = server.with_clock_skew(ClockSkew::new(
+                        lib,
+                        options.clock_skew,
+                        options.seed ^ 0x5eed_c10c,
+                    ));
+                }
                 server.start(SERVER_START).await?;
                 say(format!(
-                    "server {n}: SecantusDB started at {} (pid {}, storage {})",
+                    "server {n}: SecantusDB started at {} (pid {}, storage {}){}",
                     server.uri(),
                     server.pid().unwrap_or(0),
-                    server.storage().display()
+                    server.storage().display(),
+                    skew_text(&server)
                 ));
                 fleet.servers.push(server);
             }
@@ -310,6 +319,21 @@ async fn run_in(
         stores.push(store);
     }
     let stores: [MongoStore; 2] = [stores[0].clone(), stores[1].clone()];
+    if !options.clock_skew.is_zero() {
+        if fleet.servers.len() == 2 {
+            say(format!(
+                "clock nemesis: server 2's clock is off by up to {:?} either way, drawn anew at every restart (clock margin {:?}); measured now: server 1 {}, server 2 {}",
+                options.clock_skew,
+                tandem::CoordinatorConfig::default().clock_margin,
+                measured_offset(&stores[0]).await,
+                measured_offset(&stores[1]).await,
+            ));
+        } else {
+            say(
+                "clock nemesis skipped: the server is not managed by this run (MONGODB_URI is set)",
+            );
+        }
+    }
     let db = format!("tandem_bank_{}_{}", options.seed, std::process::id());
     let ns = BankNs::new(&db);
     let spec = BankSpec::new(options.accounts, options.initial).with_vouchers(options.vouchers);
@@ -832,6 +856,29 @@ async fn setup(
 /// Checks that the server answering is this run's, with its data: it holds
 /// the token written at setup in `meta` (a restarted server kept its storage,
 /// and no other server took its port while it was down).
+/// `", clock off by +N ms"` for a server under a clock skew, else nothing.
+fn skew_text(server: &Server) -> String {
+    match server.clock_offset_millis() {
+        Some(ms) => format!(", clock off by {ms:+} ms"),
+        None => String::new(),
+    }
+}
+
+/// The server's clock (`hello`'s `localTime`) minus this machine's, in
+/// milliseconds, as text: shows that the skew reaches the server's `$$NOW`.
+async fn measured_offset(store: &MongoStore) -> String {
+    use tandem::Store;
+    let sent = std::time::SystemTime::now();
+    let Ok(Ok(server)) = tokio::time::timeout(SHORT, store.now()).await else {
+        return "unreadable".into();
+    };
+    let Ok(sent) = sent.duration_since(std::time::UNIX_EPOCH) else {
+        return "unreadable".into();
+    };
+    let local = i64::try_from(sent.as_millis()).unwrap_or(i64::MAX);
+    format!("{:+} ms", server.timestamp_millis().saturating_sub(local))
+}
+
 async fn check_identity(store: &MongoStore, meta: &Namespace, token: &str) -> Result<(), String> {
     let found = store
         .find_one(meta, doc! { "_id": "run" })
@@ -935,8 +982,16 @@ async fn strike(
                 check_identity(&stores[i], &meta_of(ns, i), token),
             )
             .await?;
+            let offset = match server.clock_offset_millis() {
+                Some(_) => format!(
+                    "{}, measured {}",
+                    skew_text(server),
+                    measured_offset(&stores[i]).await
+                ),
+                None => String::new(),
+            };
             say(format!(
-                "nemesis: kill -9 server {} (pid {pid}); down {:.1} s, restarted on port {} in {:.1} s (pid {})",
+                "nemesis: kill -9 server {} (pid {pid}); down {:.1} s, restarted on port {} in {:.1} s (pid {}){offset}",
                 i + 1,
                 down.as_secs_f64(),
                 server.port(),
@@ -1115,6 +1170,12 @@ fn print_summary(
     say(format!(
         "vouchers: {} issued, {} redeemed, {} live at the end, {} ids issued again after a redeem, {} placeholders",
         v.issued, v.redeemed, v.live, v.reissued, v.placeholders
+    ));
+    say(format!(
+        "vault {}: balance i64::MAX - {} after {} committed credits near the limit (credits that would not fit with those pending are canceled as overflow)",
+        crate::bank::VAULT,
+        i64::MAX - report.vault_balance,
+        report.vault_credits
     ));
     if !report.cancel_causes.is_empty() {
         let causes: Vec<String> = report

@@ -133,6 +133,54 @@ pub fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
 }
 
+/// Where Debian's `libfaketime` package puts the library (multi-threaded variant).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// Finds libfaketime: `$TANDEM_LIBFAKETIME`, else [`LIBFAKETIME`].
+pub fn locate_libfaketime() -> Result<PathBuf, String> {
+    let path = std::env::var_os("TANDEM_LIBFAKETIME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(LIBFAKETIME));
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "libfaketime is not installed ({} not found); install Debian's faketime \
+             package (bash scripts/bank.sh does when asked for a clock skew)",
+            path.display()
+        ))
+    }
+}
+
+/// A server's clock set off from the machine's by libfaketime, drawn anew
+/// from `[-max, +max]` at every start (a restart steps the clock, possibly back).
+#[derive(Debug)]
+pub struct ClockSkew {
+    lib: PathBuf,
+    max_millis: u64,
+    rng: crate::rng::Rng,
+    offset_millis: i64,
+}
+
+impl ClockSkew {
+    /// Offsets up to `max` either way, through the library at `lib`, drawn from `seed`.
+    pub fn new(lib: PathBuf, max: Duration, seed: u64) -> Self {
+        ClockSkew {
+            lib,
+            max_millis: u64::try_from(max.as_millis()).unwrap_or(u64::MAX / 4),
+            rng: crate::rng::Rng::new(seed),
+            offset_millis: 0,
+        }
+    }
+
+    fn draw(&mut self) -> i64 {
+        let span = self.max_millis.saturating_mul(2);
+        let drawn = i64::try_from(self.rng.range(0, span)).unwrap_or(0);
+        self.offset_millis = drawn - i64::try_from(self.max_millis).unwrap_or(0);
+        self.offset_millis
+    }
+}
+
 /// A SecantusDB server this run manages, on 127.0.0.1, with a real storage
 /// directory so that it survives SIGKILL with its acknowledged writes.
 #[derive(Debug)]
@@ -142,6 +190,7 @@ pub struct Server {
     storage: PathBuf,
     log: PathBuf,
     child: Option<Child>,
+    skew: Option<ClockSkew>,
 }
 
 impl Server {
@@ -153,7 +202,20 @@ impl Server {
             storage,
             log,
             child: None,
+            skew: None,
         })
+    }
+
+    /// Runs the server under libfaketime, its clock off by a new offset at every start.
+    pub fn with_clock_skew(mut self, skew: ClockSkew) -> Self {
+        self.skew = Some(skew);
+        self
+    }
+
+    /// The offset of its clock from the machine's at its last start, in
+    /// milliseconds (`None` without a clock skew).
+    pub fn clock_offset_millis(&self) -> Option<i64> {
+        self.skew.as_ref().map(|s| s.offset_millis)
     }
 
     /// Its URI.
@@ -206,6 +268,13 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
+        if let Some(skew) = &mut self.skew {
+            let offset = skew.draw();
+            // libfaketime reads a relative offset in (fractional) seconds.
+            cmd.env("LD_PRELOAD", &skew.lib)
+                .env("FAKETIME", format!("{:+.3}", offset as f64 / 1000.0))
+                .env("FAKETIME_DONT_RESET", "1");
+        }
         die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
