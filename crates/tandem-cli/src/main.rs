@@ -14,7 +14,12 @@
 //! a garbage-collection age below the lease plus the clock margin);
 //! 3 the database cannot be reached, the URI is invalid, or authentication
 //! failed; 4 no transaction has that id; 5 the request was refused (e.g.
-//! cancelling a transaction past its commit point).
+//! cancelling a transaction past its commit point); 6 the records collection
+//! does not exist (wrong `--db` or `--collection`: the message names the
+//! databases that hold one).
+//!
+//! Global flags (`--uri`, `--db`, `--lease`, ...) may come before or after
+//! the subcommand.
 
 mod duration;
 mod output;
@@ -37,16 +42,17 @@ use tandem_mongodb::MongoStore;
 #[command(name = "tandem", version, about)]
 struct Cli {
     /// The MongoDB connection string.
-    #[arg(long, env = "MONGODB_URI")]
-    uri: String,
-    /// The database of the transaction records.
-    #[arg(long, default_value = "tandem", env = "TANDEM_DB")]
+    #[arg(long, env = "MONGODB_URI", global = true)]
+    uri: Option<String>,
+    /// The database of the transaction records: the database the
+    /// applications' coordinators were given (`CoordinatorBuilder::database`).
+    #[arg(long, default_value = "tandem", env = "TANDEM_DB", global = true)]
     db: String,
     /// The collection of the transaction records.
-    #[arg(long, default_value = "transactions")]
+    #[arg(long, default_value = "transactions", global = true)]
     collection: String,
     /// How long to wait for the server before giving up.
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, default_value = "10s", value_parser = duration::parse, global = true)]
     connect_timeout: Duration,
     /// The lease recovery gives the transactions it takes over (use the
     /// applications' lease); garbage collection keeps records at least this
@@ -137,6 +143,7 @@ enum Failure {
     NotFound(String),
     Refused(String),
     Incomplete(String),
+    NoRecords(String),
 }
 
 impl Failure {
@@ -147,6 +154,7 @@ impl Failure {
             Failure::Connect(_) => 3,
             Failure::NotFound(_) => 4,
             Failure::Refused(_) => 5,
+            Failure::NoRecords(_) => 6,
         }
     }
 
@@ -156,7 +164,8 @@ impl Failure {
             | Failure::Connect(m)
             | Failure::NotFound(m)
             | Failure::Refused(m)
-            | Failure::Incomplete(m) => m,
+            | Failure::Incomplete(m)
+            | Failure::NoRecords(m) => m,
         }
     }
 }
@@ -195,12 +204,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             )));
         }
     }
+    let Some(uri) = cli.uri.as_deref() else {
+        return Err(Failure::Usage(
+            "no server: give --uri or set MONGODB_URI".into(),
+        ));
+    };
     let store = MongoStore::builder()
         .server_selection_timeout(cli.connect_timeout)
         .app_name("tandem-cli")
-        .connect(&cli.uri)
+        .connect(uri)
         .await?;
     store.ping().await?;
+    records_exist(&store, &cli.db, &cli.collection).await?;
     let store: Arc<dyn Store> = Arc::new(store);
     let ns = Namespace::new(&cli.db, &cli.collection);
     let coordinator = Coordinator::builder_shared(store.clone())
@@ -258,10 +273,26 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Show { id, json } => {
             let record = find(store.as_ref(), &ns, &id).await?;
+            let mut documents = Vec::with_capacity(record.participants.len());
+            for p in &record.participants {
+                documents.push(participant_document(store.as_ref(), &record, p).await?);
+            }
             if json {
-                output::print_json(&output::record_json(&record));
+                let mut value = output::record_json(&record);
+                if let Some(map) = value.as_object_mut() {
+                    map.insert(
+                        "documents".into(),
+                        serde_json::Value::Array(
+                            documents
+                                .iter()
+                                .map(|d| serde_json::Value::String(d.clone()))
+                                .collect(),
+                        ),
+                    );
+                }
+                output::print_json(&value);
             } else {
-                print!("{}", output::details(&record));
+                print!("{}", output::details(&record, &documents));
             }
             Ok(())
         }
@@ -404,6 +435,99 @@ async fn status(store: &dyn Store, ns: &Namespace, json: bool) -> Result<(), Fai
     Ok(())
 }
 
+/// Fails with [`Failure::NoRecords`] when `db.collection` does not exist,
+/// naming the databases that hold a collection of that name.
+async fn records_exist(store: &MongoStore, db: &str, collection: &str) -> Result<(), Failure> {
+    let client = store.client();
+    let names = client
+        .database(db)
+        .list_collection_names()
+        .await
+        .map_err(|e| Failure::Connect(format!("listing the collections of {db}: {e}")))?;
+    if names.iter().any(|n| n == collection) {
+        return Ok(());
+    }
+    let mut holders = Vec::new();
+    if let Ok(dbs) = client.list_database_names().await {
+        for other in dbs {
+            if let Ok(names) = client.database(&other).list_collection_names().await {
+                if names.iter().any(|n| n == collection) {
+                    holders.push(other);
+                }
+            }
+        }
+    }
+    let hint = if holders.is_empty() {
+        format!("no database on this server has a {collection:?} collection")
+    } else {
+        format!(
+            "databases with a {collection:?} collection: {} (pass one with --db)",
+            holders.join(", ")
+        )
+    };
+    Err(Failure::NoRecords(format!(
+        "no transaction records here: {db}.{collection} does not exist; the records live in the \
+         database the applications' coordinators were given; {hint}"
+    )))
+}
+
+/// What a participant's document says about its change: found by its
+/// namespace and `_id` (document changes on the default store only).
+async fn participant_document(
+    store: &dyn Store,
+    record: &TxRecord,
+    p: &tandem::record::ParticipantEntry,
+) -> Result<String, Failure> {
+    if p.kind != "document" {
+        return Ok(format!(
+            "a participant of kind {:?}: not a document this tool reads",
+            p.kind
+        ));
+    }
+    let change: tandem::DocumentChange = match bson::from_document(p.spec.clone()) {
+        Ok(c) => c,
+        Err(e) => return Ok(format!("unreadable change: {e}")),
+    };
+    if let Some(name) = &change.store {
+        return Ok(format!("in store {name:?}, which this tool does not reach"));
+    }
+    let doc = store
+        .find_one(&change.namespace, doc! { "_id": change.id.clone() })
+        .await?;
+    let id = record.id.as_str();
+    let Some(doc) = doc else {
+        return Ok(match record.state {
+            TxState::Done | TxState::Applied => {
+                "document absent (deleted by this transaction, or since)".into()
+            }
+            _ => "document absent".into(),
+        });
+    };
+    let ghost = doc
+        .get_document("_tandem")
+        .ok()
+        .and_then(|t| t.get_bool("ghost").ok())
+        .unwrap_or(false);
+    if ghost {
+        return Ok("a placeholder: its _id is reserved for an insert, nothing applied".into());
+    }
+    let marked = doc
+        .get_array(&change.marker)
+        .map(|m| m.iter().any(|v| v.as_str() == Some(id)))
+        .unwrap_or(false);
+    Ok(match (record.state, marked) {
+        (TxState::Pending, true) => "applied, not committed yet (marked)".into(),
+        (TxState::Pending | TxState::Initial, false) => "not applied (no marker)".into(),
+        (TxState::Applied, true) => "applied and committed; marker not cleared yet".into(),
+        (TxState::Applied | TxState::Done, false) => "applied and committed".into(),
+        (TxState::Canceling, true) => "applied, to be undone (marked)".into(),
+        (TxState::Canceling | TxState::Canceled, false) => {
+            "not applied, or undone (no marker)".into()
+        }
+        (state, true) => format!("marked although the transaction is {state}: recovery removes it"),
+    })
+}
+
 async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Result<(), Failure> {
     let worker = coordinator.recovery(RecoveryConfig {
         pending: if forward {
@@ -454,6 +578,39 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
         println!(
             "{} transaction(s) wait for applies still in flight to miss their deadline; run recover again after the lease",
             total.waiting
+        );
+    }
+    // In flight but not claimed: their owners' leases have not run out.
+    let store = coordinator.stores().default_store();
+    let ns = Namespace::new(
+        &coordinator.config().database,
+        &coordinator.config().collection,
+    );
+    let now = store.now().await?;
+    let in_flight: Vec<bson::Bson> = TxState::in_flight().into_iter().map(Into::into).collect();
+    let leased: Vec<TxRecord> = load(
+        store.as_ref(),
+        &ns,
+        doc! { "state": { "$in": in_flight } },
+        None,
+    )
+    .await?
+    .into_iter()
+    .filter(|r| !r.lease_expired(now))
+    .collect();
+    if let Some(last) = leased.iter().filter_map(TxRecord::lease_expires).max() {
+        let left = Duration::from_millis(
+            u64::try_from(
+                last.timestamp_millis()
+                    .saturating_sub(now.timestamp_millis()),
+            )
+            .unwrap_or(0),
+        );
+        println!(
+            "{} transaction(s) still inside their owners' lease, left alone; the last lease ends in {} ({}, by the server's clock)",
+            leased.len(),
+            duration::render(left),
+            last.try_to_rfc3339_string().unwrap_or_else(|_| last.to_string())
         );
     }
     if total.failed > 0 {

@@ -60,7 +60,7 @@ pub fn table(records: &[TxRecord], now: bson::DateTime) -> String {
 }
 
 /// Everything about one record.
-pub fn details(r: &TxRecord) -> String {
+pub fn details(r: &TxRecord, documents: &[String]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "transaction {}", r.id);
     let _ = writeln!(out, "  state:         {}", r.state);
@@ -88,6 +88,9 @@ pub fn details(r: &TxRecord) -> String {
         if let Some(before) = &p.before {
             let before = bson::Bson::Document(before.clone()).into_relaxed_extjson();
             let _ = writeln!(out, "     before: {before}");
+        }
+        if let Some(d) = documents.get(i) {
+            let _ = writeln!(out, "     document: {d}");
         }
     }
     let _ = writeln!(out, "history:");

@@ -184,6 +184,40 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
         text.contains("history:") && text.contains("create"),
         "{text}"
     );
+    // Each participant's document, read and judged against the record.
+    let judged: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("document: "))
+        .collect();
+    assert_eq!(judged.len(), 2, "{text}");
+    for j in &judged {
+        assert!(
+            [
+                "applied, not committed yet (marked)",
+                "not applied (no marker)"
+            ]
+            .contains(j),
+            "{text}"
+        );
+    }
+
+    // Global flags after the subcommand.
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["status", "--uri", &uri, "--db", &db, "--lease", "1s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("pending    3"), "{}", stdout(&out));
+
+    // The wrong database: no records collection there, and the message names
+    // the databases that have one.
+    let out = tandem(&uri, &format!("{db}_elsewhere"), &["status"]);
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("does not exist") && stderr.contains(&db),
+        "{stderr}"
+    );
 
     // The three short leases have run out; the fourth lease still runs.
     until_server_time(&store, expired).await;
@@ -192,6 +226,10 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
     let text = stdout(&out);
     assert!(
         text.contains("recovered 3: committed 1, canceled 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 transaction(s) still inside their owners' lease"),
         "{text}"
     );
     assert_eq!(
@@ -208,8 +246,14 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
     // Canceling the leased one is decided at once, and undone once its
     // owner's applies can no longer land: after its deadline.
     let owner_deadline = deadline(&store, &db, &leased).await;
-    let out = tandem(&uri, &db, &["cancel", leased.as_str()]);
+    let out = tandem(
+        &uri,
+        &db,
+        &["cancel", leased.as_str(), "--reason", "customer asked"],
+    );
     assert!(out.status.success(), "{out:?}");
+    let shown = stdout(&tandem(&uri, &db, &["show", leased.as_str()]));
+    assert!(shown.contains("cancel: customer asked"), "{shown}");
     assert!(
         stdout(&out).contains("canceling: decided"),
         "{}",

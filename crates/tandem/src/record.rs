@@ -194,8 +194,9 @@ pub struct HistoryEntry {
     pub owner: String,
     /// The worker's epoch.
     pub epoch: i64,
-    /// `"create"`, `"move"`, `"claim"`, or `"overwritten …"` (an undo's
-    /// conflict with a writer outside tandem).
+    /// `"create"`, `"move"`, `"claim"`, `"overwritten …"` (an undo's
+    /// conflict with a writer outside tandem), or `"cancel: <reason>"` (an
+    /// operator's cancellation, with the reason given).
     pub event: String,
 }
 

@@ -434,12 +434,19 @@ impl RecoveryWorker {
                 } else {
                     let reason =
                         cancel_reason.unwrap_or("rolled back by recovery after the lease expired");
+                    // An operator's reason also goes into the history, which keeps it
+                    // when a later error replaces `lastError`.
+                    let notes: Vec<String> = cancel_reason
+                        .map(|r| format!("cancel: {r}"))
+                        .into_iter()
+                        .collect();
                     engine
-                        .transition(
+                        .transition_noting(
                             &live,
                             TxState::Pending,
                             TxState::Canceling,
                             Some(format!("(recovery): rejected: {reason}")),
+                            &notes,
                         )
                         .await?;
                     match engine.finish_canceling(&live).await {
