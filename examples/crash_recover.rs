@@ -169,5 +169,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("after recovery: A = {a}, B = {b}, transaction {id} is {state:?}");
     assert_eq!((a, b), (900, 1100));
     assert_eq!(state, Some(TxState::Done));
+    // Background work finished, connections closed, before `main` returns.
+    restarted.shutdown().await;
     Ok(())
 }

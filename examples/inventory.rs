@@ -159,5 +159,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("no stock")?;
     println!("  kayaks left: {}", stock.get_i32("available")?);
     assert_eq!(stock.get_i32("available")?, 1);
+    // Background work finished, connections closed, before `main` returns.
+    coordinator.shutdown().await;
     Ok(())
 }

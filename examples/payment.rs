@@ -192,5 +192,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(|d| d.get_i64("balance").ok());
     assert_eq!(balance, Some(700), "only order-1 was paid");
     println!("\nalice paid exactly once: balance 700");
+    // Background work finished, connections closed, before `main` returns.
+    coordinator.shutdown().await;
     Ok(())
 }

@@ -119,5 +119,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("no route")?;
     assert_eq!(route.get_i32("slots_left")?, 0);
     println!("  invoices: inv-1 booked, inv-2 open; slots left on oslo-bergen: 0");
+    // Background work finished, connections closed, before `main` returns.
+    coordinator.shutdown().await;
     Ok(())
 }

@@ -218,5 +218,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("no order")?;
     assert_eq!(o2.get_str("state")?, "new");
     println!("  o-2 is still new");
+    // Background work finished, connections closed, before `main` returns.
+    coordinator.shutdown().await;
     Ok(())
 }

@@ -91,5 +91,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("record missing")?;
     println!("  transaction {} is {}", record.id, record.state);
     assert_eq!(record.state, TxState::Done);
+    // Background work finished, connections closed, before `main` returns.
+    coordinator.shutdown().await;
     Ok(())
 }

@@ -380,6 +380,13 @@ impl Store for MongoStore {
         })
     }
 
+    /// Closes the client's connections and stops its monitors (the driver's
+    /// `Client::shutdown`), waiting for operations in progress. Every clone of
+    /// this store shares the client: none may be used afterwards.
+    async fn shutdown(&self) {
+        self.inner.client.clone().shutdown().await;
+    }
+
     /// The last `hello`'s time plus the time elapsed here since it arrived,
     /// read again once it is [`CLOCK_READING_KEPT`] old: behind the server's
     /// clock by at most the reading's round trip (and the drift since).

@@ -139,3 +139,57 @@ async fn wrong_credentials_are_unauthorized_or_ignored() {
         }
     }
 }
+
+/// `Coordinator::shutdown` finishes the background work (the transaction
+/// answered `applied` ends `done`) and closes the client: the store refuses
+/// work afterwards instead of running it on a client whose tasks the
+/// runtime is about to drop.
+#[tokio::test]
+async fn shutdown_drains_then_closes_the_client() {
+    let Some(t) = TestDb::new("shutdown").await else {
+        return;
+    };
+    let uri = mongodb_uri().expect("a server");
+    let accounts = t.ns("accounts");
+    for id in ["A", "B"] {
+        t.store
+            .insert_one(&accounts, doc! { "_id": id, "balance": 10_i64 })
+            .await
+            .unwrap();
+    }
+    let coordinator = tandem::Coordinator::builder(t.store.clone())
+        .database(&t.db)
+        .commit_point(tandem::CommitPoint::Applied)
+        .build();
+    let receipt = coordinator
+        .run(
+            tandem::Transaction::new()
+                .change(
+                    tandem::DocumentChange::update(accounts.clone(), "A").inc("balance", -1_i64),
+                )
+                .change(
+                    tandem::DocumentChange::update(accounts.clone(), "B").inc("balance", 1_i64),
+                ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(receipt.state, tandem::TxState::Applied);
+    coordinator.shutdown().await;
+    assert!(
+        t.store.ping().await.is_err(),
+        "the client is closed after shutdown"
+    );
+    // A fresh connection sees the background work done.
+    let fresh = MongoStore::connect(&uri).await.unwrap();
+    let record = fresh
+        .find_one(
+            &Namespace::new(t.db.clone(), "transactions"),
+            doc! { "_id": receipt.id.as_str() },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.get_str("state").unwrap(), "done");
+    fresh.client().database(&t.db).drop().await.unwrap();
+    fresh.shutdown().await;
+}

@@ -471,6 +471,18 @@ impl Coordinator {
         }
     }
 
+    /// Shuts down cleanly: waits for the background work ([`drain`](Self::drain)),
+    /// then closes every store ([`Store::shutdown`]). Call it before the end of
+    /// `main`: a MongoDB client dropped while the runtime stops may still have
+    /// background tasks of its own running. The coordinator (and its stores,
+    /// also through clones) must not be used afterwards.
+    pub async fn shutdown(&self) {
+        self.drain().await;
+        for store in self.engine.stores.all() {
+            store.shutdown().await;
+        }
+    }
+
     fn background(&self) -> std::sync::MutexGuard<'_, Background> {
         self.background.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -58,6 +58,11 @@ impl Stores {
         &self.default
     }
 
+    /// Every store: the default one first, then the named ones (in no particular order).
+    pub fn all(&self) -> impl Iterator<Item = &Arc<dyn Store>> {
+        std::iter::once(&self.default).chain(self.named.values())
+    }
+
     /// The store named `name`, or the default store for `None`.
     pub fn get(&self, name: Option<&str>) -> Option<&Arc<dyn Store>> {
         match name {

@@ -193,6 +193,12 @@ pub trait Store: Send + Sync + 'static {
         self.now().await
     }
 
+    /// Closes the store's connections and stops its background work, waiting
+    /// for what is in progress; later calls fail. The default does nothing
+    /// (a store with nothing to close). Called by
+    /// [`Coordinator::shutdown`](crate::Coordinator::shutdown).
+    async fn shutdown(&self) {}
+
     /// `insertOne`: inserts `doc`, failing with [`StoreErrorKind::DuplicateKey`] if its `_id` exists.
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError>;
 
@@ -305,6 +311,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn clock_estimate(&self) -> Result<bson::DateTime, StoreError> {
         (**self).clock_estimate().await
+    }
+    async fn shutdown(&self) {
+        (**self).shutdown().await
     }
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
         (**self).insert_one(ns, doc).await

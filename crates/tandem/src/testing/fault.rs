@@ -181,6 +181,9 @@ impl Store for FaultStore {
     async fn clock_estimate(&self) -> Result<bson::DateTime, StoreError> {
         self.inner.clock_estimate().await
     }
+    async fn shutdown(&self) {
+        self.inner.shutdown().await
+    }
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
         self.gate().await?;
         self.inner.insert_one(ns, doc).await
