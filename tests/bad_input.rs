@@ -447,7 +447,10 @@ async fn too_many_participants(fx: Fixture) {
         let small = fx.builder().max_participants(3).build();
         let err = invalid(small.run(many(4, strategy)).await);
         assert_eq!(err, ChangeError::TooManyParticipants { count: 4, limit: 3 });
-        assert_eq!(err.to_string(), "4 participants exceed the limit of 3");
+        assert_eq!(
+            err.to_string(),
+            "4 participants exceed the limit of 3 (raise it with CoordinatorBuilder::max_participants)"
+        );
     }
     fx.assert_unchanged(&initial, &[]).await;
 }

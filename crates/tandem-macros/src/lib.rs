@@ -44,6 +44,10 @@ mod snapshots;
 /// of a field: `id`, `nested` (an embedded struct, addressed by dotted paths)
 /// and `skip`.
 ///
+/// The id is the field stored as `_id`: give it `#[serde(rename = "_id")]`.
+/// `#[participant(id)]` only marks it, and is an error on a field that is not
+/// stored as `_id`.
+///
 /// The documentation of the module `tandem::typed` describes the generated
 /// API, the options and the rules in full, with examples.
 #[proc_macro_attribute]

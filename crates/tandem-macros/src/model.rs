@@ -462,7 +462,7 @@ impl Model {
                             ident.span(),
                             format_args!(
                                 "`{ident}` has no id field: add #[serde(rename = \"_id\")] to the field holding \
-                                 the document id, or mark it #[participant(id)]"
+                                 the document id (#[participant(id)] alone is not enough: the id must be stored as `_id`)"
                             ),
                         );
                     }

@@ -71,8 +71,9 @@ pub enum ChangeError {
     /// A transaction with no participants.
     #[error("a transaction needs at least one participant")]
     NoParticipants,
-    /// More participants than the coordinator allows.
-    #[error("{count} participants exceed the limit of {limit}")]
+    /// More participants than the coordinator allows
+    /// ([`CoordinatorBuilder::max_participants`](crate::CoordinatorBuilder::max_participants)).
+    #[error("{count} participants exceed the limit of {limit} (raise it with CoordinatorBuilder::max_participants)")]
     TooManyParticipants {
         /// How many were given.
         count: usize,
