@@ -82,9 +82,9 @@ pub const VOUCHER_PERCENT: u64 = 20;
 /// The largest size of one entry of a marker array, in bytes: the element's
 /// type byte, its index key (at most 4 digits and a NUL: one document holds
 /// at most `64 workers x 16 tasks` live markers here), the string's length,
-/// and a transaction id of at most 32 bytes (the bank's ids, `w<i>.<n>.<t>-<seq>`,
-/// are about 20) with its NUL.
-pub const MARKER_ENTRY_MAX: usize = 1 + 5 + 4 + 32 + 1;
+/// a transaction id of at most 32 bytes (the bank's ids, `w<i>.<n>.<t>-<seq>`,
+/// are about 20), the token's tag (`#` and 12 characters) and a NUL.
+pub const MARKER_ENTRY_MAX: usize = 1 + 5 + 4 + 32 + 13 + 1;
 
 /// The fixed part of the hot document's size bound: its own fields, with
 /// ample room to spare.

@@ -364,8 +364,9 @@ struct Fate<'a> {
 impl Fate<'_> {
     /// `txid (done)`, `txid (canceled)`, `txid (no record; its worker was told committed)`, …
     fn of(&self, txid: &Bson) -> String {
+        // Markers and locks hold the id tagged with the record's token.
         let txid = match txid {
-            Bson::String(s) => s.clone(),
+            Bson::String(s) => tandem::TxId::of_marker(s).to_owned(),
             other => other.to_string(),
         };
         let fate = match self.records.get(&txid) {

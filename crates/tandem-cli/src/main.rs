@@ -494,7 +494,7 @@ async fn participant_document(
     let doc = store
         .find_one(&change.namespace, doc! { "_id": change.id.clone() })
         .await?;
-    let id = record.id.as_str();
+    let marker = record.marker();
     let Some(doc) = doc else {
         return Ok(match record.state {
             TxState::Done | TxState::Applied => {
@@ -513,7 +513,7 @@ async fn participant_document(
     }
     let marked = doc
         .get_array(&change.marker)
-        .map(|m| m.iter().any(|v| v.as_str() == Some(id)))
+        .map(|m| m.iter().any(|v| v.as_str() == Some(marker.as_str())))
         .unwrap_or(false);
     Ok(match (record.state, marked) {
         (TxState::Pending, true) => "applied, not committed yet (marked)".into(),

@@ -182,7 +182,8 @@
 //!    marker and lands the old credit a second time; a commit or finish CAS on
 //!    (id, state, epoch) moves the new record (`pending@0` again) to
 //!    `applied` before it applied anything, or to `done` with its markers
-//!    left. Fix: markers, locks and every record CAS carry the creation token.
+//!    left. Fix: markers, locks and every record CAS carry the creation token
+//!    (built: markers hold `<id>#<tag>`, `TxId::marker`).
 //! 3. **Liveness: `NB` chases the clock** ([`Fixes::stable_deadline`]). Every
 //!    claim sets a new `D` and raises `NB` to the previous `D + MARGIN`, also
 //!    for epochs that never apply. A worker that meets `NotYet` stops and

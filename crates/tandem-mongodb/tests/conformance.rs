@@ -460,6 +460,39 @@ async fn balance(store: &dyn Store, db: &str, id: &str) -> i64 {
         .unwrap()
 }
 
+/// `Strategy::Auto` on one server that has transactions runs natively.
+#[tokio::test]
+async fn auto_runs_natively_on_one_server() {
+    let Some((store, client, db, _)) = native_fixture("auto").await else {
+        return;
+    };
+    let accounts = Namespace::new(&db, "accounts");
+    let coordinator = Coordinator::builder(store.clone())
+        .database(&db)
+        .strategy(TxStrategy::Auto)
+        .build();
+    let receipt = coordinator
+        .run(
+            Transaction::new()
+                .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -1_i64))
+                .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 1_i64)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(receipt.strategy, TxStrategy::Native);
+    assert_eq!(receipt.state, TxState::Done);
+    assert_eq!(balance(store.as_ref(), &db, "A").await, 99);
+    assert_eq!(
+        store
+            .count(&Namespace::new(&db, "transactions"), doc! {})
+            .await
+            .unwrap(),
+        0,
+        "no record: it ran natively"
+    );
+    client.database(&db).drop().await.unwrap();
+}
+
 #[tokio::test]
 async fn native_and_two_phase_agree_on_outcomes_and_errors() {
     let Some((store, client, db, _)) = native_fixture("native").await else {
@@ -878,6 +911,15 @@ mod safety_on_mongodb {
             return;
         };
         safety::late_create_after_collection(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
+    async fn reused_id_keeps_markers_apart() {
+        let Some(f) = factory("s_reused_id").await else {
+            return;
+        };
+        safety::reused_id_keeps_markers_apart(&f, &f.db.clone()).await;
         done(f).await;
     }
 }

@@ -23,7 +23,23 @@ pub enum Strategy {
     /// needs every participant in one store (one replica set or sharded cluster)
     /// and a short transaction; leaves no record behind.
     Native,
+    /// [`Native`](Self::Native) when the transaction can run natively: every
+    /// participant a document change, all on one store that supports native
+    /// transactions, at most [`NATIVE_MAX_CHANGES`] changes of at most
+    /// [`NATIVE_MAX_BYTES`] in all; [`TwoPhase`](Self::TwoPhase) otherwise.
+    /// The receipt says which ran ([`Receipt::strategy`](crate::Receipt::strategy)),
+    /// and a [`TxEvent::StrategyChosen`](crate::TxEvent::StrategyChosen) event says why.
+    Auto,
 }
+
+/// The most changes [`Strategy::Auto`] runs natively: a native transaction
+/// holds a lock on every document it writes until it commits, and MongoDB
+/// advises keeping them to about a thousand documents.
+pub const NATIVE_MAX_CHANGES: usize = 1000;
+
+/// The most bytes of changes (their stored specifications) [`Strategy::Auto`]
+/// runs natively: well under the 16 MiB a transaction's oplog entries allow.
+pub const NATIVE_MAX_BYTES: usize = 1 << 20;
 
 /// What a transaction does when a document it needs is held by another transaction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

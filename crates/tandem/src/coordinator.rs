@@ -155,6 +155,7 @@ impl std::fmt::Debug for Transaction {
 
 /// What a committed transaction reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Receipt {
     /// The transaction id.
     pub id: TxId,
@@ -162,6 +163,9 @@ pub struct Receipt {
     pub state: TxState,
     /// Sequential round trips to the stores until `run` returned.
     pub round_trips: u32,
+    /// How it ran: [`Strategy::TwoPhase`] or [`Strategy::Native`] (what
+    /// [`Strategy::Auto`] chose).
+    pub strategy: Strategy,
 }
 
 /// Builds a [`Coordinator`].
@@ -609,11 +613,28 @@ impl Coordinator {
     /// [`TxError::Canceled`] says why. If the store fails mid-way the record is
     /// left for the recovery worker and [`TxError::Interrupted`] says where.
     pub async fn run(&self, tx: Transaction) -> Result<Receipt, TxError> {
-        if tx.strategy.unwrap_or(self.engine.config.strategy) == Strategy::Native {
-            return self.run_native(tx).await;
+        let (strategy, chosen) = match tx.strategy.unwrap_or(self.engine.config.strategy) {
+            Strategy::Auto => {
+                let (strategy, reason) = self.choose(&tx);
+                (strategy, Some(reason))
+            }
+            strategy => (strategy, None),
+        };
+        let announce = |id: &TxId| {
+            if let Some(reason) = &chosen {
+                self.engine.emit(TxEvent::StrategyChosen {
+                    id: id.clone(),
+                    strategy,
+                    reason: reason.clone(),
+                });
+            }
+        };
+        if strategy == Strategy::Native {
+            return self.run_native(tx, announce).await;
         }
         let keyed = tx.id.is_some();
         let (id, items) = self.prepare_items(tx)?;
+        announce(&id);
         // Inserts reserve their `_id` while preparing: a round trip of its own.
         let inserts: Vec<bool> = items
             .iter()
@@ -632,8 +653,11 @@ impl Coordinator {
 
         // Before-images, read before anything is written.
         let epoch = 0;
+        let token = crate::record::new_token();
+        let marker = id.marker(Some(&token));
         let prepare_ctx = |id| StepContext {
             tx: id,
+            marker: &marker,
             epoch,
             deadline: None,
             not_before: None,
@@ -700,9 +724,10 @@ impl Coordinator {
         }
         let mut live = Live {
             keyed,
-            token: Some(bson::oid::ObjectId::new().to_hex()),
+            token: Some(token.clone()),
             id: id.clone(),
             epoch,
+            marker: marker.clone(),
             parties,
             // Set from the record as written: its lease start plus the lease.
             deadline: bson::DateTime::from_millis(0),
@@ -735,6 +760,7 @@ impl Coordinator {
                     id,
                     state,
                     round_trips,
+                    strategy: Strategy::TwoPhase,
                 })
             }
             CommitPoint::Applied => {
@@ -743,13 +769,85 @@ impl Coordinator {
                     id,
                     state: TxState::Applied,
                     round_trips,
+                    strategy: Strategy::TwoPhase,
                 })
             }
         }
     }
 
+    /// What [`Strategy::Auto`] runs `tx` with, and why.
+    fn choose(&self, tx: &Transaction) -> (Strategy, String) {
+        let two_phase = |why: String| (Strategy::TwoPhase, why);
+        let mut store: Option<Option<&str>> = None;
+        let mut bytes = 0;
+        for item in &tx.items {
+            let change = match item {
+                Item::Document(change) => change,
+                Item::Custom(p) => {
+                    return two_phase(format!(
+                        "participant {} is not a document change",
+                        p.label()
+                    ))
+                }
+            };
+            let name = change.store.as_deref();
+            match store {
+                None => store = Some(name),
+                Some(first) if first != name => {
+                    return two_phase(format!(
+                        "participants span the stores {} and {}",
+                        first.unwrap_or("default"),
+                        name.unwrap_or("default")
+                    ))
+                }
+                Some(_) => {}
+            }
+            bytes += change
+                .spec()
+                .map(|spec| crate::query::size::document_len(&spec))
+                .unwrap_or(usize::MAX / 2);
+        }
+        let name = store.flatten();
+        match self.engine.stores.get(name) {
+            Some(s) if s.supports_native() => {}
+            Some(s) => {
+                return two_phase(format!(
+                    "the {} store ({}) has no native transactions",
+                    name.unwrap_or("default"),
+                    s.name()
+                ))
+            }
+            // An unknown store: the two-phase path refuses it with a typed error.
+            None => return two_phase(format!("unknown store {name:?}")),
+        }
+        let changes = tx.items.len();
+        if changes > crate::config::NATIVE_MAX_CHANGES {
+            return two_phase(format!(
+                "{changes} changes, more than the {} a native transaction takes",
+                crate::config::NATIVE_MAX_CHANGES
+            ));
+        }
+        if bytes > crate::config::NATIVE_MAX_BYTES {
+            return two_phase(format!(
+                "{bytes} bytes of changes, more than the {} a native transaction takes",
+                crate::config::NATIVE_MAX_BYTES
+            ));
+        }
+        (
+            Strategy::Native,
+            format!(
+                "{changes} change(s), {bytes} bytes, all on the {} store, which has native transactions",
+                name.unwrap_or("default")
+            ),
+        )
+    }
+
     /// Runs a transaction as one native multi-document transaction of its store.
-    async fn run_native(&self, tx: Transaction) -> Result<Receipt, TxError> {
+    async fn run_native(
+        &self,
+        tx: Transaction,
+        announce: impl FnOnce(&TxId),
+    ) -> Result<Receipt, TxError> {
         let unavailable =
             |reason: String| TxError::Invalid(ChangeError::NativeUnavailable { reason });
         let mut store_name: Option<Option<String>> = None;
@@ -776,6 +874,7 @@ impl Coordinator {
         }
         // The same validation as the two-phase path, so bad input fails the same way.
         let (id, items) = self.prepare_items(tx)?;
+        announce(&id);
         let changes: Vec<DocumentChange> = items
             .into_iter()
             .filter_map(|item| match item {
@@ -799,6 +898,7 @@ impl Coordinator {
         match store.run_native(&changes).await {
             Ok(()) => Ok(Receipt {
                 id,
+                strategy: Strategy::Native,
                 state: TxState::Done,
                 // One command per change inside the transaction, then the commit.
                 round_trips: u32::try_from(changes.len())

@@ -168,7 +168,7 @@ impl DocumentChange {
     /// The conditions every apply carries: not yet applied, not past its
     /// deadline, not a ghost, not held.
     fn apply_filter(&self, ctx: &StepContext<'_>) -> Document {
-        let tx = ctx.tx.as_str();
+        let tx = ctx.marker.as_str();
         let mut filter = self.guarded_filter(ctx.before);
         filter.insert(self.marker.clone(), doc! { "$ne": tx });
         // A credit deferred to the commit must not overflow there, where it
@@ -275,7 +275,7 @@ impl DocumentChange {
     /// and, when the step must wait for earlier applies to miss their
     /// deadline, the store's clock reads `not_before` or later.
     fn applied_filter(&self, ctx: &StepContext<'_>) -> Document {
-        let mut filter = doc! { "_id": self.id.clone(), self.marker.clone(): ctx.tx.as_str() };
+        let mut filter = doc! { "_id": self.id.clone(), self.marker.clone(): ctx.marker.as_str() };
         if let Some(time) = ctx.not_before {
             filter.insert("$expr", from(time));
         }
@@ -289,7 +289,7 @@ impl DocumentChange {
             "_id": self.id.clone(),
             GHOST: { "$exists": true },
             LOCK: Bson::Null,
-            self.marker.clone(): { "$ne": ctx.tx.as_str() },
+            self.marker.clone(): { "$ne": ctx.marker.as_str() },
         };
         if let Some(deadline) = ctx.deadline {
             filter.insert("$expr", before(deadline));
@@ -300,7 +300,7 @@ impl DocumentChange {
     /// The apply of an insert: the placeholder becomes the document, held
     /// by the transaction and marked.
     fn fill_update(&self, ctx: &StepContext<'_>, fields: &Document) -> Document {
-        let tx = ctx.tx.as_str();
+        let tx = ctx.marker.as_str();
         let mut set = fields.clone();
         set.insert(self.marker.clone(), vec![tx]);
         set.insert(META_FIELD, doc! { "lock": tx, "pending": 1 });
@@ -336,7 +336,7 @@ impl DocumentChange {
         let Some(current) = current else {
             return Ok(None); // no placeholder: reserve it again
         };
-        let tx = Bson::String(ctx.tx.as_str().to_owned());
+        let tx = Bson::String(ctx.marker.as_str().to_owned());
         if query::matches(&current, &doc! { self.marker.as_str(): tx }).unwrap_or(false) {
             return Ok(Some(())); // filled already, by this transaction
         }
@@ -429,7 +429,7 @@ impl DocumentChange {
             let still = store
                 .find_one(
                     &self.namespace,
-                    doc! { "_id": self.id.clone(), self.marker.clone(): ctx.tx.as_str() },
+                    doc! { "_id": self.id.clone(), self.marker.clone(): ctx.marker.as_str() },
                 )
                 .await
                 .map_err(|e| self.store_err(e))?;
@@ -467,7 +467,7 @@ impl DocumentChange {
         let current = store
             .find_one(
                 &self.namespace,
-                doc! { "_id": self.id.clone(), self.marker.clone(): ctx.tx.as_str() },
+                doc! { "_id": self.id.clone(), self.marker.clone(): ctx.marker.as_str() },
             )
             .await
             .map_err(|e| self.store_err(e))?;
@@ -482,7 +482,7 @@ impl DocumentChange {
             })
             .map(|(path, _)| path)
             .collect();
-        let tx = ctx.tx.as_str();
+        let tx = ctx.marker.as_str();
         let mut set = Document::new();
         let mut unset = doc! { LOCK: "" };
         let inc = self.undo_increments();
@@ -580,7 +580,7 @@ impl DocumentChange {
 
     /// The apply of a delete: hold the document and mark it for deletion at commit.
     fn delete_update(&self, ctx: &StepContext<'_>) -> Document {
-        let tx = ctx.tx.as_str();
+        let tx = ctx.marker.as_str();
         doc! {
             "$set": { LOCK: tx, DELETING: true },
             "$push": { self.marker.clone(): tx },
@@ -591,7 +591,7 @@ impl DocumentChange {
     /// The commit of an applied change (not a delete): the marker goes, the
     /// hold is released, and deferred credits land, exactly once.
     fn clear_update(&self, ctx: &StepContext<'_>) -> Document {
-        let tx = ctx.tx.as_str();
+        let tx = ctx.marker.as_str();
         let mut update = doc! {
             "$pull": { self.marker.clone(): tx },
             "$unset": { LOCK: "" },
@@ -646,10 +646,10 @@ impl DocumentChange {
                 }
             }
         }
-        push.insert(self.marker.clone(), ctx.tx.as_str());
+        push.insert(self.marker.clone(), ctx.marker.as_str());
         inc.insert(PENDING, 1);
         if self.is_exclusive() {
-            set.insert(LOCK, ctx.tx.as_str());
+            set.insert(LOCK, ctx.marker.as_str());
         }
         let mut update = Document::new();
         for (op, body) in [
@@ -690,7 +690,7 @@ impl DocumentChange {
             .find_one(&self.namespace, doc! { "_id": self.id.clone() })
             .await
             .map_err(|e| self.store_err(e))?;
-        match self.explain(current.as_ref(), Some(ctx.tx)) {
+        match self.explain(current.as_ref(), Some(ctx.marker)) {
             // Nothing in the document explains it: the deadline may have passed.
             Err(StepError::Conflict {
                 participant,
@@ -1038,9 +1038,10 @@ fn merge_conditions(filter: &mut Document, conds: Vec<(String, Bson)>) {
     }
 }
 
+/// The transaction a marker or lock names (its id, without the token's tag).
 fn holder_text(b: &Bson) -> String {
     match b {
-        Bson::String(s) => s.clone(),
+        Bson::String(s) => TxId::of_marker(s).to_owned(),
         other => other.to_string(),
     }
 }
@@ -1230,7 +1231,7 @@ impl Participant for DocumentChange {
 
     async fn compensate(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
         let store = self.store(&ctx)?;
-        let tx = ctx.tx.as_str();
+        let tx = ctx.marker.as_str();
         let update = match &self.op {
             // The document goes, and its `_id` is free at once: an apply still
             // in flight has missed its deadline by now (`not_before`).

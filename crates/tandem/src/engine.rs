@@ -48,6 +48,8 @@ pub(crate) struct Live {
     /// collected, the id used again) cannot move the new one.
     pub token: Option<String>,
     pub epoch: i64,
+    /// What the participants' markers and locks hold: [`TxId::marker`].
+    pub marker: TxId,
     pub parties: Vec<Party>,
     /// The deadline of this epoch's applies, by the participant stores' clocks.
     pub deadline: bson::DateTime,
@@ -300,6 +302,7 @@ impl Engine {
         };
         StepContext {
             tx: &live.id,
+            marker: &live.marker,
             epoch: live.epoch,
             deadline: Some(live.deadline),
             not_before,
@@ -631,6 +634,7 @@ impl Engine {
             token: record.token.clone(),
             id: record.id.clone(),
             epoch: record.epoch,
+            marker: record.marker(),
             parties,
             deadline: record.deadline(),
             not_before: record.not_before,

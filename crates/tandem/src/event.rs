@@ -13,6 +13,15 @@ use crate::TxId;
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum TxEvent {
+    /// [`Strategy::Auto`](crate::Strategy::Auto) chose how the transaction runs.
+    StrategyChosen {
+        /// The transaction.
+        id: TxId,
+        /// [`Native`](crate::Strategy::Native) or [`TwoPhase`](crate::Strategy::TwoPhase).
+        strategy: crate::Strategy,
+        /// Why, e.g. `"participants span the stores default and \"shipping\""`.
+        reason: String,
+    },
     /// The record was written, in state `pending`.
     Created {
         /// The transaction.
@@ -59,6 +68,11 @@ pub enum TxEvent {
 impl fmt::Display for TxEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            TxEvent::StrategyChosen {
+                id,
+                strategy,
+                reason,
+            } => write!(f, "{id}: runs {strategy:?}: {reason}"),
             TxEvent::Created { id, participants } => {
                 write!(
                     f,

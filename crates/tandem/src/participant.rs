@@ -105,8 +105,13 @@ impl fmt::Debug for Stores {
 /// once its marker is gone.
 #[derive(Clone, Copy, Debug)]
 pub struct StepContext<'a> {
-    /// The transaction id (the marker value).
+    /// The transaction id (also what an outside system may key the
+    /// participant's side effects by, e.g. a payment gateway's idempotency key).
     pub tx: &'a TxId,
+    /// The value this transaction's markers and locks hold: its id tagged
+    /// with its record's creation token ([`TxId::marker`]), so that a late
+    /// step of an earlier transaction under the same id never matches them.
+    pub marker: &'a TxId,
     /// The epoch of the worker running the step.
     pub epoch: i64,
     /// The deadline of this epoch's applies, by the participant store's clock;

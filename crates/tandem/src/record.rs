@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ChangeError;
 
-/// A transaction id: the value stored in every participant's marker array.
+/// A transaction id. Participants' marker arrays hold it tagged with its
+/// record's creation token ([`TxId::marker`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct TxId(String);
@@ -56,6 +57,64 @@ impl TxId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The value this transaction puts in its participants' marker arrays and
+    /// locks: `<id>#<tag>`, the tag being the first [`MARKER_TAG_LEN`]
+    /// characters of the record's creation token (the id alone for a record
+    /// without one, written before tokens existed).
+    ///
+    /// A transaction id may be used again once its record is collected (a
+    /// caller's idempotency key after the idempotency window). The tag keeps
+    /// the two transactions' markers apart, so a step of the first that
+    /// arrives very late (its worker stalled all that time) never takes the
+    /// second one's marker for its own.
+    pub fn marker(&self, token: Option<&str>) -> TxId {
+        match token {
+            Some(token) if !token.is_empty() => {
+                let tag: String = token.chars().take(MARKER_TAG_LEN).collect();
+                TxId(format!("{}{MARKER_TAG_SEPARATOR}{tag}", self.0))
+            }
+            _ => self.clone(),
+        }
+    }
+
+    /// The transaction id a marker value names: the value without its tag
+    /// (see [`marker`](Self::marker)); an untagged value names itself.
+    pub fn of_marker(value: &str) -> &str {
+        match value.rsplit_once(MARKER_TAG_SEPARATOR) {
+            Some((id, tag))
+                if !id.is_empty()
+                    && tag.len() == MARKER_TAG_LEN
+                    && tag.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            {
+                id
+            }
+            _ => value,
+        }
+    }
+}
+
+/// How many characters of the creation token tag a marker (48 random bits).
+pub const MARKER_TAG_LEN: usize = 12;
+
+/// Between a transaction id and its tag in a marker value.
+pub const MARKER_TAG_SEPARATOR: char = '#';
+
+/// A new creation token: 24 hex digits, random (the first twelve tag markers).
+pub(crate) fn new_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let random = |salt: u64| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(salt);
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        h.finish()
+    };
+    format!("{:016x}{:08x}", random(1), random(2) as u32)
 }
 
 impl fmt::Display for TxId {
@@ -302,6 +361,11 @@ impl TxRecord {
             .filter(|h| h.event.starts_with(CONFLICT_EVENT))
             .map(|h| h.event.as_str())
             .collect()
+    }
+
+    /// The value its participants' markers hold: [`TxId::marker`] with its token.
+    pub fn marker(&self) -> TxId {
+        self.id.marker(self.token.as_deref())
     }
 
     /// Whether the record was written at or after its create deadline

@@ -199,3 +199,67 @@ async fn native_validates_input_like_two_phase() {
         "{err:?}"
     );
 }
+
+/// `Strategy::Auto` runs natively when it can, two-phase when it cannot,
+/// and says which and why (receipt and event).
+#[tokio::test]
+async fn auto_picks_native_on_one_store_and_two_phase_across_stores() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = events.clone();
+    // The second store reads the same (manual) clock.
+    let other = MemoryStore::with_clock(clock.clone());
+    other
+        .insert_one(
+            &accounts(),
+            doc! { "_id": "Z", "balance": 0_i64, "pendingTransactions": [] },
+        )
+        .await
+        .unwrap();
+    let coordinator = Coordinator::builder(store.clone())
+        .store("other", other.clone())
+        .strategy(Strategy::Auto)
+        .commit_point(CommitPoint::Done)
+        .on_event(move |e| {
+            if let tandem::TxEvent::StrategyChosen {
+                strategy, reason, ..
+            } = e
+            {
+                seen.lock().unwrap().push((*strategy, reason.clone()));
+            }
+        })
+        .build();
+
+    let receipt = coordinator.run(transfer("A", "B", 100)).await.unwrap();
+    assert_eq!(receipt.strategy, Strategy::Native);
+    assert!(
+        store.documents(&records()).is_empty(),
+        "native leaves no record"
+    );
+
+    let across = Transaction::new()
+        .change(DocumentChange::update(accounts(), "A").inc("balance", -5_i64))
+        .change(
+            DocumentChange::update(accounts(), "Z")
+                .in_store("other")
+                .inc("balance", 5_i64),
+        );
+    let receipt = coordinator.run(across).await.unwrap();
+    assert_eq!(receipt.strategy, Strategy::TwoPhase);
+    assert_eq!(
+        store.documents(&records()).len(),
+        1,
+        "two-phase keeps a record"
+    );
+    assert_eq!(balance(&store, "A").await, 895);
+
+    let chosen = events.lock().unwrap().clone();
+    assert_eq!(chosen.len(), 2, "{chosen:?}");
+    assert_eq!(chosen[0].0, Strategy::Native);
+    assert!(chosen[0].1.contains("native transactions"), "{chosen:?}");
+    assert_eq!(chosen[1].0, Strategy::TwoPhase);
+    assert!(
+        chosen[1].1.contains("span the stores default and other"),
+        "{chosen:?}"
+    );
+}

@@ -426,12 +426,8 @@ async fn a_late_apply_after_done_is_fenced() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
     let coordinator = done(&store);
     let receipt = coordinator.run(transfer("A", "B", 100)).await.unwrap();
-    let deadline = coordinator
-        .record(&receipt.id)
-        .await
-        .unwrap()
-        .unwrap()
-        .deadline();
+    let record = coordinator.record(&receipt.id).await.unwrap().unwrap();
+    let (deadline, marker) = (record.deadline(), record.marker());
     clock.advance(Duration::from_secs(31));
     // A stalled worker replays its apply of A now.
     let change = DocumentChange::update(accounts(), "A").inc("balance", -100_i64);
@@ -440,6 +436,7 @@ async fn a_late_apply_after_done_is_fenced() {
         &change,
         StepContext {
             tx: &receipt.id,
+            marker: &marker,
             epoch: 0,
             deadline: Some(deadline),
             not_before: None,
@@ -484,6 +481,7 @@ async fn a_late_apply_after_a_cancel_that_undid_nothing_is_fenced() {
     let record = done(&store).record(&id).await.unwrap().unwrap();
     // Epoch 0 began when the record was created; the lease is the default 30 s.
     let deadline = bson::DateTime::from_millis(record.created.unwrap().timestamp_millis() + 30_000);
+    let marker = record.marker();
     let stores = tandem::Stores::new(Arc::new(store.clone()));
     for (who, by) in [("A", -100_i64), ("B", 100)] {
         let change = DocumentChange::update(accounts(), who).inc("balance", by);
@@ -491,6 +489,7 @@ async fn a_late_apply_after_a_cancel_that_undid_nothing_is_fenced() {
             &change,
             StepContext {
                 tx: &id,
+                marker: &marker,
                 epoch: 0,
                 deadline: Some(deadline),
                 not_before: None,

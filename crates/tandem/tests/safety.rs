@@ -159,3 +159,8 @@ async fn a_pending_credit_creates_no_field() {
 async fn late_create_after_collection() {
     safety::late_create_after_collection(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn reused_id_keeps_markers_apart() {
+    safety::reused_id_keeps_markers_apart(&MemoryFactory::new(), "bank").await;
+}

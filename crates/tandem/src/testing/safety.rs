@@ -1010,3 +1010,96 @@ pub async fn late_create_after_collection<F: StoreFactory + ?Sized>(factory: &F,
     let b = get(store.as_ref(), &ns, "B").await.expect("B");
     assert!(!held(&a) && !held(&b), "nothing left on documents: {a} {b}");
 }
+
+/// Model finding: *a transaction id used again.* A worker of a transfer
+/// with a caller-chosen id stalls right before it clears its markers (the
+/// deferred credit lands with the clear); recovery finishes the transfer and
+/// its record is collected without a stub; a second transfer under the same
+/// id applies and stalls before its own clear; then the first worker's clear
+/// arrives. When markers held the bare id, it matched the second
+/// transaction's marker: the first credit landed twice and the second's
+/// marker was gone. Markers now carry the record's creation token
+/// (`<id>#<tag>`), and the late clear matches nothing.
+pub async fn reused_id_keeps_markers_apart<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
+    let lease = factory.lease();
+    let pay = |amount: i64| {
+        Transaction::with_id("reused")
+            .change(
+                DocumentChange::update(ns.clone(), "A")
+                    .inc("balance", -amount)
+                    .require_gte("balance", amount),
+            )
+            .change(DocumentChange::update(ns.clone(), "B").inc("balance", amount))
+    };
+    // Operations of a run: 1 create, 2 and 3 the applies, 4 `applied`, 5
+    // and 6 the clears (A's, then B's, which lands the credit), 7 `done`.
+    let first_store = FaultStore::new(store.clone());
+    let first_pause = first_store.pause_at(6);
+    let first = coordinator(first_store, db, lease);
+    let tx = pay(10);
+    let first_run = tokio::spawn(async move { first.run(tx).await });
+    first_pause
+        .reached
+        .await
+        .expect("the first worker reaches its clears");
+
+    factory.pass(store.as_ref(), lease).await;
+    let collector = Coordinator::builder_shared(store.clone())
+        .database(db)
+        .lease(lease)
+        .clock_margin(Duration::ZERO)
+        .build()
+        .recovery(RecoveryConfig {
+            idempotency_window: Duration::ZERO,
+            ..RecoveryConfig::default()
+        });
+    let report = collector.run_once().await.expect("recovery pass");
+    assert_eq!(report.committed, 1, "{report:?}");
+    factory.pass(store.as_ref(), lease).await;
+    assert_eq!(
+        collector.collect_garbage(lease).await.expect("collection"),
+        1
+    );
+    assert_eq!(balance(store.as_ref(), db, "B").await, 10);
+
+    let second_store = FaultStore::new(store.clone());
+    let second_pause = second_store.pause_at(6);
+    let second = coordinator(second_store, db, lease);
+    let tx = pay(5);
+    let second_run = tokio::spawn(async move { second.run(tx).await });
+    second_pause
+        .reached
+        .await
+        .expect("the second worker reaches its clears");
+
+    first_pause
+        .release
+        .send(())
+        .expect("the first worker waits");
+    let _ = first_run.await.expect("first worker task");
+    assert_eq!(
+        balance(store.as_ref(), db, "B").await,
+        10,
+        "the first transfer's late clear credits nothing again"
+    );
+    let b = get(store.as_ref(), &ns, "B").await.expect("B");
+    assert!(held(&b), "the second transfer's marker stays: {b}");
+
+    second_pause
+        .release
+        .send(())
+        .expect("the second worker waits");
+    let receipt = second_run
+        .await
+        .expect("second worker task")
+        .expect("the second transfer commits");
+    assert_eq!(receipt.state, TxState::Done);
+    assert_eq!(balance(store.as_ref(), db, "A").await, 85);
+    assert_eq!(balance(store.as_ref(), db, "B").await, 15);
+    let b = get(store.as_ref(), &ns, "B").await.expect("B");
+    assert!(!held(&b), "nothing left: {b}");
+}
