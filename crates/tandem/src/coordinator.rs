@@ -641,6 +641,18 @@ impl Coordinator {
             .map(|item| matches!(item, Item::Document(c) if matches!(c.op, DocumentOp::Insert { .. })))
             .collect();
         let reserves = inserts.contains(&true);
+        // Whether preparing reads or writes a store: a document change that
+        // reserves an `_id` or reads a before-image (one taken from its
+        // equality guards needs no read), or a hand-written participant that
+        // returns a before-image.
+        let document_reads = items.iter().any(|item| match item {
+            Item::Document(change) => change.prepare_reads(),
+            Item::Custom(_) => false,
+        });
+        let custom: Vec<bool> = items
+            .iter()
+            .map(|item| matches!(item, Item::Custom(_)))
+            .collect();
         let participants: Vec<Box<dyn Participant>> = items
             .into_iter()
             .map(|item| match item {
@@ -719,7 +731,11 @@ impl Coordinator {
             }
             return Err(refusal);
         }
-        if reserves || parties.iter().any(|p| p.before.is_some()) {
+        let custom_reads = parties
+            .iter()
+            .zip(&custom)
+            .any(|(p, custom)| *custom && p.before.is_some());
+        if reserves || document_reads || custom_reads {
             round_trips += 1;
         }
         let mut live = Live {

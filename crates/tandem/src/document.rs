@@ -97,6 +97,16 @@ fn image_from_doc(doc: &Document) -> Vec<(String, Option<Bson>)> {
 }
 
 impl DocumentChange {
+    /// Whether [`prepare`](Participant::prepare) goes to the store: an insert
+    /// reserves its `_id`; a change that needs a before-image its guards do
+    /// not give reads the document.
+    pub(crate) fn prepare_reads(&self) -> bool {
+        matches!(self.op, DocumentOp::Insert { .. })
+            || (!self.imaged_paths().is_empty() && self.image_from_guards().is_none())
+    }
+}
+
+impl DocumentChange {
     fn store<'a>(&self, ctx: &StepContext<'a>) -> Result<&'a std::sync::Arc<dyn Store>, StepError> {
         ctx.stores
             .get(self.store.as_deref())
@@ -1119,6 +1129,7 @@ impl Participant for DocumentChange {
     }
 
     async fn prepare(&self, ctx: StepContext<'_>) -> Result<Option<Document>, StepError> {
+        // Keep in step with `prepare_reads`.
         if matches!(self.op, DocumentOp::Insert { .. }) {
             self.reserve(self.store(&ctx)?.as_ref()).await?;
             return Ok(None);

@@ -46,6 +46,54 @@ async fn a_transfer_commits_and_leaves_no_marker() {
     );
 }
 
+/// A `set` needs a before-image: read from the document (a round trip of
+/// its own) unless its equality guard already says what the field holds.
+#[tokio::test]
+async fn round_trips_count_a_before_image_read_only_when_it_is_read() {
+    let (store, _, _) = bank(&["A", "B"], 1000).await;
+    let coordinator = Coordinator::new(store.clone());
+    let set = |guarded: bool| {
+        let change = DocumentChange::update(accounts(), "A").set("status", "closed");
+        let change = if guarded {
+            change.require_eq("status", "open")
+        } else {
+            change
+        };
+        Transaction::new().change(change)
+    };
+    store
+        .update_one(
+            &accounts(),
+            doc! { "_id": "A" },
+            doc! { "$set": { "status": "open" } },
+            false,
+        )
+        .await
+        .unwrap();
+    let before = store.command_count();
+    let guarded = coordinator.run(set(true)).await.unwrap();
+    assert_eq!(guarded.round_trips, 3, "the guard gives the before-image");
+    assert_eq!(store.command_count() - before, 3, "create, apply, applied");
+    coordinator.drain().await;
+    store
+        .update_one(
+            &accounts(),
+            doc! { "_id": "A" },
+            doc! { "$set": { "status": "open" } },
+            false,
+        )
+        .await
+        .unwrap();
+    let before = store.command_count();
+    let read = coordinator.run(set(false)).await.unwrap();
+    assert_eq!(read.round_trips, 4, "the before-image is read first");
+    assert_eq!(
+        store.command_count() - before,
+        4,
+        "read, create, apply, applied"
+    );
+}
+
 #[tokio::test]
 async fn the_commit_point_returns_at_applied_and_drain_finishes() {
     let (store, _, seeded) = bank(&["A", "B"], 1000).await;
