@@ -1066,11 +1066,7 @@ async fn recover_to_quiescence(
     loop {
         passes += 1;
         if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(60), worker.run_once()).await {
-            total.claimed += r.claimed;
-            total.committed += r.committed;
-            total.canceled += r.canceled;
-            total.removed += r.removed;
-            total.failed += r.failed;
+            total += &r;
         }
         let records = ns.records();
         let left = store.find(

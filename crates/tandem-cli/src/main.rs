@@ -547,13 +547,7 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
     let mut total = tandem::RecoveryReport::default();
     loop {
         let pass = worker.run_once().await?;
-        total.claimed += pass.claimed;
-        total.committed += pass.committed;
-        total.canceled += pass.canceled;
-        total.removed += pass.removed;
-        total.failed += pass.failed;
-        total.waiting += pass.waiting;
-        total.lost += pass.lost;
+        total += &pass;
         bar.set_message(format!(
             "recovered {} (committed {}, canceled {}, removed {})",
             total.claimed, total.committed, total.canceled, total.removed

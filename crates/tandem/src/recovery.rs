@@ -56,6 +56,38 @@ pub struct RecoveryReport {
     pub lost: usize,
 }
 
+/// Sums passes: every count of `other` added to this report's.
+///
+/// ```
+/// let pass = tandem::RecoveryReport { claimed: 2, committed: 1, canceled: 1, ..Default::default() };
+/// let mut total = tandem::RecoveryReport::default();
+/// total += &pass;
+/// total += &pass;
+/// assert_eq!((total.claimed, total.committed, total.canceled), (4, 2, 2));
+/// ```
+impl std::ops::AddAssign<&RecoveryReport> for RecoveryReport {
+    fn add_assign(&mut self, other: &RecoveryReport) {
+        let RecoveryReport {
+            scanned,
+            claimed,
+            committed,
+            canceled,
+            removed,
+            failed,
+            waiting,
+            lost,
+        } = other;
+        self.scanned += scanned;
+        self.claimed += claimed;
+        self.committed += committed;
+        self.canceled += canceled;
+        self.removed += removed;
+        self.failed += failed;
+        self.waiting += waiting;
+        self.lost += lost;
+    }
+}
+
 impl RecoveryReport {
     fn add(&mut self, outcome: Outcome) {
         match outcome {
@@ -159,16 +191,7 @@ impl RecoveryWorker {
         tokio::pin!(shutdown);
         loop {
             match self.run_once().await {
-                Ok(r) => {
-                    total.scanned += r.scanned;
-                    total.claimed += r.claimed;
-                    total.committed += r.committed;
-                    total.canceled += r.canceled;
-                    total.removed += r.removed;
-                    total.failed += r.failed;
-                    total.waiting += r.waiting;
-                    total.lost += r.lost;
-                }
+                Ok(r) => total += &r,
                 Err(e) => tracing::warn!(target: "tandem", "recovery pass failed: {e}"),
             }
             tokio::select! {
