@@ -199,11 +199,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     match coordinator.run(pay("o-2", 900)).await {
-        Err(TxError::Canceled { id, cause }) => {
+        Err(TxError::Canceled {
+            id,
+            cause,
+            participant,
+        }) => {
+            let by = participant.ok_or("a refusal names its participant")?;
             println!(
-                "  o-2 rolled back: {cause}; hold {:?}",
+                "  o-2 rolled back: {cause} (participant #{} of the transaction); hold {:?}",
+                by.index,
                 gateway.holds.lock().unwrap().get(id.as_str())
             );
+            assert_eq!(by.label, cause.participant().unwrap_or_default());
             assert_eq!(
                 gateway.holds.lock().unwrap().get(id.as_str()),
                 Some(&Hold::Voided)

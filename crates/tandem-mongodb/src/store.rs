@@ -388,7 +388,7 @@ impl Store for MongoStore {
     }
 
     /// The last `hello`'s time plus the time elapsed here since it arrived,
-    /// read again once it is [`CLOCK_READING_KEPT`] old: behind the server's
+    /// read again once it is ten seconds old: behind the server's
     /// clock by at most the reading's round trip (and the drift since).
     async fn clock_estimate(&self) -> Result<bson::DateTime, StoreError> {
         let kept = *self.inner.clock.lock().unwrap_or_else(|e| e.into_inner());

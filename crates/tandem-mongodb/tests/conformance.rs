@@ -460,6 +460,41 @@ async fn balance(store: &dyn Store, db: &str, id: &str) -> i64 {
         .unwrap()
 }
 
+/// A refusal names its participant (place, namespace, `_id`) on the server
+/// too, whichever strategy ran it.
+#[tokio::test]
+async fn a_refusal_names_its_participant() {
+    let Some((store, client, db, _)) = native_fixture("refusal").await else {
+        return;
+    };
+    let accounts = Namespace::new(&db, "accounts");
+    for strategy in [TxStrategy::TwoPhase, TxStrategy::Native] {
+        let coordinator = Coordinator::builder(store.clone())
+            .database(&db)
+            .strategy(strategy)
+            .build();
+        let err = coordinator
+            .run(
+                Transaction::new()
+                    .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 1_000_i64))
+                    .change(
+                        DocumentChange::update(accounts.clone(), "A")
+                            .inc("balance", -1_000_i64)
+                            .require_gte("balance", 1_000_i64),
+                    ),
+            )
+            .await
+            .unwrap_err();
+        let by = err
+            .participant()
+            .expect("the refusal names its participant");
+        assert_eq!(by.index, 1, "{strategy:?}: {err:?}");
+        assert_eq!(by.namespace.as_ref(), Some(&accounts), "{strategy:?}");
+        assert_eq!(by.id, Some(bson::Bson::String("A".into())), "{strategy:?}");
+    }
+    client.database(&db).drop().await.unwrap();
+}
+
 /// `Strategy::Auto` on one server that has transactions runs natively.
 #[tokio::test]
 async fn auto_runs_natively_on_one_server() {

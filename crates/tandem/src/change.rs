@@ -282,6 +282,21 @@ pub struct DocumentChange {
     /// Mistakes found while building, reported by `validate`.
     #[serde(skip)]
     errors: Vec<ChangeError>,
+    /// The `#[participant]` struct a typed change was declared from.
+    #[serde(skip)]
+    pub(crate) origin: Origin,
+}
+
+/// The `#[participant]` struct a change was declared from, if any. Not part
+/// of the change's identity: two changes that do the same are equal whether
+/// they were built typed or by hand.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Origin(pub(crate) Option<&'static str>);
+
+impl PartialEq for Origin {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl DocumentChange {
@@ -294,7 +309,14 @@ impl DocumentChange {
             op,
             guards: Vec::new(),
             errors: Vec::new(),
+            origin: Origin(None),
         }
+    }
+
+    /// The `#[participant]` struct this change was declared from (its
+    /// [`std::any::type_name`]), for a typed change.
+    pub fn origin(&self) -> Option<&'static str> {
+        self.origin.0
     }
 
     /// A change of fields of the existing document `id`.

@@ -680,7 +680,7 @@ impl Coordinator {
         let mut parties = Vec::with_capacity(participants.len());
         let mut entries = Vec::with_capacity(participants.len());
         let mut refused = None;
-        for (participant, image) in participants.into_iter().zip(images) {
+        for (index, (participant, image)) in participants.into_iter().zip(images).enumerate() {
             let before = match image {
                 Ok(b) => b,
                 Err(StepError::Store { source, .. }) => {
@@ -692,9 +692,10 @@ impl Coordinator {
                     None
                 }
                 Err(cause) => {
-                    refused.get_or_insert(TxError::Canceled {
+                    refused.get_or_insert_with(|| TxError::Canceled {
                         id: id.clone(),
                         cause,
+                        participant: Some(Box::new(participant.reference(index))),
                     });
                     None
                 }
@@ -720,6 +721,7 @@ impl Coordinator {
                 cause: StepError::TooLarge {
                     participant: "(transaction record)".into(),
                 },
+                participant: None,
             });
         }
         if let Some(refusal) = refused {
@@ -926,7 +928,18 @@ impl Coordinator {
                 state: None,
                 source,
             }),
-            Err(cause) => Err(TxError::Canceled { id, cause }),
+            Err(cause) => {
+                // The store names the refusing change by its label.
+                let participant = changes
+                    .iter()
+                    .position(|c| cause.participant() == Some(c.label().as_str()))
+                    .map(|i| Box::new(Participant::reference(&changes[i], i)));
+                Err(TxError::Canceled {
+                    id,
+                    cause,
+                    participant,
+                })
+            }
         }
     }
 
@@ -960,6 +973,7 @@ impl Coordinator {
                         participant: "(transaction record)".into(),
                         source,
                     },
+                    participant: None,
                 })?;
         let create_by =
             bson::DateTime::from_millis(estimate.timestamp_millis().saturating_add(lease_millis));
@@ -1087,6 +1101,7 @@ impl Coordinator {
                     cause: StepError::TooLarge {
                         participant: "(transaction record)".into(),
                     },
+                    participant: None,
                 });
             }
             Err(source) => {
@@ -1155,6 +1170,7 @@ impl Coordinator {
             cause: StepError::Expired {
                 participant: "(transaction record)".into(),
             },
+            participant: None,
         }
     }
 

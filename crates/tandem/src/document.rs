@@ -1092,6 +1092,15 @@ impl Participant for DocumentChange {
         DocumentChange::label(self)
     }
 
+    fn reference(&self, index: usize) -> crate::ParticipantRef {
+        let r = crate::ParticipantRef::new(index, DocumentChange::label(self))
+            .with_document(self.namespace.clone(), self.id.clone());
+        match self.origin.0 {
+            Some(name) => r.with_type_name(name),
+            None => r,
+        }
+    }
+
     fn resource(&self) -> String {
         use std::fmt::Write;
         let store = self.store.as_deref().unwrap_or("");

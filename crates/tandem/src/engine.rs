@@ -495,21 +495,30 @@ impl Engine {
         let results = self.step_all(live, Step::Apply).await;
         let mut refusals = results
             .into_iter()
-            .filter_map(Result::err)
+            .enumerate()
+            .filter_map(|(i, r)| r.err().map(|e| (i, e)))
             .collect::<Vec<_>>();
         if refusals.is_empty() {
             return self
                 .transition(live, TxState::Pending, TxState::Applied, None)
                 .await;
         }
-        // A definite refusal explains the cancellation better than a store failure.
-        refusals.sort_by_key(|e| e.is_store_failure());
-        let cause = refusals.swap_remove(0);
-        self.cancel(live, cause).await
+        // A definite refusal explains the cancellation better than a store
+        // failure; among equals, the first participant's.
+        refusals.sort_by_key(|(i, e)| (e.is_store_failure(), *i));
+        let (index, cause) = refusals.swap_remove(0);
+        let by = live.parties[index].participant.reference(index);
+        self.cancel(live, cause, Some(by)).await
     }
 
-    /// From `pending`: cancel because of `cause`, undoing every participant.
-    pub async fn cancel(&self, live: &Live, cause: StepError) -> Result<(), TxError> {
+    /// From `pending`: cancel because of `cause` (a refusal of participant
+    /// `by`), undoing every participant.
+    pub async fn cancel(
+        &self,
+        live: &Live,
+        cause: StepError,
+        by: Option<crate::ParticipantRef>,
+    ) -> Result<(), TxError> {
         self.transition(
             live,
             TxState::Pending,
@@ -526,6 +535,7 @@ impl Engine {
         Err(TxError::Canceled {
             id: live.id.clone(),
             cause,
+            participant: by.map(Box::new),
         })
     }
 

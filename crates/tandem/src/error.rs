@@ -1,7 +1,7 @@
 //! Typed errors: what went wrong with a change, a step, or a whole transaction.
 
 use crate::record::TxState;
-use crate::store::StoreError;
+use crate::store::{Namespace, StoreError};
 use crate::TxId;
 
 /// A change that is malformed: found before anything is written.
@@ -241,6 +241,25 @@ impl StepError {
     pub fn is_store_failure(&self) -> bool {
         matches!(self, StepError::Store { .. })
     }
+
+    /// The label of the participant the error is about.
+    pub fn participant(&self) -> Option<&str> {
+        match self {
+            StepError::NotFound { participant }
+            | StepError::AlreadyExists { participant }
+            | StepError::GuardFailed { participant, .. }
+            | StepError::TypeMismatch { participant, .. }
+            | StepError::Conflict { participant, .. }
+            | StepError::Fenced { participant }
+            | StepError::Expired { participant }
+            | StepError::NotYet { participant, .. }
+            | StepError::Overwritten { participant, .. }
+            | StepError::TooLarge { participant }
+            | StepError::Overflow { participant, .. }
+            | StepError::Rejected { participant, .. }
+            | StepError::Store { participant, .. } => Some(participant),
+        }
+    }
 }
 
 /// Why a transaction did not commit.
@@ -268,6 +287,10 @@ pub enum TxError {
         id: TxId,
         /// The first refusal.
         cause: StepError,
+        /// Which participant refused, when one did (not for a refusal of the
+        /// transaction as a whole, such as a record too large): see
+        /// [`TxError::participant`] and [`TxError::refused_by`].
+        participant: Option<Box<ParticipantRef>>,
     },
     /// Another worker took the transaction over (its lease had expired); that worker decides the outcome.
     #[error("transaction {id} was taken over by another worker (now {state:?} at epoch {epoch})")]
@@ -315,7 +338,73 @@ fn where_interrupted(state: &Option<TxState>) -> String {
     }
 }
 
+/// The participant a refusal came from, to turn it into a business error
+/// ("coupon already used", "out of stock") without matching labels.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ParticipantRef {
+    /// Its position in the transaction, from 0, in the order it was added.
+    pub index: usize,
+    /// Its label, e.g. `shop.coupons/SPRING`.
+    pub label: String,
+    /// Its database and collection, for a document change.
+    pub namespace: Option<Namespace>,
+    /// Its document's `_id`, for a document change.
+    pub id: Option<bson::Bson>,
+    /// The `#[participant]` struct it was declared from
+    /// ([`std::any::type_name`]), for a typed change.
+    pub type_name: Option<&'static str>,
+}
+
+impl ParticipantRef {
+    /// Participant number `index` (from 0), labeled `label`, with nothing else known.
+    pub fn new(index: usize, label: impl Into<String>) -> Self {
+        ParticipantRef {
+            index,
+            label: label.into(),
+            namespace: None,
+            id: None,
+            type_name: None,
+        }
+    }
+
+    /// The same, naming the document it changes.
+    pub fn with_document(mut self, namespace: Namespace, id: bson::Bson) -> Self {
+        self.namespace = Some(namespace);
+        self.id = Some(id);
+        self
+    }
+
+    /// The same, naming the type it was declared from.
+    pub fn with_type_name(mut self, type_name: &'static str) -> Self {
+        self.type_name = Some(type_name);
+        self
+    }
+
+    /// Whether it was declared from the `#[participant]` struct `T`.
+    pub fn is<T: ?Sized + 'static>(&self) -> bool {
+        self.type_name == Some(std::any::type_name::<T>())
+    }
+}
+
 impl TxError {
+    /// The participant whose refusal canceled the transaction, if one did.
+    pub fn participant(&self) -> Option<&ParticipantRef> {
+        match self {
+            TxError::Canceled {
+                participant: Some(p),
+                ..
+            } => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Whether the transaction was canceled by a refusal of a change declared
+    /// from the `#[participant]` struct `T` (e.g. `err.refused_by::<Coupon>()`).
+    pub fn refused_by<T: ?Sized + 'static>(&self) -> bool {
+        self.participant().is_some_and(ParticipantRef::is::<T>)
+    }
+
     /// The transaction id, when one was assigned.
     pub fn id(&self) -> Option<&TxId> {
         match self {

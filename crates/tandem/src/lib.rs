@@ -25,7 +25,7 @@ pub use config::{
 };
 pub use coordinator::{Coordinator, CoordinatorBuilder, Receipt, Transaction};
 pub use document::NativeCommand;
-pub use error::{ChangeError, StepError, TxError};
+pub use error::{ChangeError, ParticipantRef, StepError, TxError};
 pub use event::{EventSink, TxEvent};
 pub use memory::MemoryStore;
 pub use participant::{Participant, ParticipantKinds, StepContext, StepUpdate, Stores};

@@ -171,6 +171,13 @@ pub trait Participant: Send + Sync + fmt::Debug {
     /// A readable label for logs and errors.
     fn label(&self) -> String;
 
+    /// Who it is, as participant number `index` of its transaction: what a
+    /// refusal names ([`TxError::participant`](crate::TxError::participant)).
+    /// The default knows the label only.
+    fn reference(&self, index: usize) -> crate::ParticipantRef {
+        crate::ParticipantRef::new(index, self.label())
+    }
+
     /// The resource this participant touches, to refuse two participants on one resource.
     fn resource(&self) -> String {
         self.label()

@@ -364,7 +364,7 @@ pub mod __private {
         id: &I,
         make: fn(crate::store::Namespace, Bson) -> DocumentChange,
     ) -> DocumentChange {
-        match bson::to_bson(id) {
+        let mut change = match bson::to_bson(id) {
             Ok(id) => make(D::namespace(), id).marker(D::MARKER),
             Err(e) => {
                 let mut change = make(D::namespace(), Bson::Null).marker(D::MARKER);
@@ -374,7 +374,9 @@ pub mod __private {
                 });
                 change
             }
-        }
+        };
+        change.origin = crate::change::Origin(Some(std::any::type_name::<D>()));
+        change
     }
 
     /// The update of document `id` of `D`.
@@ -393,6 +395,7 @@ pub mod __private {
         if let DocumentOp::Insert { doc } = &mut change.op {
             doc.remove(D::MARKER);
         }
+        change.origin = crate::change::Origin(Some(std::any::type_name::<D>()));
         change
     }
 
