@@ -661,11 +661,11 @@ impl Engine {
 /// ([`StepError::NotYet`]), so that recovery can tell waiting from failing.
 pub(crate) const NOT_YET: &str = "not yet: ";
 
-/// Whether `e` says a step must wait for applies still in flight.
 /// Why an inert record was canceled.
 pub(crate) const INERT: &str =
     "inert: the store wrote the record at or after its create deadline (a create that arrived late)";
 
+/// Whether `e` says a step must wait for applies still in flight.
 pub(crate) fn is_not_yet(e: &TxError) -> bool {
     matches!(e, TxError::Interrupted { source, .. } if source.message.starts_with(NOT_YET))
 }
