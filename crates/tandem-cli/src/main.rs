@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! tandem --uri mongodb://127.0.0.1:27017 status
+//! tandem --uri ... status --watch 2s
 //! tandem --uri ... list --state pending --older-than 5m --json
 //! tandem --uri ... show 6571f0c2a1b2c3d4e5f60718
 //! tandem --uri ... recover
@@ -73,6 +74,13 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Print the counts again every this long (e.g. 2s), until interrupted
+        /// or `--times` prints.
+        #[arg(long, value_parser = duration::parse)]
+        watch: Option<Duration>,
+        /// With `--watch`: stop after this many prints.
+        #[arg(long, requires = "watch")]
+        times: Option<u64>,
     },
     /// Lists transactions, oldest change first.
     List {
@@ -233,7 +241,23 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         })
         .build();
     match cli.command {
-        Command::Status { json } => status(store.as_ref(), &ns, json).await,
+        Command::Status { json, watch, times } => match watch {
+            None => status(store.as_ref(), &ns, json).await,
+            Some(every) => {
+                let mut printed = 0;
+                loop {
+                    if !json {
+                        println!("-- {}", store.now().await?);
+                    }
+                    status(store.as_ref(), &ns, json).await?;
+                    printed += 1;
+                    if times.is_some_and(|n| printed >= n) {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(every).await;
+                }
+            }
+        },
         Command::List {
             state,
             older_than,

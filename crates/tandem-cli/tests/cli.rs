@@ -201,6 +201,16 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
         );
     }
 
+    // Live counts: printed twice, then it stops by itself.
+    let out = tandem(&uri, &db, &["status", "--watch", "100ms", "--times", "2"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        stdout(&out).matches("pending    3").count(),
+        2,
+        "{}",
+        stdout(&out)
+    );
+
     // Global flags after the subcommand.
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["status", "--uri", &uri, "--db", &db, "--lease", "1s"])
