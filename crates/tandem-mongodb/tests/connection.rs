@@ -193,3 +193,44 @@ async fn shutdown_drains_then_closes_the_client() {
     fresh.client().database(&t.db).drop().await.unwrap();
     fresh.shutdown().await;
 }
+
+/// Typed reads through a coordinator on the server: placeholders left out,
+/// transactions in flight seen.
+#[tokio::test]
+async fn typed_reads_on_the_server() {
+    #[tandem::participant(collection = "orders")]
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Order {
+        #[serde(rename = "_id")]
+        id: String,
+        amount: i64,
+    }
+    let Some(t) = TestDb::new("reads").await else {
+        return;
+    };
+    let coordinator = tandem::Coordinator::builder(t.store.clone())
+        .database(&t.db)
+        .build();
+    let o1 = Order {
+        id: "o-1".into(),
+        amount: 30,
+    };
+    coordinator.insert(&o1).await.unwrap();
+    t.store
+        .insert_one(
+            &t.ns("orders"),
+            doc! { "_id": "o-ghost", "_tandem": { "ghost": true } },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        coordinator.get::<Order, _>("o-1").await.unwrap(),
+        Some(o1.clone())
+    );
+    assert_eq!(coordinator.get::<Order, _>("o-ghost").await.unwrap(), None);
+    let all: Vec<Order> = coordinator.find(doc! {}, None).await.unwrap();
+    assert_eq!(all, vec![o1]);
+    assert!(!coordinator.in_flight::<Order, _>("o-1").await.unwrap());
+    assert!(coordinator.in_flight::<Order, _>("o-ghost").await.unwrap());
+    t.drop().await;
+}

@@ -12,6 +12,7 @@ pub mod event;
 mod memory;
 pub mod participant;
 pub mod query;
+mod reads;
 pub mod record;
 mod recovery;
 pub mod store;
