@@ -42,9 +42,11 @@ if [[ -n "$skew" && ! "$skew" =~ ^0+(\.0*)?(ms|s|m|h)?$ && -z "${MONGODB_URI:-}"
     echo "bank.sh: installing libfaketime (Debian package faketime) for --clock-skew" >&2
     sudo=""
     [[ "$(id -u)" -eq 0 ]] || sudo="sudo"
-    if ! { $sudo apt-get install -y -q faketime >&2 ||
-        { $sudo apt-get update -q >&2 && $sudo apt-get install -y -q faketime >&2; }; }; then
-        echo "bank.sh: WARNING: libfaketime could not be installed; running WITHOUT the clock nemesis" >&2
+    $sudo apt-get install -y -q faketime >&2 ||
+        { $sudo apt-get update -q >&2 && $sudo apt-get install -y -q faketime >&2; } ||
+        true
+    if [[ ! -f "$LIBFAKETIME" ]]; then
+        echo "bank.sh: WARNING: libfaketime could not be installed at $LIBFAKETIME; running WITHOUT the clock nemesis" >&2
         filtered=()
         for ((i = 0; i < ${#args[@]}; i++)); do
             case "${args[i]}" in
