@@ -913,7 +913,7 @@ impl Coordinator {
                 store.name()
             )));
         }
-        match store.run_native(&changes).await {
+        let result = match store.run_native(&changes).await {
             Ok(()) => Ok(Receipt {
                 id,
                 strategy: Strategy::Native,
@@ -940,7 +940,20 @@ impl Coordinator {
                     participant,
                 })
             }
-        }
+        };
+        self.engine.emit(TxEvent::NativeFinished {
+            id: match &result {
+                Ok(r) => r.id.clone(),
+                Err(e) => e.id().cloned().unwrap_or_else(TxId::generate),
+            },
+            outcome: match &result {
+                Ok(_) => Some(TxState::Done),
+                Err(TxError::Canceled { .. }) => Some(TxState::Canceled),
+                Err(_) => None,
+            },
+            error: result.as_ref().err().map(ToString::to_string),
+        });
+        result
     }
 
     /// Writes the record in state `pending`, with timestamps from the store's

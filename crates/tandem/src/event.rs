@@ -22,6 +22,17 @@ pub enum TxEvent {
         /// Why, e.g. `"participants span the stores default and \"shipping\""`.
         reason: String,
     },
+    /// A transaction run by the native strategy ended (it leaves no record,
+    /// so no other event is emitted for it).
+    NativeFinished {
+        /// The transaction.
+        id: TxId,
+        /// `Done` (committed), `Canceled` (refused, nothing changed), or
+        /// `None`: the outcome is unknown (the store failed).
+        outcome: Option<TxState>,
+        /// The error, as text, unless it committed.
+        error: Option<String>,
+    },
     /// The record was written, in state `pending`.
     Created {
         /// The transaction.
@@ -73,6 +84,15 @@ impl fmt::Display for TxEvent {
                 strategy,
                 reason,
             } => write!(f, "{id}: runs {strategy:?}: {reason}"),
+            TxEvent::NativeFinished { id, outcome, error } => match (outcome, error) {
+                (Some(state), None) => write!(f, "{id}: native transaction {state}"),
+                (Some(state), Some(e)) => write!(f, "{id}: native transaction {state}: {e}"),
+                (None, e) => write!(
+                    f,
+                    "{id}: native transaction, outcome unknown: {}",
+                    e.as_deref().unwrap_or("")
+                ),
+            },
             TxEvent::Created { id, participants } => {
                 write!(
                     f,

@@ -263,3 +263,31 @@ async fn auto_picks_native_on_one_store_and_two_phase_across_stores() {
         "{chosen:?}"
     );
 }
+
+/// Native runs leave no record, so they report themselves in an event.
+#[tokio::test]
+async fn native_runs_emit_an_event_with_their_outcome() {
+    let (store, _, _) = bank(&["A", "B"], 100).await;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let coordinator = Coordinator::builder(store.clone())
+        .strategy(Strategy::Native)
+        .on_event(move |e| {
+            if let tandem::TxEvent::NativeFinished { outcome, error, .. } = e {
+                sink.lock().unwrap().push((*outcome, error.is_some()));
+            }
+        })
+        .build();
+    coordinator.run(transfer("A", "B", 10)).await.unwrap();
+    coordinator
+        .run(transfer("A", "B", 1_000))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![
+            (Some(TxState::Done), false),
+            (Some(TxState::Canceled), true)
+        ]
+    );
+}
