@@ -56,7 +56,7 @@ impl Drop for IdleOnPanic {
     }
 }
 
-enum Item {
+pub(crate) enum Item {
     Document(Box<DocumentChange>),
     Custom(Box<dyn Participant>),
 }
@@ -89,8 +89,8 @@ fn entry(participant: &dyn Participant, spec: Document, before: Option<Document>
 #[derive(Default)]
 pub struct Transaction {
     id: Option<TxId>,
-    strategy: Option<Strategy>,
-    items: Vec<Item>,
+    pub(crate) strategy: Option<Strategy>,
+    pub(crate) items: Vec<Item>,
     errors: Vec<ChangeError>,
 }
 
@@ -794,7 +794,7 @@ impl Coordinator {
     }
 
     /// What [`Strategy::Auto`] runs `tx` with, and why.
-    fn choose(&self, tx: &Transaction) -> (Strategy, String) {
+    pub(crate) fn choose(&self, tx: &Transaction) -> (Strategy, String) {
         let two_phase = |why: String| (Strategy::TwoPhase, why);
         let mut store: Option<Option<&str>> = None;
         let mut bytes = 0;

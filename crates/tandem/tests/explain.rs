@@ -1,0 +1,52 @@
+//! `Coordinator::explain`: the plan of a transaction before it runs.
+
+mod common;
+
+use common::*;
+use tandem::{Coordinator, DocumentChange, Namespace, Strategy};
+
+#[tokio::test]
+async fn a_plan_says_what_each_participant_does_commits_and_undoes() {
+    let (store, _, _) = bank(&["A", "B"], 1000).await;
+    let coordinator = Coordinator::new(store.clone());
+    let orders = Namespace::new("bank", "orders");
+    let tx = transfer("A", "B", 100)
+        .change(DocumentChange::insert(
+            orders.clone(),
+            "o-1",
+            bson::doc! { "amount": 100 },
+        ))
+        .change(DocumentChange::delete(
+            Namespace::new("bank", "carts"),
+            "c-1",
+        ));
+    let plan = coordinator.explain(&tx);
+    let text = plan.to_string();
+    assert_eq!(plan.strategy, Strategy::TwoPhase, "{text}");
+    assert!(text.contains("the coordinator's default"), "{text}");
+    let debit = &plan.participants[0];
+    assert_eq!(debit.holds, "shared");
+    assert_eq!(debit.forward, ["add -100 to balance"]);
+    assert_eq!(debit.undo, ["add 100 to balance"]);
+    assert_eq!(debit.guards, ["balance >= 100"]);
+    let credit = &plan.participants[1];
+    assert_eq!(credit.at_commit, ["add 100 to balance"]);
+    assert!(credit.undo[0].contains("never landed"), "{text}");
+    let insert = &plan.participants[2];
+    assert_eq!(insert.holds, "exclusively");
+    assert!(insert.undo[0].contains("delete the document"), "{text}");
+    let delete = &plan.participants[3];
+    assert_eq!(delete.at_commit, ["delete the document"]);
+    assert_eq!(
+        plan.indexes,
+        ["tandem.transactions {state: 1, lastModified: 1}"]
+    );
+    assert!(plan.mermaid().contains("pending --> applied"));
+    // Nothing was written.
+    assert!(store.documents(&records()).is_empty());
+
+    let auto = coordinator.explain(&transfer("A", "B", 1).strategy(Strategy::Auto));
+    assert_eq!(auto.strategy, Strategy::Native, "{auto}");
+    assert!(auto.reason.contains("native transactions"), "{auto}");
+    assert!(auto.mermaid().contains("committed"));
+}
