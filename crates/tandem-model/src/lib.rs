@@ -264,6 +264,23 @@
 //! * **Ghost collection**: ghosts are never removed here (the application's
 //!   insert replaces one); removing an unlocked, unmarked ghost changes
 //!   nothing anyone sees.
+//! * **Bookkeeping counters** (`_tandem.pending`, `_tandem.credit.<path>`):
+//!   the model's exclusive change requires no marker of any transaction,
+//!   which is what the pending count stands for in the code (it counts the
+//!   markers under every marker field); the credit sums only make more
+//!   applies refuse (a credit that would overflow), and a refused apply is
+//!   a path the model has (guard failure). Their arithmetic is tested on
+//!   both stores by the safety scenarios instead.
+//! * **Undo around outside writes, history cap, back-off, stubs**: they change
+//!   what an undo writes when the application wrote the same field (the
+//!   model's application never writes a document in flight), how much of a
+//!   record's history is kept, how long a claim waits, and how long an id
+//!   stays taken after collection (the model removes a collected record
+//!   outright, with no stub: the harder case for late steps).
+//! * **How the coordinator reads `R`'s clock for `D_0`**: the code uses a
+//!   `hello` reading at most ten seconds old plus local elapsed time, which
+//!   is behind `R.now` by up to a round trip: `D_0` only comes earlier,
+//!   making more creates inert, never fewer.
 //! * **Operation outside the rules**: the application respects locks and
 //!   markers (it inserts only a free `_id` or over a ghost, deletes only
 //!   unlocked, unmarked documents); clocks step back at most once.
