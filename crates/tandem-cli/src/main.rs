@@ -5,6 +5,7 @@
 //! tandem --uri ... status --watch 2s
 //! tandem --uri ... list --state pending --older-than 5m --json
 //! tandem --uri ... show 6571f0c2a1b2c3d4e5f60718
+//! tandem --uri ... explain 6571f0c2a1b2c3d4e5f60718 [--mermaid]
 //! tandem --uri ... recover
 //! tandem --uri ... cancel 6571f0c2a1b2c3d4e5f60718 --reason "operator"
 //! tandem --uri ... gc --older-than 7d
@@ -112,6 +113,15 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// The plan of a recorded transaction: per participant its guards, apply,
+    /// commit and derived undo (`--mermaid`: its state diagram instead).
+    Explain {
+        /// The transaction id.
+        id: String,
+        /// Print the state diagram in Mermaid.
+        #[arg(long)]
+        mermaid: bool,
     },
     /// Runs recovery passes until no expired transaction is left.
     Recover {
@@ -317,6 +327,31 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 output::print_json(&value);
             } else {
                 print!("{}", output::details(&record, &documents));
+            }
+            Ok(())
+        }
+        Command::Explain { id, mermaid } => {
+            let record = find(store.as_ref(), &ns, &id).await?;
+            let mut tx = tandem::Transaction::new().strategy(tandem::Strategy::TwoPhase);
+            let mut skipped = Vec::new();
+            for p in &record.participants {
+                match bson::from_document::<tandem::DocumentChange>(p.spec.clone()) {
+                    Ok(change) if p.kind == "document" => tx = tx.change(change),
+                    _ => skipped.push(format!("{} (kind {:?})", p.label, p.kind)),
+                }
+            }
+            let plan = coordinator.explain(&tx);
+            if mermaid {
+                print!("{}", plan.mermaid());
+            } else {
+                println!(
+                    "transaction {} ({}), recorded, so two-phase:",
+                    record.id, record.state
+                );
+                print!("{plan}");
+                for s in skipped {
+                    println!("not shown: {s}, a hand-written participant");
+                }
             }
             Ok(())
         }

@@ -201,6 +201,22 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
         );
     }
 
+    // The plan of a recorded transaction, and its state diagram.
+    let out = tandem(&uri, &db, &["explain", half.as_str()]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.contains("guard:     balance >= 20"), "{text}");
+    assert!(text.contains("apply:     add -20 to balance"), "{text}");
+    assert!(text.contains("at commit: add 20 to balance"), "{text}");
+    let out = tandem(&uri, &db, &["explain", half.as_str(), "--mermaid"]);
+    assert!(
+        stdout(&out).contains("pending --> applied"),
+        "{}",
+        stdout(&out)
+    );
+    let out = tandem(&uri, &db, &["explain", "no-such-transaction"]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+
     // Live counts: printed twice, then it stops by itself.
     let out = tandem(&uri, &db, &["status", "--watch", "100ms", "--times", "2"]);
     assert!(out.status.success(), "{out:?}");
