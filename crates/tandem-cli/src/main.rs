@@ -335,9 +335,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let mut tx = tandem::Transaction::new().strategy(tandem::Strategy::TwoPhase);
             let mut skipped = Vec::new();
             for p in &record.participants {
-                match bson::from_document::<tandem::DocumentChange>(p.spec.clone()) {
-                    Ok(change) if p.kind == "document" => tx = tx.change(change),
-                    _ => skipped.push(format!("{} (kind {:?})", p.label, p.kind)),
+                match document_change(p) {
+                    Ok(change) => tx = tx.change(change),
+                    Err(_) => skipped.push(format!("{} (kind {:?})", p.label, p.kind)),
                 }
             }
             let plan = coordinator.explain(&tx);
@@ -530,6 +530,17 @@ async fn records_exist(store: &MongoStore, db: &str, collection: &str) -> Result
     )))
 }
 
+/// The document change a record's participant entry holds, or why there is none.
+fn document_change(p: &tandem::record::ParticipantEntry) -> Result<tandem::DocumentChange, String> {
+    if p.kind != "document" {
+        return Err(format!(
+            "a participant of kind {:?}: not a document this tool reads",
+            p.kind
+        ));
+    }
+    bson::from_document(p.spec.clone()).map_err(|e| format!("unreadable change: {e}"))
+}
+
 /// What a participant's document says about its change: found by its
 /// namespace and `_id` (document changes on the default store only).
 async fn participant_document(
@@ -537,15 +548,9 @@ async fn participant_document(
     record: &TxRecord,
     p: &tandem::record::ParticipantEntry,
 ) -> Result<String, Failure> {
-    if p.kind != "document" {
-        return Ok(format!(
-            "a participant of kind {:?}: not a document this tool reads",
-            p.kind
-        ));
-    }
-    let change: tandem::DocumentChange = match bson::from_document(p.spec.clone()) {
+    let change = match document_change(p) {
         Ok(c) => c,
-        Err(e) => return Ok(format!("unreadable change: {e}")),
+        Err(why) => return Ok(why),
     };
     if let Some(name) = &change.store {
         return Ok(format!("in store {name:?}, which this tool does not reach"));

@@ -1125,10 +1125,8 @@ impl Coordinator {
                 })
             }
         };
-        let inert = TxRecord::from_document(written.clone())
-            .map(|r| r.is_inert())
-            .unwrap_or(false);
-        if inert {
+        let stamp = |field| written.get_datetime(field).ok().copied();
+        if crate::record::written_late(stamp("created"), stamp("createBy")) {
             let retried = attempts.load(std::sync::atomic::Ordering::Relaxed) > 1;
             return Err(self.cancel_inert(live, live.epoch, retried).await);
         }

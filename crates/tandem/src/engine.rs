@@ -706,8 +706,10 @@ pub(crate) fn backoff(base: Duration, attempt: u32) -> Duration {
     exp.mul_f64(jitter).min(Duration::from_secs(5))
 }
 
-/// A cheap random number for jitter (not for anything that needs real randomness).
-fn random_u64() -> u64 {
+/// 64 random bits: a fresh hasher keyed from the OS's randomness (std's
+/// `RandomState`) over the time. Unique enough for jitter and creation
+/// tokens; not for secrets.
+pub(crate) fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

@@ -100,21 +100,19 @@ pub const MARKER_TAG_LEN: usize = 12;
 /// Between a transaction id and its tag in a marker value.
 pub const MARKER_TAG_SEPARATOR: char = '#';
 
+/// Whether a record stamped `created` was written at or after its create
+/// deadline `create_by` (see [`TxRecord::is_inert`]).
+pub(crate) fn written_late(
+    created: Option<bson::DateTime>,
+    create_by: Option<bson::DateTime>,
+) -> bool {
+    matches!((created, create_by), (Some(at), Some(by)) if at >= by)
+}
+
 /// A new creation token: 24 hex digits, random (the first twelve tag markers).
 pub(crate) fn new_token() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let random = |salt: u64| {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(salt);
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0),
-        );
-        h.finish()
-    };
-    format!("{:016x}{:08x}", random(1), random(2) as u32)
+    let random = crate::engine::random_u64;
+    format!("{:016x}{:08x}", random(), random() as u32)
 }
 
 impl fmt::Display for TxId {
@@ -373,7 +371,7 @@ impl TxRecord {
     /// may repeat a transaction that already finished. Its owner never applies
     /// it and recovery cancels it without touching any document.
     pub fn is_inert(&self) -> bool {
-        matches!((self.created, self.create_by), (Some(at), Some(by)) if at >= by)
+        written_late(self.created, self.create_by)
     }
 
     /// Whether the lease has ended at `now` (a time from the store's clock).

@@ -52,6 +52,17 @@ async fn a_transfer_commits_and_leaves_no_marker() {
 async fn round_trips_count_a_before_image_read_only_when_it_is_read() {
     let (store, _, _) = bank(&["A", "B"], 1000).await;
     let coordinator = Coordinator::new(store.clone());
+    let reopen = || async {
+        store
+            .update_one(
+                &accounts(),
+                doc! { "_id": "A" },
+                doc! { "$set": { "status": "open" } },
+                false,
+            )
+            .await
+            .unwrap();
+    };
     let set = |guarded: bool| {
         let change = DocumentChange::update(accounts(), "A").set("status", "closed");
         let change = if guarded {
@@ -61,29 +72,13 @@ async fn round_trips_count_a_before_image_read_only_when_it_is_read() {
         };
         Transaction::new().change(change)
     };
-    store
-        .update_one(
-            &accounts(),
-            doc! { "_id": "A" },
-            doc! { "$set": { "status": "open" } },
-            false,
-        )
-        .await
-        .unwrap();
+    reopen().await;
     let before = store.command_count();
     let guarded = coordinator.run(set(true)).await.unwrap();
     assert_eq!(guarded.round_trips, 3, "the guard gives the before-image");
     assert_eq!(store.command_count() - before, 3, "create, apply, applied");
     coordinator.drain().await;
-    store
-        .update_one(
-            &accounts(),
-            doc! { "_id": "A" },
-            doc! { "$set": { "status": "open" } },
-            false,
-        )
-        .await
-        .unwrap();
+    reopen().await;
     let before = store.command_count();
     let read = coordinator.run(set(false)).await.unwrap();
     assert_eq!(read.round_trips, 4, "the before-image is read first");

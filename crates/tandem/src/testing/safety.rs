@@ -42,15 +42,67 @@ fn recovery(
     lease: Duration,
     pending: PendingPolicy,
 ) -> RecoveryWorker {
+    recovery_with(
+        store,
+        db,
+        lease,
+        RecoveryConfig {
+            pending,
+            ..RecoveryConfig::default()
+        },
+    )
+}
+
+/// A recovery worker on `store` with `config` (the factory's lease, no margin).
+fn recovery_with(
+    store: Arc<dyn Store>,
+    db: &str,
+    lease: Duration,
+    config: RecoveryConfig,
+) -> RecoveryWorker {
     Coordinator::builder_shared(store)
         .database(db)
         .lease(lease)
         .clock_margin(Duration::ZERO)
         .build()
-        .recovery(RecoveryConfig {
-            pending,
+        .recovery(config)
+}
+
+/// A garbage collector on `store` that keeps stubs of caller-chosen ids for `window`.
+fn collector(store: Arc<dyn Store>, db: &str, lease: Duration, window: Duration) -> RecoveryWorker {
+    recovery_with(
+        store,
+        db,
+        lease,
+        RecoveryConfig {
+            idempotency_window: window,
             ..RecoveryConfig::default()
-        })
+        },
+    )
+}
+
+/// Starts `tx` on a coordinator that stops right before its store operation
+/// number `at` (1-based), and returns once it has stopped there: the sender
+/// that lets it go on, and the task running it.
+async fn stalled(
+    store: &Arc<dyn Store>,
+    db: &str,
+    lease: Duration,
+    at: u64,
+    tx: Transaction,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<crate::Receipt, TxError>>,
+) {
+    let faulty = FaultStore::new(store.clone());
+    let pause = faulty.pause_at(at);
+    let worker = coordinator(faulty, db, lease);
+    let run = tokio::spawn(async move { worker.run(tx).await });
+    pause
+        .reached
+        .await
+        .unwrap_or_else(|_| panic!("the worker reaches its store operation {at}"));
+    (pause.release, run)
 }
 
 async fn seed(store: &dyn Store, ns: &Namespace, doc: Document) {
@@ -104,10 +156,7 @@ pub async fn late_delete_after_recreation<F: StoreFactory + ?Sized>(factory: &F,
     seed(store.as_ref(), &ns, doc! { "_id": "X", "balance": 0_i64 }).await;
     seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
     let lease = factory.lease();
-    let faulty = FaultStore::new(store.clone());
     // 1: the record; 2: the first apply.
-    let pause = faulty.pause_at(2);
-    let worker = coordinator(faulty, db, lease);
     let tx = Transaction::with_id("late-delete")
         .change(DocumentChange::delete(ns.clone(), "X"))
         .change(
@@ -115,8 +164,7 @@ pub async fn late_delete_after_recreation<F: StoreFactory + ?Sized>(factory: &F,
                 .inc("balance", -10_i64)
                 .require_gte("balance", 10_i64),
         );
-    let run = tokio::spawn(async move { worker.run(tx).await });
-    pause.reached.await.expect("the worker reaches its apply");
+    let (release, run) = stalled(&store, db, lease, 2, tx).await;
 
     factory.pass(store.as_ref(), lease).await;
     let report = recovery(store.clone(), db, lease, PendingPolicy::RollForward)
@@ -127,7 +175,7 @@ pub async fn late_delete_after_recreation<F: StoreFactory + ?Sized>(factory: &F,
     assert!(get(store.as_ref(), &ns, "X").await.is_none(), "X deleted");
     seed(store.as_ref(), &ns, doc! { "_id": "X", "balance": 7_i64 }).await;
 
-    pause.release.send(()).expect("the worker waits");
+    release.send(()).expect("the worker waits");
     let result = run.await.expect("worker task");
     assert!(
         matches!(result, Err(TxError::Superseded { .. })),
@@ -155,10 +203,7 @@ pub async fn late_insert_after_deletion<F: StoreFactory + ?Sized>(factory: &F, d
     let ns = accounts(db);
     seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
     let lease = factory.lease();
-    let faulty = FaultStore::new(store.clone());
     // 1: the placeholder; 2: the record; 3: the first apply.
-    let pause = faulty.pause_at(3);
-    let worker = coordinator(faulty, db, lease);
     let tx = Transaction::with_id("late-insert")
         .change(DocumentChange::insert(
             ns.clone(),
@@ -170,8 +215,7 @@ pub async fn late_insert_after_deletion<F: StoreFactory + ?Sized>(factory: &F, d
                 .inc("balance", -10_i64)
                 .require_gte("balance", 10_i64),
         );
-    let run = tokio::spawn(async move { worker.run(tx).await });
-    pause.reached.await.expect("the worker reaches its apply");
+    let (release, run) = stalled(&store, db, lease, 3, tx).await;
 
     factory.pass(store.as_ref(), lease).await;
     let report = recovery(store.clone(), db, lease, PendingPolicy::RollForward)
@@ -187,7 +231,7 @@ pub async fn late_insert_after_deletion<F: StoreFactory + ?Sized>(factory: &F, d
     assert!(deleting.is_ok(), "{deleting:?}");
     assert!(get(store.as_ref(), &ns, "X").await.is_none());
 
-    pause.release.send(()).expect("the worker waits");
+    release.send(()).expect("the worker waits");
     let result = run.await.expect("worker task");
     assert!(
         matches!(result, Err(TxError::Superseded { .. })),
@@ -257,9 +301,6 @@ pub async fn garbage_collection_then_late_apply<F: StoreFactory + ?Sized>(factor
     seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
     seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
     let lease = factory.lease();
-    let faulty = FaultStore::new(store.clone());
-    let pause = faulty.pause_at(2);
-    let worker = coordinator(faulty, db, lease);
     let tx = Transaction::with_id("late-after-gc")
         .change(
             DocumentChange::update(ns.clone(), "A")
@@ -267,8 +308,7 @@ pub async fn garbage_collection_then_late_apply<F: StoreFactory + ?Sized>(factor
                 .require_gte("balance", 10_i64),
         )
         .change(DocumentChange::update(ns.clone(), "B").inc("balance", 10_i64));
-    let run = tokio::spawn(async move { worker.run(tx).await });
-    pause.reached.await.expect("the worker reaches its apply");
+    let (release, run) = stalled(&store, db, lease, 2, tx).await;
 
     factory.pass(store.as_ref(), lease).await;
     let recovery = recovery(store.clone(), db, lease, PendingPolicy::RollBack);
@@ -286,20 +326,12 @@ pub async fn garbage_collection_then_late_apply<F: StoreFactory + ?Sized>(factor
     );
     factory.pass(store.as_ref(), lease).await;
     // No idempotency window: the record itself goes, not just its details.
-    let collector = Coordinator::builder_shared(store.clone())
-        .database(db)
-        .lease(lease)
-        .clock_margin(Duration::ZERO)
-        .build()
-        .recovery(RecoveryConfig {
-            idempotency_window: Duration::ZERO,
-            ..RecoveryConfig::default()
-        });
+    let collector = collector(store.clone(), db, lease, Duration::ZERO);
     let removed = collector.collect_garbage(lease).await.expect("collection");
     assert_eq!(removed, 1);
     assert_eq!(state_of(store.as_ref(), db, "late-after-gc").await, None);
 
-    pause.release.send(()).expect("the worker waits");
+    release.send(()).expect("the worker waits");
     let result = run.await.expect("worker task");
     assert!(
         result.is_err(),
@@ -495,10 +527,7 @@ pub async fn exclusive_change_sees_other_marker_fields<F: StoreFactory + ?Sized>
     .await;
     seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
     let lease = factory.lease();
-    let faulty = FaultStore::new(store.clone());
     // 1: the record; 2, 3: the applies; 4: `applied`, held back.
-    let pause = faulty.pause_at(4);
-    let worker = coordinator(faulty, db, lease);
     let mut debit = DocumentChange::update(ns.clone(), "A")
         .inc("balance", -10_i64)
         .require_gte("balance", 10_i64);
@@ -506,11 +535,7 @@ pub async fn exclusive_change_sees_other_marker_fields<F: StoreFactory + ?Sized>
     let tx = Transaction::with_id("debit-other-marker")
         .change(debit)
         .change(DocumentChange::update(ns.clone(), "B").inc("balance", 10_i64));
-    let run = tokio::spawn(async move { worker.run(tx).await });
-    pause
-        .reached
-        .await
-        .expect("the debit is applied, not committed");
+    let (release, run) = stalled(&store, db, lease, 4, tx).await;
 
     let close = coordinator(store.clone(), db, lease)
         .run(
@@ -531,7 +556,7 @@ pub async fn exclusive_change_sees_other_marker_fields<F: StoreFactory + ?Sized>
         ),
         "the exclusive change waits for the pending debit: {close:?}"
     );
-    pause.release.send(()).expect("the debit waits");
+    release.send(()).expect("the debit waits");
     let receipt = run.await.expect("task").expect("the debit commits");
     assert_eq!(receipt.state, TxState::Done);
     let a = get(store.as_ref(), &ns, "A").await.expect("A");
@@ -551,10 +576,7 @@ pub async fn cancel_while_the_owner_applies<F: StoreFactory + ?Sized>(factory: &
     seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
     seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
     let lease = factory.lease();
-    let faulty = FaultStore::new(store.clone());
     // 1: the record; 2: the apply of A; 3: the apply of B, held back.
-    let pause = faulty.pause_at(3);
-    let worker = coordinator(faulty, db, lease);
     let tx = Transaction::with_id("canceled-in-flight")
         .change(
             DocumentChange::update(ns.clone(), "A")
@@ -562,11 +584,7 @@ pub async fn cancel_while_the_owner_applies<F: StoreFactory + ?Sized>(factory: &
                 .require_gte("balance", 10_i64),
         )
         .change(DocumentChange::update(ns.clone(), "B").inc("balance", 10_i64));
-    let run = tokio::spawn(async move { worker.run(tx).await });
-    pause
-        .reached
-        .await
-        .expect("the owner's second apply is on its way");
+    let (release, run) = stalled(&store, db, lease, 3, tx).await;
 
     let operator = coordinator(store.clone(), db, lease);
     let id = crate::TxId::new("canceled-in-flight").expect("id");
@@ -575,7 +593,7 @@ pub async fn cancel_while_the_owner_applies<F: StoreFactory + ?Sized>(factory: &
         matches!(state, TxState::Canceling | TxState::Canceled),
         "{state:?}"
     );
-    pause.release.send(()).expect("the owner waits");
+    release.send(()).expect("the owner waits");
     let result = run.await.expect("task");
     assert!(
         matches!(result, Err(TxError::Superseded { .. })),
@@ -821,15 +839,7 @@ pub async fn idempotency_key_outlives_garbage_collection<F: StoreFactory + ?Size
         .await
         .expect("a second transaction");
     let window = lease * 3;
-    let collector = Coordinator::builder_shared(store.clone())
-        .database(db)
-        .lease(lease)
-        .clock_margin(Duration::ZERO)
-        .build()
-        .recovery(RecoveryConfig {
-            idempotency_window: window,
-            ..RecoveryConfig::default()
-        });
+    let collector = collector(store.clone(), db, lease, window);
     factory.pass(store.as_ref(), lease).await;
     assert_eq!(
         collector.collect_garbage(lease).await.expect("collection"),
@@ -886,10 +896,7 @@ pub async fn a_pending_credit_creates_no_field<F: StoreFactory + ?Sized>(factory
     seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
     seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 5_i64 }).await;
     let lease = factory.lease();
-    let faulty = FaultStore::new(store.clone());
     // 1: the record; 2, 3: the applies; 4: `applied`, held back.
-    let pause = faulty.pause_at(4);
-    let worker = coordinator(faulty, db, lease);
     let tx = Transaction::with_id("bonus")
         .change(
             DocumentChange::update(ns.clone(), "A")
@@ -897,8 +904,7 @@ pub async fn a_pending_credit_creates_no_field<F: StoreFactory + ?Sized>(factory
                 .require_gte("balance", 10_i64),
         )
         .change(DocumentChange::update(ns.clone(), "B").inc("bonus", 10_i64));
-    let run = tokio::spawn(async move { worker.run(tx).await });
-    pause.reached.await.expect("the credit is pending");
+    let (release, run) = stalled(&store, db, lease, 4, tx).await;
     let b = get(store.as_ref(), &ns, "B").await.expect("B");
     assert!(held(&b), "the credit is applied: {b}");
     assert!(b.get("bonus").is_none(), "no field before the commit: {b}");
@@ -922,7 +928,7 @@ pub async fn a_pending_credit_creates_no_field<F: StoreFactory + ?Sized>(factory
         "an exists guard does not count the pending credit: {guarded:?}"
     );
     // The worker dies here; recovery rolls the transfer back.
-    std::mem::forget(pause.release);
+    std::mem::forget(release);
     run.abort();
     let _ = run.await;
     factory.pass(store.as_ref(), lease).await;
@@ -1037,26 +1043,10 @@ pub async fn reused_id_keeps_markers_apart<F: StoreFactory + ?Sized>(factory: &F
     };
     // Operations of a run: 1 create, 2 and 3 the applies, 4 `applied`, 5
     // and 6 the clears (A's, then B's, which lands the credit), 7 `done`.
-    let first_store = FaultStore::new(store.clone());
-    let first_pause = first_store.pause_at(6);
-    let first = coordinator(first_store, db, lease);
-    let tx = pay(10);
-    let first_run = tokio::spawn(async move { first.run(tx).await });
-    first_pause
-        .reached
-        .await
-        .expect("the first worker reaches its clears");
+    let (first_release, first_run) = stalled(&store, db, lease, 6, pay(10)).await;
 
     factory.pass(store.as_ref(), lease).await;
-    let collector = Coordinator::builder_shared(store.clone())
-        .database(db)
-        .lease(lease)
-        .clock_margin(Duration::ZERO)
-        .build()
-        .recovery(RecoveryConfig {
-            idempotency_window: Duration::ZERO,
-            ..RecoveryConfig::default()
-        });
+    let collector = collector(store.clone(), db, lease, Duration::ZERO);
     let report = collector.run_once().await.expect("recovery pass");
     assert_eq!(report.committed, 1, "{report:?}");
     factory.pass(store.as_ref(), lease).await;
@@ -1066,20 +1056,9 @@ pub async fn reused_id_keeps_markers_apart<F: StoreFactory + ?Sized>(factory: &F
     );
     assert_eq!(balance(store.as_ref(), db, "B").await, 10);
 
-    let second_store = FaultStore::new(store.clone());
-    let second_pause = second_store.pause_at(6);
-    let second = coordinator(second_store, db, lease);
-    let tx = pay(5);
-    let second_run = tokio::spawn(async move { second.run(tx).await });
-    second_pause
-        .reached
-        .await
-        .expect("the second worker reaches its clears");
+    let (second_release, second_run) = stalled(&store, db, lease, 6, pay(5)).await;
 
-    first_pause
-        .release
-        .send(())
-        .expect("the first worker waits");
+    first_release.send(()).expect("the first worker waits");
     let _ = first_run.await.expect("first worker task");
     assert_eq!(
         balance(store.as_ref(), db, "B").await,
@@ -1089,10 +1068,7 @@ pub async fn reused_id_keeps_markers_apart<F: StoreFactory + ?Sized>(factory: &F
     let b = get(store.as_ref(), &ns, "B").await.expect("B");
     assert!(held(&b), "the second transfer's marker stays: {b}");
 
-    second_pause
-        .release
-        .send(())
-        .expect("the second worker waits");
+    second_release.send(()).expect("the second worker waits");
     let receipt = second_run
         .await
         .expect("second worker task")
