@@ -61,6 +61,34 @@ pub(crate) enum Item {
     Custom(Box<dyn Participant>),
 }
 
+/// The one store every participant of `tx` lives in (`None`: the default
+/// store), or why there is none: a hand-written participant, or several stores.
+fn one_document_store(tx: &Transaction) -> Result<Option<String>, String> {
+    let mut store: Option<&Option<String>> = None;
+    for item in &tx.items {
+        match item {
+            Item::Document(change) => match store {
+                None => store = Some(&change.store),
+                Some(first) if *first != change.store => {
+                    return Err(format!(
+                        "participants span the stores {} and {}, but native transactions run on one store: several stores need two-phase",
+                        first.as_deref().unwrap_or("default"),
+                        change.store.as_deref().unwrap_or("default")
+                    ))
+                }
+                Some(_) => {}
+            },
+            Item::Custom(p) => {
+                return Err(format!(
+                    "participant {} is not a document change",
+                    p.label()
+                ))
+            }
+        }
+    }
+    Ok(store.cloned().flatten())
+}
+
 /// A participant as its record entry stores it: the stored form of a
 /// [`ParticipantEntry`](crate::record::ParticipantEntry), written out directly rather than through serde.
 fn entry(participant: &dyn Participant, spec: Document, before: Option<Document>) -> Bson {
@@ -796,36 +824,11 @@ impl Coordinator {
     /// What [`Strategy::Auto`] runs `tx` with, and why.
     pub(crate) fn choose(&self, tx: &Transaction) -> (Strategy, String) {
         let two_phase = |why: String| (Strategy::TwoPhase, why);
-        let mut store: Option<Option<&str>> = None;
-        let mut bytes = 0;
-        for item in &tx.items {
-            let change = match item {
-                Item::Document(change) => change,
-                Item::Custom(p) => {
-                    return two_phase(format!(
-                        "participant {} is not a document change",
-                        p.label()
-                    ))
-                }
-            };
-            let name = change.store.as_deref();
-            match store {
-                None => store = Some(name),
-                Some(first) if first != name => {
-                    return two_phase(format!(
-                        "participants span the stores {} and {}",
-                        first.unwrap_or("default"),
-                        name.unwrap_or("default")
-                    ))
-                }
-                Some(_) => {}
-            }
-            bytes += change
-                .spec()
-                .map(|spec| crate::query::size::document_len(&spec))
-                .unwrap_or(usize::MAX / 2);
-        }
-        let name = store.flatten();
+        let name = match one_document_store(tx) {
+            Ok(name) => name,
+            Err(why) => return two_phase(why),
+        };
+        let name = name.as_deref();
         match self.engine.stores.get(name) {
             Some(s) if s.supports_native() => {}
             Some(s) => {
@@ -845,6 +848,20 @@ impl Coordinator {
                 crate::config::NATIVE_MAX_CHANGES
             ));
         }
+        // Serialized only when every cheaper check passed.
+        let bytes: usize = tx
+            .items
+            .iter()
+            .filter_map(|item| match item {
+                Item::Document(change) => Some(
+                    change
+                        .spec()
+                        .map(|spec| crate::query::size::document_len(&spec))
+                        .unwrap_or(usize::MAX / 2),
+                ),
+                Item::Custom(_) => None,
+            })
+            .fold(0, usize::saturating_add);
         if bytes > crate::config::NATIVE_MAX_BYTES {
             return two_phase(format!(
                 "{bytes} bytes of changes, more than the {} a native transaction takes",
@@ -868,28 +885,7 @@ impl Coordinator {
     ) -> Result<Receipt, TxError> {
         let unavailable =
             |reason: String| TxError::Invalid(ChangeError::NativeUnavailable { reason });
-        let mut store_name: Option<Option<String>> = None;
-        for item in &tx.items {
-            match item {
-                Item::Document(change) => match &store_name {
-                    None => store_name = Some(change.store.clone()),
-                    Some(name) if *name != change.store => {
-                        return Err(unavailable(format!(
-                            "participants span several stores ({:?} and {:?}); native transactions need one client",
-                            name.as_deref().unwrap_or("default"),
-                            change.store.as_deref().unwrap_or("default")
-                        )))
-                    }
-                    Some(_) => {}
-                },
-                Item::Custom(p) => {
-                    return Err(unavailable(format!(
-                        "participant {} is not a document change",
-                        p.label()
-                    )))
-                }
-            }
-        }
+        let name = one_document_store(&tx).map_err(unavailable)?;
         // The same validation as the two-phase path, so bad input fails the same way.
         let (id, items) = self.prepare_items(tx)?;
         announce(&id);
@@ -901,7 +897,6 @@ impl Coordinator {
                 Item::Custom(_) => None,
             })
             .collect();
-        let name = store_name.flatten();
         let store = self
             .engine
             .stores
