@@ -207,6 +207,48 @@ impl<'a> Gen<'a> {
             "The insertion of this document, under the id of its `_id` field, into {place}.\n\n\
              If the transaction is canceled, the document is removed again."
         );
+        let get_body = self.body(quote! {
+            let id: #id_ty = #id_into;
+            let id = #p::id_bson(&#id_value)?;
+            #p::ReadDocuments::<Self>::read_by_id(from, id).await
+        });
+        let find_body = self.body(quote! {
+            #p::ReadDocuments::<Self>::read_matching(from, filter, ::core::option::Option::None).await
+        });
+        let in_flight_body = self.body(quote! {
+            let id: #id_ty = #id_into;
+            coordinator.in_flight::<Self, _>(&#id_value).await
+        });
+        let insert_now_body = self.body(quote!(coordinator.insert::<Self>(doc).await));
+        let put_body = self.body(quote!(coordinator.put::<Self>(doc).await));
+        let get_fn_doc = format!(
+            "Reads the `{ident}` document whose `_id` is `id` from {place}, through `from` \
+             (a `tandem::Coordinator` or an `Arc` of one).\n\n\
+             `None` when there is no such document, or only the placeholder a pending insert \
+             reserved. The document may have a transaction in flight (see `{ident}::in_flight`). \
+             Needs `{ident}: serde::Deserialize`."
+        );
+        let find_fn_doc = format!(
+            "Reads every `{ident}` document matching `filter` (a MongoDB filter) from {place}, \
+             sorted by `_id`, placeholders of pending inserts left out.\n\n\
+             Needs `{ident}: serde::Deserialize`."
+        );
+        let in_flight_fn_doc = format!(
+            "Whether the `{ident}` document whose `_id` is `id` has a transaction in flight \
+             (a marker, a lock, a pending count, or an insert's placeholder); `false` when there \
+             is no such document. Reads that must not see half of a transaction wait until \
+             this is `false`."
+        );
+        let insert_now_fn_doc = format!(
+            "Inserts `doc` into {place} at once, outside any transaction (e.g. to set up data); \
+             fails with `StoreErrorKind::DuplicateKey` if its `_id` is taken. \
+             In a transaction, add `doc.insert()` instead."
+        );
+        let put_fn_doc = format!(
+            "Writes `doc` into {place} at once, outside any transaction: inserts it, or replaces \
+             the document with its `_id` if no transaction is in flight on it (else \
+             `StoreErrorKind::InFlight`, and nothing changes). For setting up and resetting data."
+        );
         let fields_fn_doc = format!(
             "The typed paths of the fields of `{ident}`, for the generic methods of [`{change}`] \
              such as [`{change}::set`]."
@@ -294,6 +336,52 @@ impl<'a> Gen<'a> {
                     #[doc = #fields_fn_doc]
                     pub fn fields() -> #fields {
                         #fields { _private: () }
+                    }
+
+                    #[doc = #get_fn_doc]
+                    pub async fn get<R>(
+                        from: &R,
+                        id: #id_param,
+                    ) -> ::core::result::Result<::core::option::Option<Self>, #p::StoreError>
+                    where
+                        R: #p::ReadDocuments<Self> + ?::core::marker::Sized,
+                    {
+                        #get_body
+                    }
+
+                    #[doc = #find_fn_doc]
+                    pub async fn find<R>(
+                        from: &R,
+                        filter: #p::bson::Document,
+                    ) -> ::core::result::Result<::std::vec::Vec<Self>, #p::StoreError>
+                    where
+                        R: #p::ReadDocuments<Self> + ?::core::marker::Sized,
+                    {
+                        #find_body
+                    }
+
+                    #[doc = #in_flight_fn_doc]
+                    pub async fn in_flight(
+                        coordinator: &#p::Coordinator,
+                        id: #id_param,
+                    ) -> ::core::result::Result<bool, #p::StoreError> {
+                        #in_flight_body
+                    }
+
+                    #[doc = #insert_now_fn_doc]
+                    pub async fn insert_now(
+                        coordinator: &#p::Coordinator,
+                        doc: &Self,
+                    ) -> ::core::result::Result<(), #p::StoreError> {
+                        #insert_now_body
+                    }
+
+                    #[doc = #put_fn_doc]
+                    pub async fn put(
+                        coordinator: &#p::Coordinator,
+                        doc: &Self,
+                    ) -> ::core::result::Result<(), #p::StoreError> {
+                        #put_body
                     }
                 }
 

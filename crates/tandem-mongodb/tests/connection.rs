@@ -229,8 +229,52 @@ async fn typed_reads_on_the_server() {
     );
     assert_eq!(coordinator.get::<Order, _>("o-ghost").await.unwrap(), None);
     let all: Vec<Order> = coordinator.find(doc! {}, None).await.unwrap();
-    assert_eq!(all, vec![o1]);
+    assert_eq!(all, vec![o1.clone()]);
     assert!(!coordinator.in_flight::<Order, _>("o-1").await.unwrap());
     assert!(coordinator.in_flight::<Order, _>("o-ghost").await.unwrap());
+
+    // The functions generated on the type, and `put`.
+    let o2 = Order {
+        id: "o-2".into(),
+        amount: 7,
+    };
+    Order::put(&coordinator, &o2).await.unwrap();
+    assert_eq!(Order::get(&coordinator, "o-2").await.unwrap(), Some(o2));
+    let o2 = Order {
+        id: "o-2".into(),
+        amount: 8,
+    };
+    Order::put(&coordinator, &o2).await.unwrap();
+    assert_eq!(
+        Order::find(&coordinator, doc! { "amount": { "$gt": 7 } })
+            .await
+            .unwrap(),
+        vec![o1.clone(), o2.clone()]
+    );
+    t.store
+        .update_one(
+            &t.ns("orders"),
+            doc! { "_id": "o-2" },
+            doc! { "$push": { "pendingTransactions": "t-1#0123456789ab" } },
+            false,
+        )
+        .await
+        .unwrap();
+    assert!(Order::in_flight(&coordinator, "o-2").await.unwrap());
+    for id in ["o-2", "o-ghost"] {
+        let late = Order {
+            id: id.into(),
+            amount: 0,
+        };
+        let refused = Order::put(&coordinator, &late).await.unwrap_err();
+        assert_eq!(refused.kind, tandem::StoreErrorKind::InFlight, "{refused}");
+    }
+    let raw = t
+        .store
+        .find_one(&t.ns("orders"), doc! { "_id": "o-2" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(raw.get_i64("amount").unwrap(), 8);
     t.drop().await;
 }

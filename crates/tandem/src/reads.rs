@@ -1,8 +1,15 @@
-//! Typed reads (and plain inserts) of `#[participant]` documents, through a
+//! Typed reads (and plain writes) of `#[participant]` documents, through a
 //! coordinator: its default store, and its database where the type names none.
 //!
 //! They skip the placeholders that inserts reserve, and say whether a
 //! document has a transaction in flight (see the guide's Isolation chapter).
+//! `#[participant]` generates the same operations on the type itself
+//! (`Order::get(&coordinator, id)`, `Order::find`, `Order::in_flight`,
+//! `Order::insert_now`, `Order::put`); they call the methods here.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 use serde::de::DeserializeOwned;
@@ -31,7 +38,22 @@ fn read_as<D: DeserializeOwned>(ns: &Namespace, doc: Document) -> Result<D, Stor
     })
 }
 
-fn id_bson<I: Serialize + ?Sized>(id: &I) -> Result<Bson, StoreError> {
+/// The filter that matches document `id` only while it is settled: no
+/// marker in `marker`, no lock, no pending count, no deletion under way, not
+/// a placeholder.
+fn settled(id: Bson, marker: &str) -> Document {
+    doc! {
+        "_id": id,
+        format!("{marker}.0"): { "$exists": false },
+        format!("{META_FIELD}.lock"): Bson::Null,
+        format!("{META_FIELD}.deleting"): { "$exists": false },
+        format!("{META_FIELD}.ghost"): { "$ne": true },
+        format!("{META_FIELD}.pending"): { "$in": [0_i32, Bson::Null] },
+    }
+}
+
+/// `id` as BSON, or a [`StoreErrorKind::BadRequest`] saying why not.
+pub fn id_bson<I: Serialize + ?Sized>(id: &I) -> Result<Bson, StoreError> {
     bson::to_bson(id).map_err(|e| {
         StoreError::new(
             StoreErrorKind::BadRequest,
@@ -58,8 +80,15 @@ impl Coordinator {
         D: ParticipantDocument + DeserializeOwned,
         I: Serialize + ?Sized,
     {
+        self.get_by_bson(id_bson(id)?).await
+    }
+
+    async fn get_by_bson<D>(&self, id: Bson) -> Result<Option<D>, StoreError>
+    where
+        D: ParticipantDocument + DeserializeOwned,
+    {
         let ns = self.namespace_of::<D>();
-        let mut filter = doc! { "_id": id_bson(id)? };
+        let mut filter = doc! { "_id": id };
         filter.extend(not_a_placeholder());
         let store = self.stores().default_store();
         match store.find_one(&ns, filter).await? {
@@ -131,15 +160,110 @@ impl Coordinator {
         D: ParticipantDocument + Serialize,
     {
         let ns = self.namespace_of::<D>();
-        let document = bson::to_document(doc).map_err(|e| {
-            StoreError::new(
-                StoreErrorKind::BadRequest,
-                format!("{} cannot be stored: {e}", std::any::type_name::<D>()),
-            )
-        })?;
+        let document = stored_form(doc)?;
         self.stores()
             .default_store()
             .insert_one(&ns, document)
             .await
+    }
+
+    /// Writes `doc` into the default store outside any transaction: inserts
+    /// it, or replaces the document with its `_id` if that one is settled (no
+    /// transaction in flight on it, see [`in_flight`](Coordinator::in_flight)).
+    ///
+    /// A document with a transaction in flight is left as it is, and the
+    /// answer is [`StoreErrorKind::InFlight`]: replacing it would take away
+    /// the markers its transaction counts on. Meant for setting up and
+    /// resetting data (examples, fixtures), not as a way around transactions.
+    pub async fn put<D>(&self, doc: &D) -> Result<(), StoreError>
+    where
+        D: ParticipantDocument + Serialize,
+    {
+        let ns = self.namespace_of::<D>();
+        let document = stored_form(doc)?;
+        let id = document.get("_id").cloned().ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!(
+                    "{} has no `_id` field to put it under",
+                    std::any::type_name::<D>()
+                ),
+            )
+        })?;
+        let store = self.stores().default_store();
+        let replaced = store
+            .replace_one(&ns, settled(id.clone(), D::MARKER), document.clone())
+            .await?;
+        if replaced.matched > 0 {
+            return Ok(());
+        }
+        match store.insert_one(&ns, document).await {
+            Err(e) if e.kind == StoreErrorKind::DuplicateKey => Err(StoreError::new(
+                StoreErrorKind::InFlight,
+                format!(
+                    "{ns}/{id} has a transaction in flight; `put` replaces only settled documents"
+                ),
+            )),
+            other => other,
+        }
+    }
+}
+
+/// `doc` as stored outside a transaction: serialized, without the marker field.
+fn stored_form<D: ParticipantDocument + Serialize>(doc: &D) -> Result<Document, StoreError> {
+    let mut document = bson::to_document(doc).map_err(|e| {
+        StoreError::new(
+            StoreErrorKind::BadRequest,
+            format!("{} cannot be stored: {e}", std::any::type_name::<D>()),
+        )
+    })?;
+    document.remove(D::MARKER);
+    Ok(document)
+}
+
+/// A boxed future, as [`ReadDocuments`] returns.
+pub type ReadFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// What typed reads of `D` go through: [`Coordinator`] and `Arc<Coordinator>`.
+///
+/// The functions `#[participant]` generates (`Order::get(&coordinator, id)`,
+/// `Order::find(&coordinator, filter)`) take any `R: ReadDocuments<Self>`,
+/// so that they work through either without `&*` or `.as_ref()`.
+#[diagnostic::on_unimplemented(
+    message = "`{D}` cannot be read through `{Self}`",
+    note = "typed reads go through a `tandem::Coordinator` (or an `Arc` of one), and need `{D}: serde::Deserialize`"
+)]
+pub trait ReadDocuments<D> {
+    /// The document whose `_id` is `id`, placeholders left out; see [`Coordinator::get`].
+    fn read_by_id(&self, id: Bson) -> ReadFuture<'_, Option<D>>;
+
+    /// The documents matching `filter`, placeholders left out, sorted by
+    /// `_id`, at most `limit`; see [`Coordinator::find`].
+    fn read_matching(&self, filter: Document, limit: Option<i64>) -> ReadFuture<'_, Vec<D>>;
+}
+
+impl<D> ReadDocuments<D> for Coordinator
+where
+    D: ParticipantDocument + DeserializeOwned + Send + 'static,
+{
+    fn read_by_id(&self, id: Bson) -> ReadFuture<'_, Option<D>> {
+        Box::pin(self.get_by_bson::<D>(id))
+    }
+
+    fn read_matching(&self, filter: Document, limit: Option<i64>) -> ReadFuture<'_, Vec<D>> {
+        Box::pin(self.find::<D>(filter, limit))
+    }
+}
+
+impl<D> ReadDocuments<D> for Arc<Coordinator>
+where
+    D: ParticipantDocument + DeserializeOwned + Send + 'static,
+{
+    fn read_by_id(&self, id: Bson) -> ReadFuture<'_, Option<D>> {
+        Box::pin(self.as_ref().get_by_bson::<D>(id))
+    }
+
+    fn read_matching(&self, filter: Document, limit: Option<i64>) -> ReadFuture<'_, Vec<D>> {
+        Box::pin(self.as_ref().find::<D>(filter, limit))
     }
 }

@@ -113,6 +113,9 @@ pub enum StoreErrorKind {
     Unauthorized,
     /// The store stopped on purpose (used by the crash-testing wrappers).
     Crashed,
+    /// The document has a transaction in flight, and the request leaves such
+    /// documents alone (e.g. [`Coordinator::put`](crate::Coordinator::put)).
+    InFlight,
     /// Anything else.
     Other,
 }
@@ -131,6 +134,7 @@ impl StoreErrorKind {
         !matches!(
             self,
             StoreErrorKind::DuplicateKey
+                | StoreErrorKind::InFlight
                 | StoreErrorKind::TypeMismatch
                 | StoreErrorKind::DocumentTooLarge
                 | StoreErrorKind::Overflow

@@ -1,4 +1,7 @@
-//! Typed reads through a coordinator: `get`, `find`, `in_flight`, `insert`.
+//! Typed reads through a coordinator: `get`, `find`, `in_flight`, `insert`,
+//! `put`, on the coordinator and as generated on the `#[participant]` type.
+
+use std::sync::Arc;
 
 use bson::doc;
 use serde::{Deserialize, Serialize};
@@ -85,4 +88,104 @@ async fn typed_reads_skip_placeholders_and_see_transactions_in_flight() {
     let err = coordinator.get::<Order, _>("o-bad").await.unwrap_err();
     assert_eq!(err.kind, StoreErrorKind::TypeMismatch, "{err}");
     assert!(err.message.contains("shop.orders/"), "{err}");
+}
+
+#[tokio::test]
+async fn the_generated_functions_read_and_write_typed_documents() {
+    let store = MemoryStore::new();
+    let coordinator = Arc::new(Coordinator::builder(store.clone()).database("shop").build());
+    let ns = coordinator.namespace_of::<Order>();
+
+    Order::insert_now(&coordinator, &order("o-1", 30))
+        .await
+        .unwrap();
+    Order::insert_now(&coordinator, &order("o-2", 40))
+        .await
+        .unwrap();
+    let taken = Order::insert_now(&coordinator, &order("o-1", 99))
+        .await
+        .unwrap_err();
+    assert_eq!(taken.kind, StoreErrorKind::DuplicateKey);
+
+    // Through the Arc and through the coordinator itself.
+    assert_eq!(
+        Order::get(&coordinator, "o-1").await.unwrap(),
+        Some(order("o-1", 30))
+    );
+    assert_eq!(
+        Order::get(&*coordinator, "o-2").await.unwrap(),
+        Some(order("o-2", 40))
+    );
+    assert_eq!(Order::get(&coordinator, "o-3").await.unwrap(), None);
+    let big = Order::find(&coordinator, doc! { "amount": { "$gte": 35 } })
+        .await
+        .unwrap();
+    assert_eq!(big, vec![order("o-2", 40)]);
+
+    // A placeholder an insert reserved is no order, and is in flight.
+    store
+        .insert_one(&ns, doc! { "_id": "o-ghost", "_tandem": { "ghost": true } })
+        .await
+        .unwrap();
+    assert_eq!(Order::get(&coordinator, "o-ghost").await.unwrap(), None);
+    assert_eq!(Order::find(&coordinator, doc! {}).await.unwrap().len(), 2);
+    assert!(Order::in_flight(&coordinator, "o-ghost").await.unwrap());
+
+    // `put` replaces a settled document, and inserts a missing one.
+    let mut paid = order("o-1", 30);
+    paid.state = "paid".into();
+    Order::put(&coordinator, &paid).await.unwrap();
+    assert_eq!(
+        Order::get(&coordinator, "o-1").await.unwrap(),
+        Some(paid.clone())
+    );
+    Order::put(&coordinator, &order("o-4", 5)).await.unwrap();
+    assert_eq!(
+        Order::get(&coordinator, "o-4").await.unwrap(),
+        Some(order("o-4", 5))
+    );
+
+    // After a transaction the document is settled again, and `put` works.
+    coordinator
+        .run(Transaction::new().change(Order::change("o-2").inc_amount(2)))
+        .await
+        .unwrap();
+    coordinator.drain().await;
+    assert!(!Order::in_flight(&coordinator, "o-2").await.unwrap());
+    Order::put(&coordinator, &order("o-2", 41)).await.unwrap();
+
+    // With a transaction in flight, `put` changes nothing and says why;
+    // so does it for a placeholder.
+    store
+        .update_one(
+            &ns,
+            doc! { "_id": "o-2" },
+            doc! { "$push": { "pendingTransactions": "t-7#0123456789ab" } },
+            false,
+        )
+        .await
+        .unwrap();
+    assert!(Order::in_flight(&coordinator, "o-2").await.unwrap());
+    let refused = Order::put(&coordinator, &order("o-2", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind, StoreErrorKind::InFlight, "{refused}");
+    assert!(refused.message.contains("shop.orders/"), "{refused}");
+    let raw = store
+        .find_one(&ns, doc! { "_id": "o-2" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(raw.get_i64("amount").unwrap(), 41);
+    assert_eq!(raw.get_array("pendingTransactions").unwrap().len(), 1);
+    let refused = Order::put(&coordinator, &order("o-ghost", 1))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind, StoreErrorKind::InFlight, "{refused}");
+    let raw = store
+        .find_one(&ns, doc! { "_id": "o-ghost" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(raw.get("amount").is_none(), "{raw}");
 }
