@@ -1,11 +1,12 @@
-//! What a transaction would do, before it runs: [`Coordinator::explain`].
+//! What a transaction would do, before it runs: [`Coordinator::explain`]
+//! and [`Transaction::explain`].
 
 use std::fmt;
 
 use bson::Bson;
 
 use crate::change::{DocumentChange, DocumentOp, FieldOp};
-use crate::config::Strategy;
+use crate::config::{CoordinatorConfig, Strategy};
 use crate::coordinator::{Coordinator, Item, Transaction};
 
 /// A transaction's plan: how it would run and why, and for each participant
@@ -141,37 +142,64 @@ impl Coordinator {
             s if tx.strategy.is_some() => (s, "asked for by the transaction".to_owned()),
             s => (s, "the coordinator's default".to_owned()),
         };
-        let participants = tx
-            .items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| match item {
-                Item::Document(change) => plan_change(i, change),
-                Item::Custom(p) => PlannedParticipant {
-                    index: i,
-                    label: p.label(),
-                    forward: vec![format!(
-                        "a hand-written participant of kind {:?}: its apply",
-                        p.kind()
-                    )],
-                    at_commit: vec!["its clear_marker".into()],
-                    undo: vec!["its compensate".into()],
-                    guards: Vec::new(),
-                    holds: "as it defines",
-                },
-            })
-            .collect();
         let records = format!("{}.{}", self.config().database, self.config().collection);
-        let indexes = match strategy {
-            Strategy::Native => Vec::new(),
-            _ => vec![format!("{records} {{state: 1, lastModified: 1}}")],
+        plan(tx, strategy, reason, &records)
+    }
+}
+
+impl Transaction {
+    /// The plan of this transaction as a coordinator with the default
+    /// settings ([`CoordinatorConfig::default`]) would run it, without one:
+    /// the same as [`Coordinator::explain`], except that
+    /// [`Strategy::Auto`] stays undecided (the choice needs the stores) and
+    /// the records are in the default database. Nothing is read or written.
+    pub fn explain(&self) -> Plan {
+        let config = CoordinatorConfig::default();
+        let (strategy, reason) = match self.strategy.unwrap_or(config.strategy) {
+            Strategy::Auto => (
+                Strategy::Auto,
+                "decided when it runs: natively if every participant is on one store that \
+                 supports transactions and the change fits the native limits, else two-phase"
+                    .to_owned(),
+            ),
+            s if self.strategy.is_some() => (s, "asked for by the transaction".to_owned()),
+            s => (s, "the coordinator's default".to_owned()),
         };
-        Plan {
-            strategy,
-            reason,
-            participants,
-            indexes,
-        }
+        let records = format!("{}.{}", config.database, config.collection);
+        plan(self, strategy, reason, &records)
+    }
+}
+
+fn plan(tx: &Transaction, strategy: Strategy, reason: String, records: &str) -> Plan {
+    let participants = tx
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Item::Document(change) => plan_change(i, change),
+            Item::Custom(p) => PlannedParticipant {
+                index: i,
+                label: p.label(),
+                forward: vec![format!(
+                    "a hand-written participant of kind {:?}: its apply",
+                    p.kind()
+                )],
+                at_commit: vec!["its clear_marker".into()],
+                undo: vec!["its compensate".into()],
+                guards: Vec::new(),
+                holds: "as it defines",
+            },
+        })
+        .collect();
+    let indexes = match strategy {
+        Strategy::Native => Vec::new(),
+        _ => vec![format!("{records} {{state: 1, lastModified: 1}}")],
+    };
+    Plan {
+        strategy,
+        reason,
+        participants,
+        indexes,
     }
 }
 
