@@ -20,7 +20,6 @@ use tandem::{
     participant, Coordinator, Namespace, ParticipantDocument, PendingPolicy, RecoveryConfig, Store,
     Transaction, TxId, TxState,
 };
-use tandem_suite::{demo_store, reset};
 
 #[participant(collection = "accounts")]
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -78,8 +77,9 @@ async fn balances(store: &dyn Store, db: &str) -> Result<(i64, i64), Box<dyn std
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let demo = demo_store().await?;
-    let (store, db) = (demo.store.clone(), demo.db.clone());
+    // The embedded store, or the MongoDB server at MONGODB_URI.
+    let store = tandem_mongodb::store_from_env().await?;
+    let db = std::env::var("TANDEM_DB").unwrap_or_else(|_| "tandem_demo".to_owned());
     let args: Vec<String> = std::env::args().collect();
     if let [_, role, id] = args.as_slice() {
         if role == "worker" {
@@ -91,15 +91,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Ok(());
         }
     }
-    println!("crash-and-recover demo on the {}", demo.description);
-    let ns = Namespace::new(&db, Account::COLLECTION);
-    let start = |name: &str| {
-        bson::to_document(&Account {
+    println!(
+        "crash-and-recover demo on the {} store, database {db}",
+        store.name()
+    );
+    // The accounts as they were, written outside any transaction.
+    let setup = Coordinator::builder_shared(store.clone())
+        .database(&db)
+        .build();
+    for name in ["A", "B"] {
+        let start = Account {
             name: name.into(),
             balance: 1000,
-        })
-    };
-    reset(store.as_ref(), &ns, &[start("A")?, start("B")?]).await?;
+        };
+        Account::put(&setup, &start).await?;
+    }
     let id = TxId::generate();
 
     if std::env::var("MONGODB_URI").is_ok_and(|u| !u.is_empty()) {

@@ -7,10 +7,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use tandem::{
-    participant, CommitPoint, Coordinator, Namespace, ParticipantDocument, Transaction, TxError,
-};
-use tandem_suite::{demo_store, reset};
+use tandem::{participant, CommitPoint, Coordinator, Transaction, TxError};
 
 // ANCHOR: documents
 #[participant(collection = "orders")]
@@ -74,91 +71,79 @@ fn reserve(order_id: &str, customer: &str, sku: &str, quantity: i32) -> Transact
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let demo = demo_store().await?;
-    let (store, db) = (demo.store.clone(), demo.db.clone());
-    println!("inventory demo on the {}", demo.description);
-    let ns = |c: &str| Namespace::new(&db, c);
-    reset(
-        store.as_ref(),
-        &ns(Stock::COLLECTION),
-        &[bson::to_document(&Stock {
-            sku: "kayak".into(),
-            available: 3,
-        })?],
-    )
-    .await?;
+    // The embedded store, or the MongoDB server at MONGODB_URI.
+    let store = tandem_mongodb::store_from_env().await?;
+    let db = std::env::var("TANDEM_DB").unwrap_or_else(|_| "tandem_demo".to_owned());
+    println!(
+        "inventory demo on the {} store, database {db}",
+        store.name()
+    );
+    let coordinator = Coordinator::builder_shared(store)
+        .database(&db)
+        .commit_point(CommitPoint::Done)
+        .build();
+
+    // Stock and carts as they were (plain writes, outside any transaction);
+    // orders under ids of this run, so that the demo can run again.
+    let kayaks = Stock {
+        sku: "kayak".into(),
+        available: 3,
+    };
+    Stock::put(&coordinator, &kayaks).await?;
     for customer in ["ann", "bob"] {
         let cart = Cart {
             customer: customer.into(),
             items: vec!["kayak".into()],
         };
-        reset(
-            store.as_ref(),
-            &ns(Cart::COLLECTION),
-            &[bson::to_document(&cart)?],
-        )
-        .await?;
+        Cart::put(&coordinator, &cart).await?;
     }
-    for (c, id) in [
-        (Order::COLLECTION, "o-ann"),
-        (Order::COLLECTION, "o-bob"),
-        (Reservation::COLLECTION, "o-ann"),
-        (Reservation::COLLECTION, "o-bob"),
-    ] {
-        store.delete_one(&ns(c), bson::doc! { "_id": id }).await?;
-    }
-    let coordinator = Coordinator::builder_shared(store.clone())
-        .database(&db)
-        .commit_point(CommitPoint::Done)
-        .build();
+    let run = bson::oid::ObjectId::new().to_hex();
+    let (ann_order, bob_order) = (format!("o-ann-{run}"), format!("o-bob-{run}"));
 
-    coordinator.run(reserve("o-ann", "ann", "kayak", 2)).await?;
+    coordinator
+        .run(reserve(&ann_order, "ann", "kayak", 2))
+        .await?;
     println!("  ann reserved 2 kayaks");
 
-    match coordinator.run(reserve("o-bob", "bob", "kayak", 2)).await {
+    match coordinator
+        .run(reserve(&bob_order, "bob", "kayak", 2))
+        .await
+    {
         Err(TxError::Canceled { cause, .. }) => {
             println!("  bob's reservation was rolled back: {cause}")
         }
         other => return Err(format!("expected a rollback, got {other:?}").into()),
     }
 
-    let count = |c: &'static str, id: &'static str| {
-        let store = store.clone();
-        let place = ns(c);
-        async move {
-            let doc = store.find_one(&place, bson::doc! { "_id": id }).await?;
-            // An undone insert leaves a fenced placeholder until garbage collection.
-            Ok::<bool, tandem::StoreError>(doc.is_some_and(|d| {
-                d.get("_tandem")
-                    .and_then(|m| m.as_document())
-                    .is_none_or(|m| !m.contains_key("ghost"))
-            }))
-        }
-    };
+    // Typed reads leave out the placeholder an undone insert leaves behind
+    // (a fence, until garbage collection).
     assert!(
-        count(Order::COLLECTION, "o-ann").await?,
+        Order::get(&coordinator, &ann_order).await?.is_some(),
         "ann's order exists"
     );
     assert!(
-        count(Reservation::COLLECTION, "o-ann").await?,
+        Reservation::get(&coordinator, &ann_order).await?.is_some(),
         "ann's reservation exists"
     );
-    assert!(!count(Cart::COLLECTION, "ann").await?, "ann's cart is gone");
     assert!(
-        !count(Order::COLLECTION, "o-bob").await?,
+        Cart::get(&coordinator, "ann").await?.is_none(),
+        "ann's cart is gone"
+    );
+    assert!(
+        Order::get(&coordinator, &bob_order).await?.is_none(),
         "bob has no order"
     );
     assert!(
-        !count(Reservation::COLLECTION, "o-bob").await?,
+        Reservation::get(&coordinator, &bob_order).await?.is_none(),
         "bob has no reservation"
     );
-    assert!(count(Cart::COLLECTION, "bob").await?, "bob keeps his cart");
-    let stock = store
-        .find_one(&ns(Stock::COLLECTION), bson::doc! { "_id": "kayak" })
-        .await?
-        .ok_or("no stock")?;
-    println!("  kayaks left: {}", stock.get_i32("available")?);
-    assert_eq!(stock.get_i32("available")?, 1);
+    assert!(
+        Cart::get(&coordinator, "bob").await?.is_some(),
+        "bob keeps his cart"
+    );
+    let stock = Stock::get(&coordinator, "kayak").await?.ok_or("no stock")?;
+    println!("  kayaks left: {}", stock.available);
+    assert_eq!(stock.available, 1);
     // Background work finished, connections closed, before `main` returns.
     coordinator.shutdown().await;
     Ok(())

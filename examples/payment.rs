@@ -12,11 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tandem::testing::FaultStore;
-use tandem::{
-    participant, CommitPoint, Coordinator, Namespace, ParticipantDocument, RecoveryConfig, Store,
-    Transaction, TxError,
-};
-use tandem_suite::{demo_store, reset};
+use tandem::{participant, CommitPoint, Coordinator, RecoveryConfig, Transaction, TxError};
 
 // ANCHOR: documents
 /// The state of an order, stored as a string.
@@ -63,21 +59,22 @@ fn payment(order: &Order, buyer: &str) -> Transaction {
 }
 // ANCHOR_END: payment
 
-/// Where a document type lives in the demo database.
-fn ns(db: &str, collection: &str) -> Namespace {
-    Namespace::new(db, collection)
-}
-
-async fn show(store: &dyn Store, db: &str) -> Result<(), Box<dyn std::error::Error>> {
+/// Prints the demo's documents as stored, with the markers tandem keeps on
+/// them (but without its `_tandem` bookkeeping).
+async fn show(coordinator: &Coordinator) -> Result<(), Box<dyn std::error::Error>> {
+    let (orders, balances) = (
+        coordinator.namespace_of::<Order>(),
+        coordinator.namespace_of::<Balance>(),
+    );
     let shown = [
-        (ns(db, Order::COLLECTION), "order-1"),
-        (ns(db, Order::COLLECTION), "order-2"),
-        (ns(db, Order::COLLECTION), "order-3"),
-        (ns(db, Balance::COLLECTION), "alice"),
+        (&orders, "order-1"),
+        (&orders, "order-2"),
+        (&orders, "order-3"),
+        (&balances, "alice"),
     ];
+    let store = coordinator.stores().default_store();
     for (place, id) in shown {
-        if let Some(doc) = store.find_one(&place, bson::doc! { "_id": id }).await? {
-            let mut doc = doc;
+        if let Some(mut doc) = store.find_one(place, bson::doc! { "_id": id }).await? {
             doc.remove("_tandem");
             println!("    {place}: {doc}");
         }
@@ -87,9 +84,18 @@ async fn show(store: &dyn Store, db: &str) -> Result<(), Box<dyn std::error::Err
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let demo = demo_store().await?;
-    let (store, db) = (demo.store.clone(), demo.db.clone());
-    println!("payment demo on the {}", demo.description);
+    // The embedded store, or the MongoDB server at MONGODB_URI.
+    let store = tandem_mongodb::store_from_env().await?;
+    let db = std::env::var("TANDEM_DB").unwrap_or_else(|_| "tandem_demo".to_owned());
+    println!("payment demo on the {} store, database {db}", store.name());
+
+    // ANCHOR: coordinator
+    let coordinator = Coordinator::builder_shared(store.clone())
+        .database(&db)
+        .commit_point(CommitPoint::Done)
+        .on_event(|event| println!("  {event}"))
+        .build();
+    // ANCHOR_END: coordinator
 
     let order1 = Order {
         id: "order-1".into(),
@@ -106,39 +112,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         state: OrderState::UnPaid,
         amount: 200,
     };
+    // Plain writes outside any transaction, to set the demo up (again).
     for order in [&order1, &order2, &order3] {
-        reset(
-            store.as_ref(),
-            &ns(&db, Order::COLLECTION),
-            &[bson::to_document(order)?],
-        )
-        .await?;
+        Order::put(&coordinator, order).await?;
     }
     let alice = Balance {
         id: "alice".into(),
         balance: 1000,
     };
-    reset(
-        store.as_ref(),
-        &ns(&db, Balance::COLLECTION),
-        &[bson::to_document(&alice)?],
-    )
-    .await?;
-
-    // ANCHOR: coordinator
-    let coordinator = Coordinator::builder_shared(store.clone())
-        .database(&db)
-        .commit_point(CommitPoint::Done)
-        .on_event(|event| println!("  {event}"))
-        .build();
-    // ANCHOR_END: coordinator
+    Balance::put(&coordinator, &alice).await?;
 
     println!("\n1. alice pays order-1 (300 of her 1000):");
     // ANCHOR: run
     let receipt = coordinator.run(payment(&order1, "alice")).await?;
     println!("  committed: {} is {}", receipt.id, receipt.state);
     // ANCHOR_END: run
-    show(store.as_ref(), &db).await?;
+    show(&coordinator).await?;
 
     println!("\n2. alice tries to pay order-2 (5000, more than she has):");
     // ANCHOR: refused
@@ -147,7 +136,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         other => return Err(format!("expected a cancellation, got {other:?}").into()),
     }
     // ANCHOR_END: refused
-    show(store.as_ref(), &db).await?;
+    show(&coordinator).await?;
 
     println!("\n3. the process dies in the middle of paying order-3; recovery rolls the half-done payment back:");
     // ANCHOR: crash
@@ -184,13 +173,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         report.claimed, report.canceled
     );
     // ANCHOR_END: crash
-    show(store.as_ref(), &db).await?;
+    show(&coordinator).await?;
 
-    let balance = store
-        .find_one(&ns(&db, Balance::COLLECTION), bson::doc! { "_id": "alice" })
-        .await?
-        .and_then(|d| d.get_i64("balance").ok());
-    assert_eq!(balance, Some(700), "only order-1 was paid");
+    let alice = Balance::get(&coordinator, "alice").await?;
+    assert_eq!(alice.map(|b| b.balance), Some(700), "only order-1 was paid");
     println!("\nalice paid exactly once: balance 700");
     // Background work finished, connections closed, before `main` returns.
     coordinator.shutdown().await;

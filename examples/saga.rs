@@ -6,15 +6,10 @@
 //! cargo run --example saga
 //! ```
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 use tandem::{
-    participant, CommitPoint, Coordinator, MemoryStore, Namespace, ParticipantDocument, Store,
-    Transaction, TxError,
+    participant, CommitPoint, Coordinator, Namespace, ParticipantDocument, Transaction, TxError,
 };
-use tandem_mongodb::MongoStore;
-use tandem_suite::{demo_store, reset};
 
 // ANCHOR: documents
 /// Lives in the billing database of the default store.
@@ -56,41 +51,48 @@ fn book(invoice: &str, route: &str) -> Transaction {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let demo = demo_store().await?;
-    println!("saga demo on the {}", demo.description);
-    // A second client: another MongoDB connection when MONGODB_URI is set, another embedded store otherwise.
-    let shipping: Arc<dyn Store> = match std::env::var("MONGODB_URI") {
-        Ok(uri) if !uri.is_empty() => Arc::new(MongoStore::connect(&uri).await?),
-        _ => Arc::new(MemoryStore::new()),
-    };
-    let invoices = Namespace::new(Invoice::DB.unwrap_or_default(), Invoice::COLLECTION);
-    let shipments = Namespace::new(Shipment::DB.unwrap_or_default(), Shipment::COLLECTION);
+    // The embedded store, or the MongoDB server at MONGODB_URI.
+    let billing = tandem_mongodb::store_from_env().await?;
+    let db = std::env::var("TANDEM_DB").unwrap_or_else(|_| "tandem_demo".to_owned());
+    println!("saga demo on the {} store, database {db}", billing.name());
+    // A second client: another MongoDB connection when MONGODB_URI is set,
+    // another embedded store otherwise.
+    let shipping = tandem_mongodb::store_from_env().await?;
+
+    // ANCHOR: coordinator
+    let coordinator = Coordinator::builder_shared(billing)
+        .database(&db)
+        .store("shipping", shipping.clone())
+        .commit_point(CommitPoint::Done)
+        .build();
+    // ANCHOR_END: coordinator
+
+    // The data as it was, written outside any transaction: the invoices
+    // through the coordinator (its default store), the route on the
+    // shipping store directly.
     for id in ["inv-1", "inv-2"] {
         let invoice = Invoice {
             id: id.into(),
             total: 120,
             status: "open".into(),
         };
-        reset(
-            demo.store.as_ref(),
-            &invoices,
-            &[bson::to_document(&invoice)?],
-        )
-        .await?;
+        Invoice::put(&coordinator, &invoice).await?;
     }
-    let route = Shipment {
+    let shipments = Namespace::new(Shipment::DB.unwrap_or_default(), Shipment::COLLECTION);
+    let route = bson::to_document(&Shipment {
         id: "oslo-bergen".into(),
         slots_left: 1,
-    };
-    reset(shipping.as_ref(), &shipments, &[bson::to_document(&route)?]).await?;
-
-    // ANCHOR: coordinator
-    let coordinator = Coordinator::builder_shared(demo.store.clone())
-        .database(&demo.db)
-        .store("shipping", shipping.clone())
-        .commit_point(CommitPoint::Done)
-        .build();
-    // ANCHOR_END: coordinator
+    })?;
+    let replaced = shipping
+        .replace_one(
+            &shipments,
+            bson::doc! { "_id": "oslo-bergen" },
+            route.clone(),
+        )
+        .await?;
+    if replaced.matched == 0 {
+        shipping.insert_one(&shipments, route).await?;
+    }
 
     coordinator.run(book("inv-1", "oslo-bergen")).await?;
     println!("  inv-1 booked on oslo-bergen");
@@ -100,19 +102,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         other => return Err(format!("expected a rollback, got {other:?}").into()),
     }
-    let status = |id: &'static str| {
-        let store = demo.store.clone();
-        let invoices = invoices.clone();
-        async move {
-            let doc = store
-                .find_one(&invoices, bson::doc! { "_id": id })
-                .await?
-                .ok_or("no invoice")?;
-            Ok::<String, Box<dyn std::error::Error>>(doc.get_str("status")?.to_owned())
-        }
-    };
-    assert_eq!(status("inv-1").await?, "booked");
-    assert_eq!(status("inv-2").await?, "open");
+    let status = |invoice: Option<Invoice>| invoice.map(|i| i.status);
+    assert_eq!(
+        status(Invoice::get(&coordinator, "inv-1").await?).as_deref(),
+        Some("booked")
+    );
+    assert_eq!(
+        status(Invoice::get(&coordinator, "inv-2").await?).as_deref(),
+        Some("open")
+    );
     let route = shipping
         .find_one(&shipments, bson::doc! { "_id": "oslo-bergen" })
         .await?

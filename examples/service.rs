@@ -18,10 +18,9 @@ use async_trait::async_trait;
 use bson::{doc, Document};
 use serde::{Deserialize, Serialize};
 use tandem::{
-    participant, ChangeError, CommitPoint, Coordinator, Namespace, Participant,
-    ParticipantDocument, StepContext, StepError, Transaction, TxError,
+    participant, ChangeError, CommitPoint, Coordinator, Participant, StepContext, StepError,
+    Transaction, TxError,
 };
-use tandem_suite::{demo_store, reset};
 
 // ANCHOR: gateway
 /// What the gateway knows about one idempotency key.
@@ -131,20 +130,10 @@ struct Order {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let demo = demo_store().await?;
-    println!("service demo on the {}", demo.description);
-    let orders = Namespace::new(&demo.db, Order::COLLECTION);
-    for id in ["o-1", "o-2"] {
-        reset(
-            demo.store.as_ref(),
-            &orders,
-            &[bson::to_document(&Order {
-                id: id.into(),
-                state: "new".into(),
-            })?],
-        )
-        .await?;
-    }
+    // The embedded store, or the MongoDB server at MONGODB_URI.
+    let store = tandem_mongodb::store_from_env().await?;
+    let db = std::env::var("TANDEM_DB").unwrap_or_else(|_| "tandem_demo".to_owned());
+    println!("service demo on the {} store, database {db}", store.name());
     let gateway = Arc::new(Gateway {
         limit: 500,
         ..Gateway::default()
@@ -152,8 +141,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // ANCHOR: register
     let for_recovery = gateway.clone();
-    let coordinator = Coordinator::builder_shared(demo.store.clone())
-        .database(&demo.db)
+    let coordinator = Coordinator::builder_shared(store)
+        .database(&db)
         .commit_point(CommitPoint::Done)
         .kind(KIND, move |spec| {
             let card = spec.get_str("card").map_err(|e| ChangeError::InvalidSpec {
@@ -174,6 +163,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .build();
     // ANCHOR_END: register
+
+    // The orders as they were, written outside any transaction.
+    for id in ["o-1", "o-2"] {
+        let order = Order {
+            id: id.into(),
+            state: "new".into(),
+        };
+        Order::put(&coordinator, &order).await?;
+    }
 
     let pay = |order: &str, amount: i64| {
         Transaction::new()
@@ -218,12 +216,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         other => return Err(format!("expected a decline, got {other:?}").into()),
     }
-    let o2 = demo
-        .store
-        .find_one(&orders, doc! { "_id": "o-2" })
-        .await?
-        .ok_or("no order")?;
-    assert_eq!(o2.get_str("state")?, "new");
+    let o2 = Order::get(&coordinator, "o-2").await?.ok_or("no order")?;
+    assert_eq!(o2.state, "new");
     println!("  o-2 is still new");
     // Background work finished, connections closed, before `main` returns.
     coordinator.shutdown().await;

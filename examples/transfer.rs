@@ -9,10 +9,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use tandem::{
-    participant, CommitPoint, Coordinator, Namespace, ParticipantDocument, Transaction, TxState,
-};
-use tandem_suite::{demo_store, reset};
+use tandem::{participant, CommitPoint, Coordinator, ParticipantDocument, Transaction, TxState};
 
 // ANCHOR: account
 /// An account, as in the tutorial: `{ _id, balance, pendingTransactions }`.
@@ -41,43 +38,37 @@ fn transfer(from: &str, to: &str, amount: i64) -> Transaction {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let demo = demo_store().await?;
-    let (store, db) = (demo.store.clone(), demo.db.clone());
-    println!("transfer demo on the {}", demo.description);
-    let accounts = Namespace::new(&db, Account::COLLECTION);
-    let start = |name: &str| Account {
-        name: name.into(),
-        balance: 1000,
-        pending: vec![],
-    };
-    reset(
-        store.as_ref(),
-        &accounts,
-        &[
-            bson::to_document(&start("A"))?,
-            bson::to_document(&start("B"))?,
-        ],
-    )
-    .await?;
+    // The embedded store, or the MongoDB server at MONGODB_URI.
+    let store = tandem_mongodb::store_from_env().await?;
+    let db = std::env::var("TANDEM_DB").unwrap_or_else(|_| "tandem_demo".to_owned());
+    println!("transfer demo on the {} store, database {db}", store.name());
 
-    let coordinator = Coordinator::builder_shared(store.clone())
+    let coordinator = Coordinator::builder_shared(store)
         .database(&db)
         .commit_point(CommitPoint::Done)
         .on_event(|event| println!("  {event}"))
         .build();
     coordinator.ensure_indexes().await?;
+    let accounts = coordinator.namespace_of::<Account>();
     coordinator
         .ensure_marker_index(None, &accounts, Account::MARKER)
         .await?;
 
+    for name in ["A", "B"] {
+        let start = Account {
+            name: name.into(),
+            balance: 1000,
+            pending: vec![],
+        };
+        Account::put(&coordinator, &start).await?;
+    }
+
     let receipt = coordinator.run(transfer("A", "B", 100)).await?;
 
     for name in ["A", "B"] {
-        let doc = store
-            .find_one(&accounts, bson::doc! { "_id": name })
+        let account = Account::get(&coordinator, name)
             .await?
             .ok_or("account missing")?;
-        let account: Account = bson::from_document(doc)?;
         println!(
             "  {}: balance {}, pendingTransactions {:?}",
             account.name, account.balance, account.pending

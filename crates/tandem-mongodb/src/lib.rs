@@ -28,12 +28,14 @@
 //! ```
 #![warn(missing_docs)]
 
+mod env;
 pub mod error;
 pub mod metrics;
 mod native;
 pub mod options;
 mod store;
 
+pub use env::{store_from_env, URI_VARIABLE};
 pub use metrics::{Command, CommandCounts};
 pub use native::NativeOptions;
 pub use options::{MongoStoreBuilder, MongoStoreOptions, RetryPolicy};
