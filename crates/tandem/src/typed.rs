@@ -40,7 +40,22 @@
 //! * the associated functions `Account::change(id)` (an update of the
 //!   document `id`), `Account::delete(id)`, `account.insert()` and
 //!   `Account::fields()`. `id` has the type of the id field (`impl Into<Id>`,
-//!   or exactly the id type for numbers); for an `Option<T>` id field it is `T`.
+//!   or exactly the id type for numbers); for an `Option<T>` id field it is `T`;
+//! * typed access through a [`Coordinator`](crate::Coordinator) (its default
+//!   store, and its database when the type names none), outside any
+//!   transaction:
+//!
+//!   | function | does |
+//!   |---|---|
+//!   | `Account::get(&coordinator, id)` | the document, as an `Account`; `None` if missing or only an insert's placeholder |
+//!   | `Account::find(&coordinator, filter)` | every document matching a MongoDB filter, by `_id`, placeholders left out |
+//!   | `Account::in_flight(&coordinator, id)` | whether a transaction is in flight on it (marker, lock, pending count, placeholder) |
+//!   | `Account::insert_now(&coordinator, &account)` | a plain insert; `DuplicateKey` if the `_id` is taken |
+//!   | `Account::put(&coordinator, &account)` | insert, or replace a settled document; [`InFlight`](crate::StoreErrorKind::InFlight) and no change otherwise |
+//!
+//!   `get` and `find` take a `Coordinator` or an `Arc<Coordinator>` (see
+//!   [`ReadDocuments`](crate::ReadDocuments)). Reads see documents as stored:
+//!   one with a transaction in flight may show its applied half.
 //!
 //! Every generated item has documentation naming the field and the path it is
 //! stored at, so the documentation of your crate lists the builder's methods.
