@@ -641,6 +641,7 @@ impl Coordinator {
     /// [`TxError::Canceled`] says why. If the store fails mid-way the record is
     /// left for the recovery worker and [`TxError::Interrupted`] says where.
     pub async fn run(&self, tx: Transaction) -> Result<Receipt, TxError> {
+        let timer = crate::metrics::Timer::start();
         let (strategy, chosen) = match tx.strategy.unwrap_or(self.engine.config.strategy) {
             Strategy::Auto => {
                 let (strategy, reason) = self.choose(&tx);
@@ -657,9 +658,21 @@ impl Coordinator {
                 });
             }
         };
-        if strategy == Strategy::Native {
-            return self.run_native(tx, announce).await;
-        }
+        let result = if strategy == Strategy::Native {
+            self.run_native(tx, announce).await
+        } else {
+            self.run_two_phase(tx, announce).await
+        };
+        crate::metrics::transaction(strategy, &result, timer);
+        result
+    }
+
+    /// Runs a transaction with the two-phase protocol.
+    async fn run_two_phase(
+        &self,
+        tx: Transaction,
+        announce: impl FnOnce(&TxId),
+    ) -> Result<Receipt, TxError> {
         let keyed = tx.id.is_some();
         let (id, items) = self.prepare_items(tx)?;
         announce(&id);
@@ -720,6 +733,9 @@ impl Coordinator {
                     None
                 }
                 Err(cause) => {
+                    if matches!(cause, StepError::Conflict { .. }) {
+                        crate::metrics::conflict(Strategy::TwoPhase);
+                    }
                     refused.get_or_insert_with(|| TxError::Canceled {
                         id: id.clone(),
                         cause,

@@ -325,6 +325,9 @@ impl Engine {
                 Step::Forget => p.forget(ctx).await,
             };
             attempt += 1;
+            if matches!(result, Err(StepError::Conflict { .. })) {
+                crate::metrics::conflict(crate::Strategy::TwoPhase);
+            }
             if matches!(step, Step::Apply)
                 && matches!(&result, Err(StepError::Store { source, .. }) if source.kind.outcome_unknown())
             {

@@ -11,6 +11,7 @@ pub mod error;
 pub mod event;
 mod explain;
 mod memory;
+pub mod metrics;
 pub mod participant;
 pub mod query;
 mod reads;

@@ -138,6 +138,12 @@ impl RecoveryWorker {
 
     /// One pass: claims and finishes up to `batch` expired transactions.
     pub async fn run_once(&self) -> Result<RecoveryReport, StoreError> {
+        let result = self.pass().await;
+        crate::metrics::recovery_pass(&result);
+        result
+    }
+
+    async fn pass(&self) -> Result<RecoveryReport, StoreError> {
         let engine = &self.engine;
         let ns = engine.records_ns();
         let now = engine.retry(|| engine.records().now()).await?;
