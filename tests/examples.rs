@@ -4,13 +4,17 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const EXAMPLES: [(&str, &str); 6] = [
+const EXAMPLES: [(&str, &str); 7] = [
     ("payment", "alice paid exactly once: balance 700"),
     ("transfer", "A: balance 900, pendingTransactions []"),
     ("inventory", "kayaks left: 1"),
     ("saga", "slots left on oslo-bergen: 0"),
     ("service", "o-2 is still new"),
     ("crash_recover", "after recovery: A = 900, B = 1100"),
+    (
+        "metrics",
+        r#"tandem_transactions_total{strategy="two_phase",outcome="committed"} 3"#,
+    ),
 ];
 
 /// The example's binary, as `cargo build --examples` leaves it (the project's
