@@ -8,7 +8,9 @@
 //! * [`embedded`]: the same transfer on the embedded [`MemoryStore`](tandem::MemoryStore):
 //!   transfers per second on one core, recovery throughput after a crash, and
 //!   memory per in-flight transaction.
-//! * [`report`]: the Markdown report of a run.
+//! * [`proxy`]: a TCP proxy that delays every request, to run the server
+//!   benchmark as if the server were one network round trip away.
+//! * [`report`]: the Markdown report of a run, and its one-line summary.
 //!
 //! `bash scripts/bench.sh` runs it all; `cargo bench -p tandem-bench` runs the
 //! criterion micro benchmarks of the embedded store.
@@ -19,6 +21,7 @@ pub mod cpu;
 pub mod embedded;
 pub mod fawn;
 pub mod monitor;
+pub mod proxy;
 pub mod report;
 pub mod server;
 pub mod stats;
