@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's benchmark command.
 #
-#   bash scripts/bench.sh [--quick]
+#   bash scripts/bench.sh [--quick] [--proxy-delay DELAY]
 #
 # Installs what it needs (SecantusDB into .venv via scripts/db.sh install; Fawn
 # 2.1.5 and the mongoose it depends on into bench/fawn/, which ignores itself),
@@ -9,7 +9,14 @@
 # server on a free loopback port, runs the benchmark against it, stops the
 # server whatever happens, and writes the report to target/bench-report.md
 # (also printed). --quick runs fewer transfers (under two minutes once built).
+# --proxy-delay DELAY (e.g. 1ms) runs the same table with every client connected
+# through a proxy on 127.0.0.1 that delays each request by DELAY, one simulated
+# network round trip per request; that report goes to target/bench-report-proxy.md.
 # Without node and npm, the Fawn variant is left out and the report says so.
+# The last line of output is the summary scripts parse:
+#   bench: rt_commit=R writes_per_transfer=W latency_vs_native=L
+#          throughput_vs_fawn@16=F throughput_vs_handwritten@16=H embedded_2pc_per_s=E
+# (one line; `na` for a figure that was not measured).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,23 +26,39 @@ FAWN_VERSION="2.1.5"
 MONGOOSE_VERSION="4.12.3" # the exact version fawn 2.1.5 depends on
 FAWN_DIR="$ROOT/bench/fawn"
 REPORT="$ROOT/target/bench-report.md"
+SUMMARY="$ROOT/target/bench-summary.txt"
 
 say() { echo "bench.sh: $*" >&2; }
 
 quick=()
-for arg in "$@"; do
-    case "$arg" in
+proxy=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
         --quick) quick=(--quick) ;;
+        --proxy-delay)
+            [[ $# -ge 2 ]] || {
+                say "--proxy-delay needs a delay, e.g. 1ms"
+                exit 2
+            }
+            proxy=(--proxy-delay "$2")
+            shift
+            ;;
+        --proxy-delay=*) proxy=(--proxy-delay "${1#--proxy-delay=}") ;;
         -h | --help)
-            sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+            sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
             exit 0
             ;;
         *)
-            say "unknown argument: $arg"
+            say "unknown argument: $1"
             exit 2
             ;;
     esac
+    shift
 done
+if [[ ${#proxy[@]} -gt 0 ]]; then
+    REPORT="$ROOT/target/bench-report-proxy.md"
+    SUMMARY="$ROOT/target/bench-summary-proxy.txt"
+fi
 
 # --- installs ---------------------------------------------------------------
 say "installing the server"
@@ -89,8 +112,9 @@ secantus="$(grep -o 'SECANTUS_VERSION="[^"]*"' scripts/db.sh | cut -d'"' -f2)"
 # --- run --------------------------------------------------------------------
 run_start=$SECONDS
 cargo run --release -q -p tandem-bench --bin tandem-bench -- \
-    --uri "$URI" "${quick[@]}" "${fawn_args[@]}" \
+    --uri "$URI" "${quick[@]}" "${proxy[@]}" "${fawn_args[@]}" \
     --server "SecantusDB ${secantus} (a Python server), in-memory storage" \
     --build-time "${build_secs} s (cargo build --release -p tandem-bench --bins)" \
-    --out "$REPORT"
-say "benchmark took $((SECONDS - run_start)) s after a ${build_secs} s build; report in target/bench-report.md"
+    --out "$REPORT" --summary "$SUMMARY"
+say "benchmark took $((SECONDS - run_start)) s after a ${build_secs} s build; report in ${REPORT#"$ROOT"/}"
+cat "$SUMMARY"

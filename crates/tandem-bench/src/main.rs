@@ -3,12 +3,20 @@
 //! ```text
 //! tandem-bench --uri mongodb://127.0.0.1:PORT/ [--quick] [--fawn-modules DIR] [--node NODE]
 //!              [--out target/bench-report.md] [--build-time TEXT] [--server TEXT]
-//!              [--profile FILE.md] [--skip-embedded]
+//!              [--profile FILE.md] [--skip-embedded] [--proxy-delay DELAY] [--summary FILE]
 //! ```
 //!
 //! Runs the interleaved server benchmark of every variant, then the embedded-store
 //! measurements (and the memory measurement, through the `tandem-bench-memory`
 //! binary beside this one), prints the Markdown report and writes it to `--out`.
+//! Then prints the one-line summary (`bench: rt_commit=… …`, see
+//! [`Summary::line`](tandem_bench::report::Summary::line)) as the last line of
+//! its output, or writes it to `--summary FILE` instead.
+//!
+//! With `--proxy-delay DELAY` (e.g. `1ms`; `250us`, `0.5ms` and `2s` work too),
+//! every client — the Rust variants and Fawn's Node process — connects through a
+//! [`Proxy`](tandem_bench::proxy::Proxy) on 127.0.0.1 that delays each request
+//! by `DELAY`: one simulated network round trip per request.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,6 +25,7 @@ use std::time::Instant;
 use tandem::{CommitPoint, Strategy};
 use tandem_bench::embedded::{self, MemoryBreakdown};
 use tandem_bench::fawn::FawnDriver;
+use tandem_bench::proxy::{parse_delay, Proxy};
 use tandem_bench::report::{load, Embedded, Machine, Report};
 use tandem_bench::server::{connect, Plan, ServerBench, Variant, DB};
 
@@ -33,11 +42,14 @@ struct Args {
     server: String,
     profile: Option<PathBuf>,
     skip_embedded: bool,
+    proxy_delay: Option<std::time::Duration>,
+    summary: Option<PathBuf>,
 }
 
 fn usage() -> &'static str {
     "usage: tandem-bench --uri URI [--quick] [--fawn-modules DIR] [--node NODE] [--out FILE] \
-[--build-time TEXT] [--server TEXT] [--profile FILE] [--skip-embedded]"
+[--build-time TEXT] [--server TEXT] [--profile FILE] [--skip-embedded] [--proxy-delay DELAY] \
+[--summary FILE]"
 }
 
 fn parse() -> Result<Args, String> {
@@ -51,6 +63,8 @@ fn parse() -> Result<Args, String> {
         server: "a MongoDB-compatible server".into(),
         profile: None,
         skip_embedded: false,
+        proxy_delay: None,
+        summary: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -65,6 +79,8 @@ fn parse() -> Result<Args, String> {
             "--server" => args.server = value("--server")?,
             "--profile" => args.profile = Some(value("--profile")?.into()),
             "--skip-embedded" => args.skip_embedded = true,
+            "--proxy-delay" => args.proxy_delay = Some(parse_delay(&value("--proxy-delay")?)?),
+            "--summary" => args.summary = Some(value("--summary")?.into()),
             "-h" | "--help" => return Err(usage().into()),
             other => return Err(format!("unknown argument {other}\n{}", usage())),
         }
@@ -99,10 +115,62 @@ fn memory_measurement() -> Result<MemoryBreakdown, String> {
     })
 }
 
+/// The `host:port` of a `mongodb://` URI with one host.
+fn host_port(uri: &str) -> Result<&str, String> {
+    let rest = uri
+        .strip_prefix("mongodb://")
+        .ok_or_else(|| format!("not a mongodb:// URI: {uri}"))?;
+    let hosts = rest.split(['/', '?']).next().unwrap_or_default();
+    let host = hosts.rsplit('@').next().unwrap_or_default();
+    if host.is_empty() || host.contains(',') {
+        return Err(format!("--proxy-delay needs a URI with one host: {uri}"));
+    }
+    Ok(host)
+}
+
+/// The URI of the same server through a proxy at `proxy`: the proxy's address
+/// in place of the host, and a direct connection, so that the driver does not
+/// go on to the hosts the server lists in its `hello` (its real address).
+fn through(uri: &str, host: &str, proxy: std::net::SocketAddr) -> String {
+    let uri = uri.replacen(host, &proxy.to_string(), 1);
+    let (base, query) = uri.split_once('?').unwrap_or((&uri, ""));
+    let base = if base.ends_with('/') {
+        base.to_owned()
+    } else {
+        format!("{base}/")
+    };
+    let query = query
+        .split('&')
+        .filter(|o| !o.is_empty() && !o.to_ascii_lowercase().starts_with("replicaset="))
+        .chain(["directConnection=true"])
+        .collect::<Vec<_>>()
+        .join("&");
+    format!("{base}?{query}")
+}
+
 async fn server_part(args: &Args, report: &mut Report) -> Result<(), String> {
-    let Some(uri) = &args.uri else {
+    let Some(server_uri) = &args.uri else {
         return Err("--uri is required".into());
     };
+    let proxy = match args.proxy_delay {
+        None => None,
+        Some(delay) => {
+            let host = host_port(server_uri)?;
+            let upstream = tokio::net::lookup_host(host)
+                .await
+                .map_err(|e| format!("resolving {host}: {e}"))?
+                .next()
+                .ok_or_else(|| format!("{host} resolves to no address"))?;
+            let proxy =
+                Proxy::start(upstream, delay).map_err(|e| format!("starting the proxy: {e}"))?;
+            let uri = through(server_uri, host, proxy.addr());
+            say(&format!(
+                "every client connects through a proxy adding {delay:?} per request: {uri}"
+            ));
+            Some((proxy, uri))
+        }
+    };
+    let uri = proxy.as_ref().map_or(server_uri, |(_, u)| u);
     let plan = if args.quick {
         Plan::quick()
     } else {
@@ -140,10 +208,16 @@ async fn server_part(args: &Args, report: &mut Report) -> Result<(), String> {
     let t0 = Instant::now();
     let mut bench = ServerBench::prepare(client, monitor, plan, fawn).await?;
     let result = bench.run(&mut |line| say(line)).await;
+    if result.is_ok() {
+        bench.count_run().await;
+    }
     bench.shutdown().await;
     result?;
     report.server_time = t0.elapsed();
     report.audit = bench.audit().await?;
+    if let Some((proxy, _)) = &proxy {
+        report.proxy = Some((proxy.delay(), proxy.stats()));
+    }
     report.variants = bench
         .entries
         .iter()
@@ -213,12 +287,20 @@ fn main() -> ExitCode {
         }
     };
     let mut report = Report {
-        mode: if args.quick { "quick" } else { "full" }.into(),
-        command: if args.quick {
-            "bash scripts/bench.sh --quick".into()
-        } else {
-            "bash scripts/bench.sh".into()
-        },
+        mode: format!(
+            "{}{}",
+            if args.quick { "quick" } else { "full" },
+            args.proxy_delay.map_or_else(String::new, |d| format!(
+                ", through a proxy adding {} per request",
+                delay_text(d)
+            ))
+        ),
+        command: format!(
+            "bash scripts/bench.sh{}{}",
+            if args.quick { " --quick" } else { "" },
+            args.proxy_delay
+                .map_or_else(String::new, |d| format!(" --proxy-delay {}", delay_text(d)))
+        ),
         machine: Machine::read(),
         server: args.server.clone(),
         build_time: args.build_time.clone(),
@@ -250,5 +332,51 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     say(&format!("report written to {}", args.out.display()));
+    let summary = report.summary().line();
+    match &args.summary {
+        None => println!("{summary}"),
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, format!("{summary}\n")) {
+                say(&format!("writing {}: {e}", path.display()));
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     ExitCode::SUCCESS
+}
+
+/// A delay as `--proxy-delay` takes it: `1ms`, `250us`.
+fn delay_text(d: std::time::Duration) -> String {
+    if d.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}us", d.as_micros())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxied_uris() {
+        let proxy: std::net::SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        let uri = "mongodb://127.0.0.1:27017/";
+        let host = host_port(uri).unwrap();
+        assert_eq!(host, "127.0.0.1:27017");
+        assert_eq!(
+            through(uri, host, proxy),
+            "mongodb://127.0.0.1:4000/?directConnection=true"
+        );
+        let uri = "mongodb://u:p@db:27017/?replicaSet=rs0&w=majority";
+        let host = host_port(uri).unwrap();
+        assert_eq!(host, "db:27017");
+        assert_eq!(
+            through(uri, host, proxy),
+            "mongodb://u:p@127.0.0.1:4000/?w=majority&directConnection=true"
+        );
+        assert!(host_port("mongodb://a:1,b:2/").is_err());
+        assert_eq!(delay_text(std::time::Duration::from_millis(1)), "1ms");
+        assert_eq!(delay_text(std::time::Duration::from_micros(250)), "250us");
+    }
 }

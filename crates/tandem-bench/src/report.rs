@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::proxy::ProxyStats;
 use crate::server::{Measured, Variant};
 use crate::stats::{ms, Latency};
 
@@ -100,6 +101,51 @@ pub struct Report {
     pub fawn_missing: Option<String>,
     /// Profiling notes to include verbatim (Markdown), if any.
     pub profile: Option<String>,
+    /// The latency-injecting proxy every client connected through, if any:
+    /// its delay per request, and what it forwarded.
+    pub proxy: Option<(Duration, ProxyStats)>,
+}
+
+/// The figures of the one-line summary (see [`Summary::line`]); `None` where
+/// what they compare was not measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Sequential round trips of a two-phase transfer (b) run alone, until the
+    /// call returned at its commit point (`applied`): commands the client sent
+    /// with none of its other commands in flight.
+    pub rt_commit: Option<u64>,
+    /// Write commands per transfer of (b), as its `MongoStore::metrics()`
+    /// counted them over the whole run, background finishing included.
+    pub writes_per_transfer: Option<f64>,
+    /// Median sequential latency of (b) over that of (c), tandem native.
+    pub latency_vs_native: Option<f64>,
+    /// Throughput of (b) over Fawn's (d), 16 concurrent.
+    pub throughput_vs_fawn_16: Option<f64>,
+    /// Throughput of (b) over the hand-written pattern's (a), 16 concurrent.
+    pub throughput_vs_handwritten_16: Option<f64>,
+    /// Embedded-store two-phase transfers per second on one core (`Applied`).
+    pub embedded_2pc_per_s: Option<f64>,
+}
+
+impl Summary {
+    /// The line scripts parse:
+    /// `bench: rt_commit=R writes_per_transfer=W latency_vs_native=L throughput_vs_fawn@16=F throughput_vs_handwritten@16=H embedded_2pc_per_s=E`,
+    /// with `na` for a figure that was not measured.
+    pub fn line(&self) -> String {
+        fn f(v: Option<f64>, digits: usize) -> String {
+            v.filter(|x| x.is_finite())
+                .map_or_else(|| "na".into(), |x| format!("{x:.digits$}"))
+        }
+        format!(
+            "bench: rt_commit={} writes_per_transfer={} latency_vs_native={} throughput_vs_fawn@16={} throughput_vs_handwritten@16={} embedded_2pc_per_s={}",
+            self.rt_commit.map_or_else(|| "na".into(), |r| r.to_string()),
+            f(self.writes_per_transfer, 2),
+            f(self.latency_vs_native, 2),
+            f(self.throughput_vs_fawn_16, 2),
+            f(self.throughput_vs_handwritten_16, 2),
+            f(self.embedded_2pc_per_s, 0),
+        )
+    }
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
@@ -151,6 +197,39 @@ impl Report {
         self.variants.iter().find(|(x, _)| *x == v).map(|(_, m)| m)
     }
 
+    /// The figures of the one-line summary, from the measurements of the report.
+    pub fn summary(&self) -> Summary {
+        let b = self.find(Variant::TandemApplied);
+        let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
+            (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+            _ => None,
+        };
+        let median = |v| {
+            self.find(v)
+                .filter(|m| !m.latencies.is_empty())
+                .map(|m| ms(Row::of(m).latency.median))
+        };
+        let tps16 = |v| self.find(v).and_then(|m| m.tps(16));
+        Summary {
+            rt_commit: b.map(|m| m.probe_until_return.waves).filter(|w| *w > 0),
+            writes_per_transfer: b.and_then(|m| {
+                let done = m.run_transfers.saturating_sub(m.errors);
+                let writes = m.run_store_writes?;
+                (done > 0).then(|| writes as f64 / done as f64)
+            }),
+            latency_vs_native: ratio(
+                median(Variant::TandemApplied),
+                median(Variant::TandemNative),
+            ),
+            throughput_vs_fawn_16: ratio(tps16(Variant::TandemApplied), tps16(Variant::Fawn)),
+            throughput_vs_handwritten_16: ratio(
+                tps16(Variant::TandemApplied),
+                tps16(Variant::HandWritten),
+            ),
+            embedded_2pc_per_s: self.embedded.map(|e| e.applied_tps),
+        }
+    }
+
     /// The report as Markdown.
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -163,6 +242,7 @@ impl Report {
         self.render_machine(&mut s);
         self.render_table(&mut s);
         self.render_targets(&mut s);
+        self.render_summary(&mut s);
         self.render_traces(&mut s);
         self.render_embedded(&mut s);
         if let Some(p) = &self.profile {
@@ -191,6 +271,19 @@ impl Report {
             "- server: {}, on 127.0.0.1, same machine as the clients",
             self.server
         );
+        if let Some((delay, p)) = &self.proxy {
+            let _ = writeln!(
+                s,
+                "- network: every client (the Rust variants and Fawn's Node process) connected through a proxy on 127.0.0.1 that holds each chunk a client sends for {:.3} ms before forwarding it (replies go back at once): one simulated network round trip of {:.3} ms per request. It forwarded {} chunks on {} connections and held each, from reading it to having written it on, {:.3} ms at the median, {:.3} ms at the 99th percentile and {:.3} ms on average: beyond the delay, the time its thread waited for a core of the loaded machine",
+                ms(*delay),
+                ms(*delay),
+                p.chunks,
+                p.connections,
+                ms(p.held_median),
+                ms(p.held_p99),
+                p.mean_held().map_or(0.0, ms)
+            );
+        }
         if let Some(b) = &self.build_time {
             let _ = writeln!(s, "- release build of `tandem-bench` before the run: {b}");
         }
@@ -367,6 +460,24 @@ Client CPU: user+system time of the client process (`getrusage`) over the sequen
         s.push('\n');
     }
 
+    fn render_summary(&self, s: &mut String) {
+        let line = self.summary().line();
+        let _ = writeln!(s, "## Summary\n\n`{line}`\n");
+        let _ = writeln!(
+            s,
+            "- `rt_commit`: sequential round trips of one two-phase transfer (b) run alone, until the call returned at `applied`: commands sent while no other command of the client was in flight, counted on the wire.\n\
+- `writes_per_transfer`: write commands per transfer of (b) — inserts, updates (one `update` carrying both accounts' statements counts once), deletes — as its `MongoStore::metrics()` counted them over the whole run, warm-up and concurrent batches and background finishing included, over the transfers that did not fail.\n\
+- `latency_vs_native`: median sequential latency of (b), transfers back to back, over that of (c); below 1 means the two-phase strategy answers sooner.\n\
+- `throughput_vs_fawn@16`, `throughput_vs_handwritten@16`: transfers per second of (b) over those of (d) and (a), 16 concurrent.\n\
+- `embedded_2pc_per_s`: two-phase transfers per second on the embedded store, one core, `CommitPoint::Applied`.\n\
+- `na`: not measured in this run{}.\n",
+            match &self.fawn_missing {
+                Some(why) => format!(" (Fawn: {why})"),
+                None => String::new(),
+            }
+        );
+    }
+
     fn render_traces(&self, s: &mut String) {
         let _ = writeln!(
             s,
@@ -489,5 +600,67 @@ Each command's time as the driver measured it (send to reply), for one transfer 
 - `bash scripts/bench.sh` (full) or `bash scripts/bench.sh --quick`: installs SecantusDB and Fawn, starts a server on a free loopback port, runs this benchmark, stops the server, writes `target/bench-report.md`.\n\
 - `cargo bench -p tandem-bench`: the criterion micro benchmarks of the embedded store (transfers per second for both commit points, recovery of 10,000 in-flight transactions, bytes per in-flight transaction).\n"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_line_has_na_for_what_was_not_measured() {
+        assert_eq!(
+            Report::default().summary().line(),
+            "bench: rt_commit=na writes_per_transfer=na latency_vs_native=na \
+throughput_vs_fawn@16=na throughput_vs_handwritten@16=na embedded_2pc_per_s=na"
+        );
+        let s = Summary {
+            rt_commit: Some(3),
+            writes_per_transfer: Some(4.166),
+            latency_vs_native: Some(2.0),
+            throughput_vs_fawn_16: None,
+            throughput_vs_handwritten_16: Some(0.5),
+            embedded_2pc_per_s: Some(20_961.4),
+        };
+        assert_eq!(
+            s.line(),
+            "bench: rt_commit=3 writes_per_transfer=4.17 latency_vs_native=2.00 \
+throughput_vs_fawn@16=na throughput_vs_handwritten@16=0.50 embedded_2pc_per_s=20961"
+        );
+    }
+
+    #[test]
+    fn the_summary_takes_its_ratios_from_the_measurements() {
+        let ms = Duration::from_millis;
+        let measured = |median: u64, tps16: (u64, Duration)| Measured {
+            latencies: vec![ms(median); 3],
+            throughput: vec![(16, tps16.0, tps16.1)],
+            ..Measured::default()
+        };
+        let mut b = measured(12, (200, Duration::from_secs(1)));
+        b.probe_until_return.waves = 3;
+        b.run_transfers = 100;
+        b.run_store_writes = Some(450);
+        let report = Report {
+            variants: vec![
+                (
+                    Variant::HandWritten,
+                    measured(20, (100, Duration::from_secs(1))),
+                ),
+                (Variant::TandemApplied, b),
+                (
+                    Variant::TandemNative,
+                    measured(6, (400, Duration::from_secs(1))),
+                ),
+            ],
+            ..Report::default()
+        };
+        let s = report.summary();
+        assert_eq!(s.rt_commit, Some(3));
+        assert_eq!(s.writes_per_transfer, Some(4.5));
+        assert_eq!(s.latency_vs_native, Some(2.0));
+        assert_eq!(s.throughput_vs_handwritten_16, Some(2.0));
+        assert_eq!(s.throughput_vs_fawn_16, None);
+        assert_eq!(s.embedded_2pc_per_s, None);
     }
 }

@@ -17,7 +17,7 @@ use mongodb::{Client, Collection};
 use tandem::store::Namespace;
 use tandem::{CommitPoint, Coordinator, CoordinatorConfig, Strategy};
 use tandem_mongodb::options::MongoStoreOptions;
-use tandem_mongodb::MongoStore;
+use tandem_mongodb::{CommandCounts, MongoStore};
 
 use crate::cpu::process_cpu;
 use crate::embedded::transfer;
@@ -201,6 +201,26 @@ impl RustVariant {
             _ => None,
         }
     }
+
+    /// Write commands the variant's own [`MongoStore`] counted (tandem only):
+    /// inserts, updates (one per `update_each`, whatever its statements),
+    /// replacements, deletes and `findAndModify`.
+    pub fn store_writes(&self) -> Option<u64> {
+        match self {
+            RustVariant::Tandem { store, .. } => Some(write_commands(&store.metrics())),
+            _ => None,
+        }
+    }
+}
+
+/// The write commands among a store's counts.
+pub fn write_commands(m: &CommandCounts) -> u64 {
+    m.insert_one
+        + m.update_one
+        + m.update_each
+        + m.find_one_and_update
+        + m.replace_one
+        + m.delete_one
 }
 
 /// The tutorial's steps, in order, each one command: record `initial`; `pending`;
@@ -296,6 +316,12 @@ pub struct Measured {
     pub errors: u64,
     /// The first error message.
     pub first_error: Option<String>,
+    /// Transfers started over the whole run (warm-up, probe, sequential and
+    /// concurrent), failed ones included.
+    pub run_transfers: u64,
+    /// Write commands the variant's [`MongoStore`] counted over the whole run,
+    /// background finishing included (tandem only; see [`RustVariant::store_writes`]).
+    pub run_store_writes: Option<u64>,
 }
 
 impl Measured {
@@ -726,6 +752,19 @@ impl ServerBench {
             out.push((entry.variant, ok, note));
         }
         Ok(out)
+    }
+
+    /// Records in each variant's [`Measured`] the transfers it started over the
+    /// whole run and, for tandem, the write commands its store counted. Call
+    /// after [`run`](Self::run): background finishing is drained first.
+    pub async fn count_run(&mut self) {
+        for entry in &mut self.entries {
+            entry.measured.run_transfers = entry.next;
+            if let Driver::Rust(v) = &entry.driver {
+                v.settle().await;
+                entry.measured.run_store_writes = v.store_writes();
+            }
+        }
     }
 
     /// Ends the Fawn child process, if any.
