@@ -1,0 +1,940 @@
+use super::id::{hash_bson, IdBuildHasher};
+use super::*;
+use crate::clock::ManualClock;
+use bson::{doc, DateTime};
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+mod expr_now;
+
+fn ns() -> Namespace {
+    Namespace::new("db", "c")
+}
+
+#[test]
+fn ids_that_differ_only_at_the_end_spread_over_the_low_bits() {
+    // Transaction ids are ObjectIds in hex: made in one second by one
+    // process, they share all but their last characters. The hash table
+    // picks buckets by the low bits of the hash.
+    let buckets: std::collections::HashSet<u64> = (0..4096)
+        .map(|_| {
+            let id = Bson::String(bson::oid::ObjectId::new().to_hex());
+            let mut h = IdBuildHasher::default().build_hasher();
+            hash_bson(&id, &mut h);
+            h.finish() & 4095
+        })
+        .collect();
+    assert!(
+        buckets.len() > 2048,
+        "4096 ids fell into {} of 4096 buckets",
+        buckets.len()
+    );
+}
+
+async fn store_with(docs: Vec<Document>) -> MemoryStore {
+    let s = MemoryStore::new();
+    for d in docs {
+        s.insert_one(&ns(), d).await.unwrap();
+    }
+    s
+}
+
+#[tokio::test]
+async fn insert_generates_ids_and_rejects_duplicates() {
+    let s = MemoryStore::new();
+    s.insert_one(&ns(), doc! { "a": 1 }).await.unwrap();
+    let docs = s.documents(&ns());
+    assert_eq!(docs.len(), 1);
+    assert!(matches!(docs[0].get("_id"), Some(Bson::ObjectId(_))));
+    assert_eq!(docs[0].keys().next().map(String::as_str), Some("_id"));
+
+    s.insert_one(&ns(), doc! { "x": 1, "_id": 5 })
+        .await
+        .unwrap();
+    // _id is moved first, as MongoDB does.
+    assert_eq!(
+        s.find_one(&ns(), doc! { "_id": 5 }).await.unwrap(),
+        Some(doc! { "_id": 5, "x": 1 })
+    );
+    let e = s
+        .insert_one(&ns(), doc! { "_id": 5, "y": 2 })
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::DuplicateKey);
+    assert_eq!(e.code, Some(11000));
+    // Numerically equal _ids are the same _id.
+    let e = s.insert_one(&ns(), doc! { "_id": 5.0 }).await.unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::DuplicateKey);
+    assert_eq!(
+        s.find_one(&ns(), doc! { "_id": 5_i64 }).await.unwrap(),
+        Some(doc! { "_id": 5, "x": 1 })
+    );
+    let e = s.insert_one(&ns(), doc! { "_id": [1] }).await.unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::BadRequest);
+    // Namespaces are separate.
+    s.insert_one(&Namespace::new("db", "other"), doc! { "_id": 5 })
+        .await
+        .unwrap();
+    assert_eq!(s.documents(&ns()).len(), 2);
+    assert!(s.documents(&Namespace::new("nope", "nope")).is_empty());
+}
+
+#[tokio::test]
+async fn documents_are_ordered_by_id() {
+    let s = store_with(vec![
+        doc! { "_id": "b" },
+        doc! { "_id": 10 },
+        doc! { "_id": "a" },
+        doc! { "_id": 2.5 },
+        doc! { "_id": ObjectId::from_bytes([0; 12]) },
+        doc! { "_id": 3_i64 },
+    ])
+    .await;
+    let ids: Vec<Bson> = s
+        .documents(&ns())
+        .into_iter()
+        .map(|d| d.get("_id").unwrap().clone())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            Bson::Double(2.5),
+            Bson::Int64(3),
+            Bson::Int32(10),
+            Bson::String("a".into()),
+            Bson::String("b".into()),
+            Bson::ObjectId(ObjectId::from_bytes([0; 12])),
+        ]
+    );
+    let found = s
+        .find(&ns(), doc! {}, FindOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 6);
+    assert_eq!(found[0], doc! { "_id": 2.5 });
+}
+
+#[tokio::test]
+async fn update_each_runs_every_statement_and_counts_one_command() {
+    let s = store_with(vec![
+        doc! { "_id": 1, "n": 1 },
+        doc! { "_id": 2, "n": 1, "s": "text" },
+        doc! { "_id": 3, "n": 1 },
+    ])
+    .await;
+    let before = s.command_count();
+    let matched = s
+        .update_each(
+            &ns(),
+            vec![
+                (doc! { "_id": 1 }, doc! { "$inc": { "n": 1 } }),
+                (doc! { "_id": 2, "n": 5 }, doc! { "$inc": { "n": 1 } }),
+                (
+                    doc! { "_id": 3, "n": { "$gte": 1 } },
+                    doc! { "$inc": { "n": 2 } },
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(matched, 2);
+    assert_eq!(s.command_count() - before, 1);
+    // Unordered: a failing statement does not stop the ones after it.
+    let err = s
+        .update_each(
+            &ns(),
+            vec![
+                (doc! { "_id": 2 }, doc! { "$inc": { "s": 1 } }),
+                (doc! { "_id": 3 }, doc! { "$inc": { "n": 10 } }),
+            ],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::TypeMismatch, "{err}");
+    let n = |d: Option<Document>| d.unwrap().get_i32("n").unwrap();
+    assert_eq!(n(s.find_one(&ns(), doc! { "_id": 1 }).await.unwrap()), 2);
+    assert_eq!(n(s.find_one(&ns(), doc! { "_id": 2 }).await.unwrap()), 1);
+    assert_eq!(n(s.find_one(&ns(), doc! { "_id": 3 }).await.unwrap()), 13);
+}
+
+#[tokio::test]
+async fn update_one_and_outcomes() {
+    let s = store_with(vec![
+        doc! { "_id": 1, "n": 1, "tag": "x" },
+        doc! { "_id": 2, "n": 1, "tag": "x" },
+    ])
+    .await;
+    let o = s
+        .update_one(
+            &ns(),
+            doc! { "tag": "x" },
+            doc! { "$inc": { "n": 1 } },
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        o,
+        UpdateOutcome {
+            matched: 1,
+            modified: 1,
+            upserted: false
+        }
+    );
+    // Only the first match (smallest _id) changed.
+    assert_eq!(
+        s.documents(&ns()),
+        vec![
+            doc! { "_id": 1, "n": 2, "tag": "x" },
+            doc! { "_id": 2, "n": 1, "tag": "x" }
+        ]
+    );
+    // A no-op update matches without modifying.
+    let o = s
+        .update_one(&ns(), doc! { "_id": 2 }, doc! { "$set": { "n": 1 } }, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        o,
+        UpdateOutcome {
+            matched: 1,
+            modified: 0,
+            upserted: false
+        }
+    );
+    // Guarded updates: the _id matches but the guard does not.
+    let o = s
+        .update_one(
+            &ns(),
+            doc! { "_id": 2, "n": 5 },
+            doc! { "$set": { "n": 9 } },
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(o, UpdateOutcome::default());
+    let o = s
+        .update_one(&ns(), doc! { "_id": 3 }, doc! { "$set": { "n": 9 } }, false)
+        .await
+        .unwrap();
+    assert_eq!(o, UpdateOutcome::default());
+    let o = s
+        .update_one(
+            &Namespace::new("x", "y"),
+            doc! {},
+            doc! { "$set": { "n": 9 } },
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(o, UpdateOutcome::default());
+    // _id via $eq also takes the direct path.
+    let o = s
+        .update_one(
+            &ns(),
+            doc! { "_id": { "$eq": 2 } },
+            doc! { "$set": { "n": 7 } },
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.modified, 1);
+    assert_eq!(
+        s.find_one(&ns(), doc! { "n": 7 }).await.unwrap(),
+        Some(doc! { "_id": 2, "n": 7, "tag": "x" })
+    );
+    // Filters with _id operators scan.
+    let o = s
+        .update_one(
+            &ns(),
+            doc! { "_id": { "$gt": 1 } },
+            doc! { "$set": { "n": 8 } },
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.modified, 1);
+    assert_eq!(
+        s.find_one(&ns(), doc! { "_id": 2 })
+            .await
+            .unwrap()
+            .unwrap()
+            .get_i32("n")
+            .unwrap(),
+        8
+    );
+}
+
+#[tokio::test]
+async fn failed_updates_leave_the_document_untouched() {
+    let s = store_with(vec![doc! { "_id": 1, "a": 1, "s": "text" }]).await;
+    let before = s.documents(&ns());
+    // $set applies before $inc fails: nothing may be kept.
+    let e = s
+        .update_one(
+            &ns(),
+            doc! { "_id": 1 },
+            doc! { "$set": { "a": 2 }, "$inc": { "s": 1 } },
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::TypeMismatch);
+    assert_eq!(e.code, Some(14));
+    assert_eq!(s.documents(&ns()), before);
+    let e = s
+        .find_one_and_update(
+            &ns(),
+            doc! { "_id": 1 },
+            doc! { "$set": { "a": 2 }, "$push": { "s": 1 } },
+            ReturnDocument::After,
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::TypeMismatch);
+    assert_eq!(s.documents(&ns()), before);
+    let e = s
+        .update_one(
+            &ns(),
+            doc! { "_id": 1 },
+            doc! { "$set": { "_id": 2 } },
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::BadRequest);
+    let e = s
+        .update_one(
+            &ns(),
+            doc! { "a": { "$bogus": 1 } },
+            doc! { "$set": { "a": 2 } },
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::BadRequest);
+    assert!(e.message.contains("$bogus"));
+    assert_eq!(s.documents(&ns()), before);
+}
+
+#[tokio::test]
+async fn upserts() {
+    let s = MemoryStore::with_clock(Arc::new(ManualClock::default()));
+    let o = s
+        .update_one(
+            &ns(),
+            doc! { "_id": "t1", "state": { "$ne": "done" }, "meta.kind": "transfer" },
+            doc! { "$set": { "state": "initial" }, "$setOnInsert": { "created": true }, "$currentDate": { "at": true } },
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        o,
+        UpdateOutcome {
+            matched: 0,
+            modified: 0,
+            upserted: true
+        }
+    );
+    let now = s.clock().now();
+    assert_eq!(
+        s.documents(&ns()),
+        vec![
+            doc! { "_id": "t1", "meta": { "kind": "transfer" }, "state": "initial", "created": true, "at": now }
+        ]
+    );
+    // Matching now: $setOnInsert is not applied.
+    let o = s
+        .update_one(
+            &ns(),
+            doc! { "_id": "t1" },
+            doc! { "$set": { "state": "pending" }, "$setOnInsert": { "created": false } },
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        o,
+        UpdateOutcome {
+            matched: 1,
+            modified: 1,
+            upserted: false
+        }
+    );
+    assert!(s
+        .find_one(&ns(), doc! {})
+        .await
+        .unwrap()
+        .unwrap()
+        .get_bool("created")
+        .unwrap());
+    // An upsert whose seed _id exists (the guard failed) is a duplicate, as in MongoDB.
+    let e = s
+        .update_one(
+            &ns(),
+            doc! { "_id": "t1", "state": "initial" },
+            doc! { "$set": { "x": 1 } },
+            true,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::DuplicateKey);
+    // Without an _id in the filter, one is generated and put first.
+    let d = s
+        .find_one_and_update(
+            &ns(),
+            doc! { "k": 1 },
+            doc! { "$inc": { "n": 1 } },
+            ReturnDocument::After,
+            true,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.keys().collect::<Vec<_>>(), vec!["_id", "k", "n"]);
+    assert!(matches!(d.get("_id"), Some(Bson::ObjectId(_))));
+    // Before is None for an upsert.
+    let before = s
+        .find_one_and_update(
+            &ns(),
+            doc! { "k": 2 },
+            doc! { "$inc": { "n": 1 } },
+            ReturnDocument::Before,
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(before, None);
+    assert_eq!(s.documents(&ns()).len(), 3);
+    // A failing upsert inserts nothing.
+    let e = s
+        .update_one(
+            &ns(),
+            doc! { "_id": "u", "s": "x" },
+            doc! { "$inc": { "s": 1 } },
+            true,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::TypeMismatch);
+    assert_eq!(s.documents(&ns()).len(), 3);
+    // No upsert without the flag.
+    let d = s
+        .find_one_and_update(
+            &ns(),
+            doc! { "k": 3 },
+            doc! { "$inc": { "n": 1 } },
+            ReturnDocument::After,
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(d, None);
+    assert_eq!(s.documents(&ns()).len(), 3);
+}
+
+#[tokio::test]
+async fn find_one_and_update_returns_before_or_after() {
+    let s = store_with(vec![doc! { "_id": 1, "n": 1 }]).await;
+    let before = s
+        .find_one_and_update(
+            &ns(),
+            doc! { "_id": 1 },
+            doc! { "$inc": { "n": 1 } },
+            ReturnDocument::Before,
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(before, Some(doc! { "_id": 1, "n": 1 }));
+    let after = s
+        .find_one_and_update(
+            &ns(),
+            doc! { "_id": 1 },
+            doc! { "$inc": { "n": 1 } },
+            ReturnDocument::After,
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(after, Some(doc! { "_id": 1, "n": 3 }));
+    let none = s
+        .find_one_and_update(
+            &ns(),
+            doc! { "_id": 1, "n": 1 },
+            doc! { "$inc": { "n": 1 } },
+            ReturnDocument::After,
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(none, None);
+}
+
+#[tokio::test]
+async fn replace_keeps_the_id() {
+    let s = store_with(vec![doc! { "_id": 1, "a": 1, "b": 2 }]).await;
+    let o = s
+        .replace_one(&ns(), doc! { "a": 1 }, doc! { "c": 3 })
+        .await
+        .unwrap();
+    assert_eq!(
+        o,
+        UpdateOutcome {
+            matched: 1,
+            modified: 1,
+            upserted: false
+        }
+    );
+    assert_eq!(s.documents(&ns()), vec![doc! { "_id": 1, "c": 3 }]);
+    let o = s
+        .replace_one(&ns(), doc! { "_id": 1 }, doc! { "c": 4, "_id": 1 })
+        .await
+        .unwrap();
+    assert_eq!(o.modified, 1);
+    assert_eq!(s.documents(&ns()), vec![doc! { "_id": 1, "c": 4 }]);
+    let o = s
+        .replace_one(&ns(), doc! { "_id": 1 }, doc! { "c": 4 })
+        .await
+        .unwrap();
+    assert_eq!(
+        o,
+        UpdateOutcome {
+            matched: 1,
+            modified: 0,
+            upserted: false
+        }
+    );
+    // Never upserts.
+    let o = s
+        .replace_one(&ns(), doc! { "_id": 2 }, doc! { "c": 5 })
+        .await
+        .unwrap();
+    assert_eq!(o, UpdateOutcome::default());
+    assert_eq!(s.documents(&ns()).len(), 1);
+    let e = s
+        .replace_one(&ns(), doc! { "_id": 1 }, doc! { "_id": 2 })
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::BadRequest);
+    let e = s
+        .replace_one(&ns(), doc! { "_id": 1 }, doc! { "$set": { "c": 1 } })
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::BadRequest);
+    assert_eq!(s.documents(&ns()), vec![doc! { "_id": 1, "c": 4 }]);
+}
+
+#[tokio::test]
+async fn delete_one_deletes_the_first_match() {
+    let s = store_with(vec![
+        doc! { "_id": 1, "k": "a" },
+        doc! { "_id": 2, "k": "a" },
+        doc! { "_id": 3, "k": "b" },
+    ])
+    .await;
+    assert_eq!(s.delete_one(&ns(), doc! { "k": "a" }).await.unwrap(), 1);
+    assert_eq!(
+        s.documents(&ns()),
+        vec![doc! { "_id": 2, "k": "a" }, doc! { "_id": 3, "k": "b" }]
+    );
+    assert_eq!(
+        s.delete_one(&ns(), doc! { "_id": 3, "k": "a" })
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(s.delete_one(&ns(), doc! { "_id": 3 }).await.unwrap(), 1);
+    assert_eq!(s.delete_one(&ns(), doc! { "_id": 3 }).await.unwrap(), 0);
+    assert_eq!(
+        s.delete_one(&Namespace::new("x", "y"), doc! {})
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(s.documents(&ns()), vec![doc! { "_id": 2, "k": "a" }]);
+}
+
+#[tokio::test]
+async fn find_sorts_and_limits() {
+    let s = store_with(vec![
+        doc! { "_id": 1, "state": "pending", "at": DateTime::from_millis(30), "p": 1 },
+        doc! { "_id": 2, "state": "done", "at": DateTime::from_millis(10), "p": 2 },
+        doc! { "_id": 3, "state": "pending", "at": DateTime::from_millis(20), "p": 1 },
+        doc! { "_id": 4, "state": "pending", "p": 2 },
+        doc! { "_id": 5, "state": "pending", "at": DateTime::from_millis(5), "p": 1.5 },
+    ])
+    .await;
+    let ids = |docs: Vec<Document>| {
+        docs.iter()
+            .map(|d| d.get_i32("_id").unwrap())
+            .collect::<Vec<_>>()
+    };
+    let opts = |sort: Document, limit: Option<i64>| FindOptions {
+        sort: Some(sort),
+        limit,
+    };
+
+    let found = s
+        .find(
+            &ns(),
+            doc! { "state": "pending" },
+            opts(doc! { "at": 1 }, None),
+        )
+        .await
+        .unwrap();
+    // Missing sorts first.
+    assert_eq!(ids(found), vec![4, 5, 3, 1]);
+    let found = s
+        .find(
+            &ns(),
+            doc! { "state": "pending" },
+            opts(doc! { "at": -1 }, Some(2)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(found), vec![1, 3]);
+    let found = s
+        .find(&ns(), doc! {}, opts(doc! { "p": -1, "_id": 1 }, None))
+        .await
+        .unwrap();
+    assert_eq!(ids(found), vec![2, 4, 5, 1, 3]);
+    let found = s
+        .find(&ns(), doc! {}, opts(doc! { "p": 1 }, Some(-3)))
+        .await
+        .unwrap();
+    assert_eq!(ids(found), vec![1, 3, 5]);
+    let found = s
+        .find(
+            &ns(),
+            doc! {},
+            FindOptions {
+                sort: None,
+                limit: Some(2),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(found), vec![1, 2]);
+    let found = s
+        .find(
+            &ns(),
+            doc! {},
+            FindOptions {
+                sort: None,
+                limit: Some(0),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 5);
+    let found = s
+        .find(&ns(), doc! { "_id": 3 }, FindOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(ids(found), vec![3]);
+    let e = s
+        .find(&ns(), doc! {}, opts(doc! { "p": 2 }, None))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::BadRequest);
+    assert!(s
+        .find(&Namespace::new("x", "y"), doc! {}, FindOptions::default())
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn documents_over_16_mib_are_refused() {
+    let s = store_with(vec![doc! { "_id": 1, "small": "x" }]).await;
+    let before = s.documents(&ns());
+    let half = "x".repeat(9 * 1024 * 1024);
+    // One field fits; the second would exceed the limit.
+    s.update_one(
+        &ns(),
+        doc! { "_id": 1 },
+        doc! { "$set": { "a": half.clone() } },
+        false,
+    )
+    .await
+    .unwrap();
+    let fitting = s.documents(&ns());
+    let e = s
+        .update_one(
+            &ns(),
+            doc! { "_id": 1 },
+            doc! { "$set": { "b": half.clone() } },
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::DocumentTooLarge);
+    assert_eq!(e.code, Some(10334));
+    assert_eq!(s.documents(&ns()), fitting);
+    let e = s
+        .find_one_and_update(
+            &ns(),
+            doc! { "_id": 1 },
+            doc! { "$push": { "l": half.clone() } },
+            ReturnDocument::After,
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::DocumentTooLarge);
+    assert_eq!(s.documents(&ns()), fitting);
+    let e = s
+        .replace_one(
+            &ns(),
+            doc! { "_id": 1 },
+            doc! { "a": half.clone(), "b": half.clone() },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::DocumentTooLarge);
+    assert_eq!(s.documents(&ns()), fitting);
+    let e = s
+        .insert_one(
+            &ns(),
+            doc! { "_id": 2, "a": half.clone(), "b": half.clone() },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::DocumentTooLarge);
+    let e = s
+        .update_one(
+            &ns(),
+            doc! { "_id": 3 },
+            doc! { "$set": { "a": half.clone(), "b": half } },
+            true,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::DocumentTooLarge);
+    assert_eq!(s.documents(&ns()).len(), 1);
+    assert_ne!(fitting, before);
+}
+
+#[test]
+fn document_len_matches_serialization() {
+    let samples = vec![
+        doc! {},
+        doc! { "a": 1, "b": 2_i64, "c": 1.5, "d": "text", "e": true, "f": Bson::Null },
+        doc! { "n": { "x": [1, "two", { "three": 3 }, [4]] }, "long": (0..120).collect::<Vec<i32>>() },
+        doc! {
+            "oid": ObjectId::new(), "date": DateTime::now(),
+            "ts": bson::Timestamp { time: 1, increment: 2 },
+            "bin": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![1, 2, 3] },
+            "old": bson::Binary { subtype: bson::spec::BinarySubtype::BinaryOld, bytes: vec![1, 2] },
+            "re": Bson::RegularExpression(bson::Regex { pattern: "a+".into(), options: "i".into() }),
+            "js": Bson::JavaScriptCode("f()".into()),
+            "jss": Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope { code: "g()".into(), scope: doc! { "v": 1 } }),
+            "sym": Bson::Symbol("s".into()), "min": Bson::MinKey, "max": Bson::MaxKey, "u": Bson::Undefined,
+            "dec": Bson::Decimal128(bson::Decimal128::from_bytes([0; 16])),
+            "ünï": "çødé",
+        },
+    ];
+    for d in samples {
+        assert_eq!(document_len(&d), bson::to_vec(&d).unwrap().len(), "{d}");
+    }
+}
+
+#[tokio::test]
+async fn stored_sizes_follow_updates() {
+    let s = store_with(vec![doc! { "_id": "a", "n": 1, "l": ["t0"] }]).await;
+    let sizes_match = |s: &MemoryStore| {
+        let data = s.lock();
+        for stored in data.get(&ns()).unwrap().docs.values() {
+            assert_eq!(
+                stored.len,
+                bson::to_vec(&stored.doc).unwrap().len(),
+                "{}",
+                stored.doc
+            );
+        }
+    };
+    for u in [
+        doc! { "$push": { "l": { "$each": (1..12).map(|i| format!("t{i}")).collect::<Vec<_>>() } } },
+        doc! { "$pull": { "l": { "$in": ["t0", "t5"] } }, "$set": { "m.x": [1, 2] } },
+        doc! { "$addToSet": { "_tandem.tombstones": "tx1" }, "$inc": { "n": 2_i64 } },
+        doc! { "$unset": { "m": "", "n": "" }, "$currentDate": { "at": true } },
+        doc! { "$set": { "l.20": { "k": "v" } }, "$pull": { "_tandem.tombstones": "tx1" } },
+    ] {
+        s.update_one(&ns(), doc! { "_id": "a" }, u.clone(), false)
+            .await
+            .unwrap();
+        sizes_match(&s);
+        // A refused update leaves the size as it was.
+        let e = s
+            .update_one(
+                &ns(),
+                doc! { "_id": "a" },
+                doc! { "$set": { "z": 1 }, "$inc": { "l": 1 } },
+                false,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::TypeMismatch, "{u}");
+        sizes_match(&s);
+    }
+    s.update_one(
+        &ns(),
+        doc! { "_id": "b" },
+        doc! { "$setOnInsert": { "p": [1, 2] } },
+        true,
+    )
+    .await
+    .unwrap();
+    s.replace_one(&ns(), doc! { "_id": "a" }, doc! { "r": "x" })
+        .await
+        .unwrap();
+    sizes_match(&s);
+}
+
+#[tokio::test]
+async fn clock_and_counters() {
+    let clock = Arc::new(ManualClock::default());
+    let s = MemoryStore::with_clock(clock.clone());
+    assert_eq!(s.name(), "memory");
+    let t0 = s.now().await.unwrap();
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(
+        s.now().await.unwrap().timestamp_millis(),
+        t0.timestamp_millis() + 5000
+    );
+    assert_eq!(s.clock().now(), clock.now());
+    s.insert_one(&ns(), doc! { "_id": 1 }).await.unwrap();
+    let _ = s.insert_one(&ns(), doc! { "_id": 1 }).await;
+    s.find_one(&ns(), doc! {}).await.unwrap();
+    s.find(&ns(), doc! {}, FindOptions::default())
+        .await
+        .unwrap();
+    s.update_one(&ns(), doc! {}, doc! { "$set": { "a": 1 } }, false)
+        .await
+        .unwrap();
+    s.find_one_and_update(
+        &ns(),
+        doc! {},
+        doc! { "$set": { "a": 2 } },
+        ReturnDocument::After,
+        false,
+    )
+    .await
+    .unwrap();
+    s.replace_one(&ns(), doc! {}, doc! { "a": 3 })
+        .await
+        .unwrap();
+    s.delete_one(&ns(), doc! {}).await.unwrap();
+    s.ensure_index(
+        &ns(),
+        crate::store::IndexSpec {
+            name: "i".into(),
+            keys: doc! { "a": 1 },
+            expire_after_secs: None,
+            partial_filter: None,
+        },
+    )
+    .await
+    .unwrap();
+    // Clones share data and counters.
+    let c = s.clone();
+    c.now().await.unwrap();
+    assert_eq!(s.command_count(), 12);
+    assert_eq!(MemoryStore::default().command_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_increments_are_atomic() {
+    let s = store_with(vec![doc! { "_id": "counter", "n": 0, "log": [] }]).await;
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..1000 {
+                if (t + i) % 2 == 0 {
+                    s.update_one(
+                        &ns(),
+                        doc! { "_id": "counter" },
+                        doc! { "$inc": { "n": 1 } },
+                        false,
+                    )
+                    .await
+                    .unwrap();
+                } else {
+                    s.find_one_and_update(
+                        &ns(),
+                        doc! { "_id": "counter" },
+                        doc! { "$inc": { "n": 1 } },
+                        ReturnDocument::After,
+                        false,
+                    )
+                    .await
+                    .unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let d = s
+        .find_one(&ns(), doc! { "_id": "counter" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.get_i32("n").unwrap(), 8000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_guarded_claims_succeed_once() {
+    // Compare-and-set through a guarded update: exactly one claimant wins each round.
+    let s = store_with(vec![
+        doc! { "_id": "lock", "owner": Bson::Null, "round": 0 },
+    ])
+    .await;
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut wins = 0;
+            for round in 0..200 {
+                let o = s
+                    .update_one(
+                        &ns(),
+                        doc! { "_id": "lock", "round": round, "owner": Bson::Null },
+                        doc! { "$set": { "owner": t } },
+                        false,
+                    )
+                    .await
+                    .unwrap();
+                wins += o.modified;
+                // Whoever holds it releases it and opens the next round.
+                s.update_one(
+                    &ns(),
+                    doc! { "_id": "lock", "round": round, "owner": t },
+                    doc! { "$set": { "owner": Bson::Null }, "$inc": { "round": 1 } },
+                    false,
+                )
+                .await
+                .unwrap();
+                while s
+                    .find_one(&ns(), doc! { "_id": "lock", "round": { "$lte": round } })
+                    .await
+                    .unwrap()
+                    .is_some()
+                {
+                    tokio::task::yield_now().await;
+                }
+            }
+            wins
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    assert_eq!(total, 200);
+}
