@@ -1,0 +1,157 @@
+//! Paths: walking a dotted path to the container of its last segment,
+//! creating what is missing, and setting or removing the value there.
+
+use bson::{Bson, Document};
+
+use super::validate::type_mismatch;
+use super::{MAX_PAD_INDEX, PATH_NOT_VIABLE};
+use crate::query::{array_index, split_dot};
+use crate::store::{StoreError, StoreErrorKind};
+
+/// Where the last segment of a path lives.
+pub(super) enum Parent<'a, 'p> {
+    Doc(&'a mut Document),
+    /// An array, and the name of the field holding it.
+    Arr(&'a mut Vec<Bson>, &'p str),
+}
+
+/// Walks `path` down to the container of its last segment, returning it and
+/// that segment. With `create`, missing intermediate fields become empty
+/// sub-documents (and arrays are padded with nulls); without, a missing
+/// intermediate yields `None`. A path through a scalar is an error when
+/// creating, `None` otherwise.
+pub(super) fn parent<'a, 'p>(
+    doc: &'a mut Document,
+    path: &'p str,
+    create: bool,
+) -> Result<Option<(Parent<'a, 'p>, &'p str)>, StoreError> {
+    match split_dot(path) {
+        None => Ok(Some((Parent::Doc(doc), path))),
+        Some((seg, rest)) => {
+            if !doc.contains_key(seg) {
+                if !create {
+                    return Ok(None);
+                }
+                doc.insert(seg, Document::new());
+            }
+            match doc.get_mut(seg) {
+                Some(child) => parent_in(child, seg, rest, create),
+                None => Ok(None),
+            }
+        }
+    }
+}
+
+fn parent_in<'a, 'p>(
+    value: &'a mut Bson,
+    name: &'p str,
+    path: &'p str,
+    create: bool,
+) -> Result<Option<(Parent<'a, 'p>, &'p str)>, StoreError> {
+    match value {
+        Bson::Document(d) => parent(d, path, create),
+        Bson::Array(a) => {
+            let Some((seg, rest)) = split_dot(path) else {
+                return Ok(Some((Parent::Arr(a, name), path)));
+            };
+            let Some(i) = array_index(seg) else {
+                return if create {
+                    Err(cannot_create(seg, name, &Bson::Array(a.clone())))
+                } else {
+                    Ok(None)
+                };
+            };
+            if i >= a.len() {
+                if !create {
+                    return Ok(None);
+                }
+                pad(a, i)?;
+                a[i] = Bson::Document(Document::new());
+            }
+            parent_in(&mut a[i], seg, rest, create)
+        }
+        other => {
+            if create {
+                let seg = split_dot(path).map_or(path, |(seg, _)| seg);
+                Err(cannot_create(seg, name, other))
+            } else {
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn cannot_create(field: &str, name: &str, element: &Bson) -> StoreError {
+    type_mismatch(
+        PATH_NOT_VIABLE,
+        format!("Cannot create field '{field}' in element {{{name}: {element}}}"),
+    )
+}
+
+/// Grows `a` with nulls so that index `i` exists.
+fn pad(a: &mut Vec<Bson>, i: usize) -> Result<(), StoreError> {
+    if i > MAX_PAD_INDEX {
+        return Err(StoreError::new(
+            StoreErrorKind::DocumentTooLarge,
+            format!("array index {i} would make the document exceed the 16 MiB limit"),
+        )
+        .with_code(10334));
+    }
+    if i >= a.len() {
+        a.resize(i + 1, Bson::Null);
+    }
+    Ok(())
+}
+
+pub(super) fn leaf_mut<'a>(parent: &'a mut Parent<'_, '_>, last: &str) -> Option<&'a mut Bson> {
+    match parent {
+        Parent::Doc(d) => d.get_mut(last),
+        Parent::Arr(a, _) => a.get_mut(array_index(last)?),
+    }
+}
+
+pub(super) fn put_leaf(parent: Parent<'_, '_>, last: &str, value: Bson) -> Result<(), StoreError> {
+    match parent {
+        Parent::Doc(d) => {
+            // Replacing in place spares allocating the key again.
+            match d.get_mut(last) {
+                Some(slot) => *slot = value,
+                None => {
+                    d.insert(last, value);
+                }
+            }
+            Ok(())
+        }
+        Parent::Arr(a, name) => match array_index(last) {
+            Some(i) => {
+                pad(a, i)?;
+                a[i] = value;
+                Ok(())
+            }
+            None => Err(cannot_create(last, name, &Bson::Array(a.clone()))),
+        },
+    }
+}
+
+pub(super) fn set_value(doc: &mut Document, path: &str, value: Bson) -> Result<(), StoreError> {
+    if let Some((parent, last)) = parent(doc, path, true)? {
+        put_leaf(parent, last, value)?;
+    }
+    Ok(())
+}
+
+pub(super) fn unset(doc: &mut Document, path: &str) {
+    if let Ok(Some((parent, last))) = parent(doc, path, false) {
+        match parent {
+            Parent::Doc(d) => {
+                d.remove(last);
+            }
+            Parent::Arr(a, _) => {
+                // MongoDB leaves a null in place of an unset array element.
+                if let Some(e) = array_index(last).and_then(|i| a.get_mut(i)) {
+                    *e = Bson::Null;
+                }
+            }
+        }
+    }
+}
