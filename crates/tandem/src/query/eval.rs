@@ -1,0 +1,180 @@
+//! Evaluation of a validated filter.
+
+use std::cmp::Ordering;
+
+use bson::{Bson, Document};
+
+use super::expr::eval_expr_filter;
+use super::order::same_str;
+use super::{array_index, compare, is_operator_doc, split_dot, values_equal, Ctx};
+
+/// Whether `doc` matches `filter`, which [`validate`] accepted, with no
+/// `$$NOW` (for `$pull` conditions, where `$expr` is not allowed).
+pub(crate) fn eval(doc: &Document, filter: &Document) -> bool {
+    eval_skipping(doc, filter, None, &Ctx::at(None))
+}
+
+/// Whether `doc` matches `filter`, which [`validate`] accepted, ignoring the
+/// top-level clause on field `skip` (which the caller has already checked,
+/// e.g. an `_id` equality answered by a look-up). An `$expr` takes `$$NOW`
+/// from `cx`, and leaves there the error it may raise (it is then false).
+pub(crate) fn eval_skipping(
+    doc: &Document,
+    filter: &Document,
+    skip: Option<&str>,
+    cx: &Ctx<'_>,
+) -> bool {
+    filter.iter().all(|(key, value)| match key.as_str() {
+        k if Some(k) == skip => true,
+        "$and" => members(value).all(|m| eval_skipping(doc, m, None, cx)),
+        "$or" => members(value).any(|m| eval_skipping(doc, m, None, cx)),
+        "$nor" => !members(value).any(|m| eval_skipping(doc, m, None, cx)),
+        "$expr" => eval_expr_filter(doc, value, cx),
+        path => eval_condition(doc, path, value),
+    })
+}
+
+fn members(value: &Bson) -> impl Iterator<Item = &Document> {
+    let members: &[Bson] = match value {
+        Bson::Array(a) => a,
+        _ => &[],
+    };
+    members.iter().filter_map(Bson::as_document)
+}
+
+/// Whether the field at `path` satisfies `cond` (an operator document or a value).
+fn eval_condition(doc: &Document, path: &str, cond: &Bson) -> bool {
+    match cond {
+        Bson::Document(ops) if is_operator_doc(ops) => ops
+            .iter()
+            .all(|(op, arg)| eval_operator(doc, path, op, arg)),
+        _ => any_equal(doc, path, cond),
+    }
+}
+
+/// Whether a value at `path` equals `arg`, or is an array holding it.
+pub(super) fn any_equal(doc: &Document, path: &str, arg: &Bson) -> bool {
+    match arg {
+        // The common case (ids, states, the marker and tombstone arrays),
+        // without the general comparison: only strings and symbols of the
+        // same bytes equal a string, and an array or a missing value never does.
+        Bson::String(s) => {
+            let same = |x: &Bson| matches!(x, Bson::String(x) | Bson::Symbol(x) if same_str(x, s));
+            any_value(doc, path, &mut |v| match v {
+                None => false,
+                Some(Bson::Array(elements)) => elements.iter().any(same),
+                Some(x) => same(x),
+            })
+        }
+        _ => any_value(doc, path, &mut |v| {
+            test_value(v, &mut |x| values_equal(x, arg))
+        }),
+    }
+}
+
+fn eval_operator(doc: &Document, path: &str, op: &str, arg: &Bson) -> bool {
+    let test = |t: &mut dyn FnMut(&Bson) -> bool| any_value(doc, path, &mut |v| test_value(v, t));
+    match op {
+        "$eq" => any_equal(doc, path, arg),
+        "$ne" => !any_equal(doc, path, arg),
+        "$gt" => test(&mut |x| compare(x, arg) == Some(Ordering::Greater)),
+        "$gte" => {
+            test(&mut |x| matches!(compare(x, arg), Some(Ordering::Greater | Ordering::Equal)))
+        }
+        "$lt" => test(&mut |x| compare(x, arg) == Some(Ordering::Less)),
+        "$lte" => test(&mut |x| matches!(compare(x, arg), Some(Ordering::Less | Ordering::Equal))),
+        "$in" => test(&mut |x| in_list(x, arg)),
+        "$nin" => !test(&mut |x| in_list(x, arg)),
+        "$exists" => any_value(doc, path, &mut |v| v.is_some()) == truthy(arg),
+        "$not" => match arg {
+            Bson::Document(inner) => !inner
+                .iter()
+                .all(|(op, arg)| eval_operator(doc, path, op, arg)),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Evaluates an operator document (already validated) against one value,
+/// as `$pull` does with a condition such as `{$gte: 6}`.
+pub(crate) fn eval_operators_on(value: &Bson, ops: &Document) -> bool {
+    let wrapper = {
+        let mut d = Document::new();
+        d.insert("v", value.clone());
+        d
+    };
+    ops.iter()
+        .all(|(op, arg)| eval_operator(&wrapper, "v", op, arg))
+}
+
+fn in_list(x: &Bson, list: &Bson) -> bool {
+    match list {
+        Bson::Array(values) => values.iter().any(|v| values_equal(x, v)),
+        _ => false,
+    }
+}
+
+pub(super) fn truthy(v: &Bson) -> bool {
+    match v {
+        Bson::Boolean(b) => *b,
+        Bson::Int32(i) => *i != 0,
+        Bson::Int64(i) => *i != 0,
+        Bson::Double(f) => *f != 0.0,
+        Bson::Null | Bson::Undefined => false,
+        _ => true,
+    }
+}
+
+/// Applies a value test to one value found at a path: a missing value tests
+/// as null; an array passes if it passes as a whole or any element passes.
+pub(super) fn test_value(v: Option<&Bson>, t: &mut dyn FnMut(&Bson) -> bool) -> bool {
+    match v {
+        None => t(&Bson::Null),
+        Some(whole @ Bson::Array(elements)) => t(whole) || elements.iter().any(t),
+        Some(x) => t(x),
+    }
+}
+
+/// Calls `f` on each value `path` reaches in `doc` (`None` for a dead end),
+/// descending into arrays of documents as MongoDB does; true if any call is.
+pub(super) fn any_value(
+    doc: &Document,
+    path: &str,
+    f: &mut dyn FnMut(Option<&Bson>) -> bool,
+) -> bool {
+    match split_dot(path) {
+        None => f(doc.get(path)),
+        Some((seg, rest)) => match doc.get(seg) {
+            None => f(None),
+            Some(v) => any_value_in(v, rest, f),
+        },
+    }
+}
+
+fn any_value_in(v: &Bson, path: &str, f: &mut dyn FnMut(Option<&Bson>) -> bool) -> bool {
+    match v {
+        Bson::Document(d) => any_value(d, path, f),
+        Bson::Array(elements) => {
+            let (seg, rest) = match split_dot(path) {
+                None => (path, None),
+                Some((seg, rest)) => (seg, Some(rest)),
+            };
+            if let Some(i) = array_index(seg) {
+                return match (elements.get(i), rest) {
+                    (None, _) => f(None),
+                    (Some(e), None) => f(Some(e)),
+                    (Some(e), Some(rest)) => any_value_in(e, rest, f),
+                };
+            }
+            if elements.is_empty() {
+                return f(None);
+            }
+            elements.iter().any(|e| match e {
+                Bson::Document(d) => any_value(d, path, f),
+                _ => f(None),
+            })
+        }
+        _ => f(None),
+    }
+}
