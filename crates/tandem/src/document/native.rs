@@ -1,0 +1,76 @@
+//! A [`DocumentChange`] inside a native multi-document transaction.
+
+use bson::{doc, Bson, Document};
+
+use super::{insert_expr, merge_conditions};
+
+use crate::change::{DocumentChange, DocumentOp, FieldOp};
+
+/// One MongoDB command that makes a [`DocumentChange`] inside a native multi-document
+/// transaction: no marker, no lock, but the same guards and the same respect for
+/// documents held by two-phase transactions.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NativeCommand {
+    /// `updateOne(filter, update)`; matching nothing means a refusal to explain.
+    Update {
+        /// The guarded filter.
+        filter: Document,
+        /// The update.
+        update: Document,
+    },
+    /// `insertOne(doc)`; a duplicate key means the document exists already.
+    Insert {
+        /// The full document, `_id` included.
+        doc: Document,
+    },
+    /// `deleteOne(filter)`; deleting nothing means a refusal to explain.
+    Delete {
+        /// The guarded filter.
+        filter: Document,
+    },
+}
+
+impl DocumentChange {
+    /// The command that makes this change inside a native transaction.
+    pub fn native_command(&self) -> NativeCommand {
+        match &self.op {
+            DocumentOp::Insert { doc } => {
+                let mut full = doc! { "_id": self.id.clone() };
+                full.extend(doc.clone());
+                NativeCommand::Insert { doc: full }
+            }
+            DocumentOp::Delete => NativeCommand::Delete {
+                filter: self.guarded_filter(None),
+            },
+            DocumentOp::Update { ops } => {
+                let mut update = Document::new();
+                for op in ops {
+                    let (name, value) = match op {
+                        FieldOp::Set { value, .. } => ("$set", value.clone()),
+                        FieldOp::Unset { .. } => ("$unset", Bson::String(String::new())),
+                        FieldOp::Inc { by, .. } => ("$inc", by.clone()),
+                        FieldOp::Push { value, .. } => ("$push", value.clone()),
+                        FieldOp::Pull { value, .. } => ("$pull", value.clone()),
+                    };
+                    if !update.contains_key(name) {
+                        update.insert(name, Document::new());
+                    }
+                    if let Ok(body) = update.get_document_mut(name) {
+                        body.insert(op.path(), value);
+                    }
+                }
+                // An increment must leave room for the credits two-phase
+                // transactions have pending on the field, which land later.
+                let mut filter = self.guarded_filter(None);
+                let incs = ops.iter().filter_map(|op| match op {
+                    FieldOp::Inc { path, by } => Some((path.as_str(), by)),
+                    _ => None,
+                });
+                let (plain, exprs) = self.credit_room(incs);
+                merge_conditions(&mut filter, plain);
+                insert_expr(&mut filter, exprs);
+                NativeCommand::Update { filter, update }
+            }
+        }
+    }
+}

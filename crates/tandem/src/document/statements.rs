@@ -1,0 +1,755 @@
+//! The statements of each step of a [`DocumentChange`]: the guarded filters
+//! and updates that prepare, apply, commit and undo it.
+
+use bson::{doc, Bson, Document};
+
+use super::*;
+
+impl DocumentChange {
+    pub(super) fn store<'a>(
+        &self,
+        ctx: &StepContext<'a>,
+    ) -> Result<&'a std::sync::Arc<dyn Store>, StepError> {
+        ctx.stores
+            .get(self.store.as_deref())
+            .ok_or_else(|| StepError::Store {
+                participant: self.label(),
+                source: StoreError::new(
+                    StoreErrorKind::BadRequest,
+                    format!("unknown store {:?}", self.store.as_deref().unwrap_or("")),
+                ),
+            })
+    }
+
+    pub(super) fn store_err(&self, e: StoreError) -> StepError {
+        let participant = self.label();
+        match e.kind {
+            StoreErrorKind::TypeMismatch => StepError::TypeMismatch {
+                participant,
+                path: self.first_path().to_owned(),
+                message: e.message,
+            },
+            StoreErrorKind::DocumentTooLarge => StepError::TooLarge { participant },
+            StoreErrorKind::Overflow => StepError::Overflow {
+                participant,
+                message: e.message,
+            },
+            _ => StepError::Store {
+                participant,
+                source: e,
+            },
+        }
+    }
+
+    fn first_path(&self) -> &str {
+        match &self.op {
+            DocumentOp::Update { ops } => ops.first().map(|o| o.path()).unwrap_or(""),
+            _ => "",
+        }
+    }
+
+    /// The paths whose before-image compensation needs.
+    pub(super) fn imaged_paths(&self) -> Vec<&str> {
+        match &self.op {
+            DocumentOp::Update { ops } => ops
+                .iter()
+                .filter(|op| !op.commutes())
+                .map(|op| op.path())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The before-image, when every imaged path is pinned by an equality guard.
+    pub(super) fn image_from_guards(&self) -> Option<Vec<(String, Option<Bson>)>> {
+        self.imaged_paths()
+            .into_iter()
+            .map(|path| {
+                self.guards
+                    .iter()
+                    .find(|g| g.path == path)
+                    .and_then(|g| match g.op {
+                        GuardOp::Eq => Some((path.to_owned(), Some(g.value.clone()))),
+                        GuardOp::Missing => Some((path.to_owned(), None)),
+                        _ => None,
+                    })
+            })
+            .collect()
+    }
+
+    /// The conditions every apply carries: not yet applied, not past its
+    /// deadline, not a ghost, not held.
+    pub(super) fn apply_filter(&self, ctx: &StepContext<'_>) -> Document {
+        let tx = ctx.marker.as_str();
+        let mut filter = self.guarded_filter(ctx.before);
+        filter.insert(self.marker.clone(), doc! { "$ne": tx });
+        // A credit deferred to the commit must not overflow there, where it
+        // cannot be refused, together with every other credit pending on the field.
+        let (plain, mut exprs) = self.credit_room(self.deferred_credits());
+        merge_conditions(&mut filter, plain);
+        if let Some(deadline) = ctx.deadline {
+            exprs.insert(0, before(deadline));
+        }
+        insert_expr(&mut filter, exprs);
+        filter
+    }
+
+    /// The conditions under which the positive integer credits `credits` fit
+    /// with every credit already pending on their fields: the pending sum
+    /// (`_tandem.credit.<path>`, `S`) leaves room for this one (`S <= MAX - by`,
+    /// a plain condition), and the field with all of them fits
+    /// (`f <= MAX - by - S`, an `$expr`, which cannot overflow given the first). A path with a
+    /// numeric segment (an array element) is checked against this credit alone.
+    pub(super) fn credit_room<'a>(
+        &self,
+        credits: impl Iterator<Item = (&'a str, &'a Bson)>,
+    ) -> (Vec<(String, Bson)>, Vec<Document>) {
+        let mut plain = Vec::new();
+        let mut exprs = Vec::new();
+        for (path, by) in credits {
+            let Some(max) = credit_ceiling(by) else {
+                continue;
+            };
+            if !counted(path, by) {
+                // `$not: {$gt}` rather than `$or` of `$lte` and `$exists`: it also admits a
+                // missing field, and keeps the filter a plain `_id` look-up for the server.
+                plain.push((
+                    path.to_owned(),
+                    Bson::Document(doc! { "$not": { "$gt": max } }),
+                ));
+                continue;
+            }
+            let pending = credit_path(path);
+            plain.push((
+                pending.clone(),
+                Bson::Document(doc! { "$not": { "$gt": max.clone() } }),
+            ));
+            exprs.push(doc! { "$lte": [
+                format!("${path}"),
+                { "$subtract": [max, { "$ifNull": [format!("${pending}"), 0_i64] }] },
+            ] });
+            // With the comparison above (which every type but numbers, null
+            // and missing fails), the field is numeric or missing: the credit
+            // cannot fail at commit.
+            exprs.push(doc! { "$ne": [format!("${path}"), Bson::Null] });
+        }
+        (plain, exprs)
+    }
+
+    /// The increments that take effect only at commit, with their amounts.
+    fn deferred_credits(&self) -> impl Iterator<Item = (&str, &Bson)> {
+        let ops: &[FieldOp] = match &self.op {
+            DocumentOp::Update { ops } => ops,
+            _ => &[],
+        };
+        ops.iter()
+            .filter(|op| !self.applies_early(op))
+            .filter_map(|op| match op {
+                FieldOp::Inc { path, by } => Some((path.as_str(), by)),
+                _ => None,
+            })
+    }
+
+    /// The document, not held by another transaction, not a ghost, with the guards
+    /// (and the before-image, if any) holding.
+    pub(super) fn guarded_filter(&self, before: Option<&Document>) -> Document {
+        let mut filter = doc! {
+            "_id": self.id.clone(),
+            LOCK: Bson::Null,
+            GHOST: { "$exists": false },
+        };
+        if self.is_exclusive() {
+            // Nobody else may have a change pending on a document we change
+            // exclusively, under this marker field or any other.
+            filter.insert(format!("{}.0", self.marker), doc! { "$exists": false });
+            filter.insert(PENDING, doc! { "$not": { "$gt": 0 } });
+        }
+        let mut conds: Vec<(String, Bson)> = self
+            .guards
+            .iter()
+            .map(|g| (g.path.clone(), Bson::Document(g.condition())))
+            .collect();
+        if let Some(before) = before {
+            // The document must still be as it was read, or the image would be stale.
+            for (path, value) in image_from_doc(before) {
+                let cond = match value {
+                    Some(v) => doc! { "$eq": v },
+                    None => doc! { "$exists": false },
+                };
+                conds.push((path, Bson::Document(cond)));
+            }
+        }
+        merge_conditions(&mut filter, conds);
+        filter
+    }
+
+    /// The document as this transaction's apply left it: its marker is there;
+    /// and, when the step must wait for earlier applies to miss their
+    /// deadline, the store's clock reads `not_before` or later.
+    pub(super) fn applied_filter(&self, ctx: &StepContext<'_>) -> Document {
+        let mut filter = doc! { "_id": self.id.clone(), self.marker.clone(): ctx.marker.as_str() };
+        if let Some(time) = ctx.not_before {
+            filter.insert("$expr", from(time));
+        }
+        filter
+    }
+
+    /// The filter of the apply of an insert: the `_id`'s placeholder, not
+    /// held, before the deadline.
+    pub(super) fn fill_filter(&self, ctx: &StepContext<'_>) -> Document {
+        let mut filter = doc! {
+            "_id": self.id.clone(),
+            GHOST: { "$exists": true },
+            LOCK: Bson::Null,
+            self.marker.clone(): { "$ne": ctx.marker.as_str() },
+        };
+        if let Some(deadline) = ctx.deadline {
+            filter.insert("$expr", before(deadline));
+        }
+        filter
+    }
+
+    /// The apply of an insert: the placeholder becomes the document, held
+    /// by the transaction and marked.
+    pub(super) fn fill_update(&self, ctx: &StepContext<'_>, fields: &Document) -> Document {
+        let tx = ctx.marker.as_str();
+        let mut set = fields.clone();
+        set.insert(self.marker.clone(), vec![tx]);
+        set.insert(META_FIELD, doc! { "lock": tx, "pending": 1 });
+        doc! { "$set": set }
+    }
+
+    /// Reserves the `_id` of an insert with a placeholder, unless a document
+    /// (or a placeholder) has it already. Harmless at any time.
+    pub(super) async fn reserve(&self, store: &dyn Store) -> Result<(), StepError> {
+        store
+            .update_one(
+                &self.namespace,
+                doc! { "_id": self.id.clone() },
+                doc! { "$setOnInsert": { META_FIELD: { "ghost": true } } },
+                true,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| self.store_err(e))
+    }
+
+    /// Why the fill of an insert matched nothing.
+    pub(super) async fn diagnose_fill(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+    ) -> Result<Option<()>, StepError> {
+        let current = store
+            .find_one(&self.namespace, doc! { "_id": self.id.clone() })
+            .await
+            .map_err(|e| self.store_err(e))?;
+        let participant = self.label();
+        let Some(current) = current else {
+            return Ok(None); // no placeholder: reserve it again
+        };
+        let tx = Bson::String(ctx.marker.as_str().to_owned());
+        if query::matches(&current, &doc! { self.marker.as_str(): tx }).unwrap_or(false) {
+            return Ok(Some(())); // filled already, by this transaction
+        }
+        if query::lookup(&current, GHOST).is_none() {
+            return Err(StepError::AlreadyExists { participant });
+        }
+        if let Some(holder) = query::lookup(&current, LOCK).filter(|b| **b != Bson::Null) {
+            return Err(StepError::Conflict {
+                participant,
+                holder: holder_text(holder),
+            });
+        }
+        self.expired_or(
+            store,
+            ctx,
+            StepError::Conflict {
+                participant: self.label(),
+                holder: CONCURRENT_WRITE.into(),
+            },
+        )
+        .await
+        .map(|()| Some(()))
+    }
+
+    /// `Err(Expired)` if the apply's deadline has passed by the store's clock,
+    /// else `Err(otherwise)`.
+    pub(super) async fn expired_or(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+        otherwise: StepError,
+    ) -> Result<(), StepError> {
+        if let Some(deadline) = ctx.deadline {
+            let now = store.now().await.map_err(|e| self.store_err(e))?;
+            if now >= deadline {
+                return Err(StepError::Expired {
+                    participant: self.label(),
+                });
+            }
+        }
+        Err(otherwise)
+    }
+
+    /// Runs a step that removes this transaction's marker (`update`, or a
+    /// delete of the document for `None`), honouring `not_before`.
+    pub(super) async fn remove_marker(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+        update: Option<Document>,
+    ) -> Result<(), StepError> {
+        self.remove_marker_if(store, ctx, update, Vec::new())
+            .await
+            .map(|_| ())
+    }
+
+    /// [`remove_marker`](Self::remove_marker), only while the document also
+    /// satisfies `expect`. `Ok(false)`: the marker is there but `expect` no
+    /// longer holds (nothing was changed).
+    pub(super) async fn remove_marker_if(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+        update: Option<Document>,
+        expect: Vec<(String, Bson)>,
+    ) -> Result<bool, StepError> {
+        let checked = !expect.is_empty();
+        if let Some(until) = ctx.not_before {
+            let now = store.now().await.map_err(|e| self.store_err(e))?;
+            if now < until {
+                return Err(StepError::NotYet {
+                    participant: self.label(),
+                    until,
+                });
+            }
+        }
+        let mut filter = self.applied_filter(ctx);
+        merge_conditions(&mut filter, expect.clone());
+        let matched = match update {
+            Some(update) => store
+                .update_one(&self.namespace, filter, update, false)
+                .await
+                .map(|o| o.matched),
+            None => store.delete_one(&self.namespace, filter).await,
+        }
+        .map_err(|e| self.store_err(e))?;
+        if matched == 0 && (checked || ctx.not_before.is_some()) {
+            // Nothing to do, unless the document or the store's clock
+            // disagreed with a condition.
+            let still = store
+                .find_one(
+                    &self.namespace,
+                    doc! { "_id": self.id.clone(), self.marker.clone(): ctx.marker.as_str() },
+                )
+                .await
+                .map_err(|e| self.store_err(e))?;
+            if let Some(still) = still {
+                let expected = Document::from_iter(expect);
+                if checked && !query::matches(&still, &expected).unwrap_or(false) {
+                    return Ok(false);
+                }
+                return Err(match ctx.not_before {
+                    Some(until) => StepError::NotYet {
+                        participant: self.label(),
+                        until,
+                    },
+                    None => StepError::Conflict {
+                        participant: self.label(),
+                        holder: CONCURRENT_WRITE.into(),
+                    },
+                });
+            }
+        }
+        Ok(true)
+    }
+
+    /// The undo of an update some of whose fields were changed outside tandem
+    /// since the apply: everything but those fields is undone (the other
+    /// fields restored, early increments taken back, pending credits and the
+    /// count released, the marker and the hold removed), and the fields are
+    /// left as found, reported as [`StepError::Overwritten`].
+    pub(super) async fn undo_around(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+        expect: Vec<(String, Bson)>,
+    ) -> Result<(), StepError> {
+        let current = store
+            .find_one(
+                &self.namespace,
+                doc! { "_id": self.id.clone(), self.marker.clone(): ctx.marker.as_str() },
+            )
+            .await
+            .map_err(|e| self.store_err(e))?;
+        let Some(current) = current else {
+            return Ok(()); // undone meanwhile, by another worker
+        };
+        let changed: Vec<String> = expect
+            .into_iter()
+            .filter(|(path, cond)| {
+                let one = doc! { path.as_str(): cond.clone() };
+                !query::matches(&current, &one).unwrap_or(false)
+            })
+            .map(|(path, _)| path)
+            .collect();
+        let tx = ctx.marker.as_str();
+        let mut set = Document::new();
+        let mut unset = doc! { LOCK: "" };
+        let inc = self.undo_increments();
+        if let Some(before) = ctx.before {
+            for (path, value) in image_from_doc(before) {
+                if changed.contains(&path) {
+                    continue;
+                }
+                match value {
+                    Some(v) => set.insert(path, v),
+                    None => unset.insert(path, ""),
+                };
+            }
+        }
+        let mut update =
+            doc! { "$pull": { self.marker.clone(): tx }, "$unset": unset, "$inc": inc };
+        if !set.is_empty() {
+            update.insert("$set", set);
+        }
+        // Guarded by the fields as found: a further outside write makes this
+        // step fail, and a repeat looks again.
+        let found: Vec<(String, Bson)> = changed
+            .iter()
+            .map(|path| {
+                let cond = match query::lookup(&current, path) {
+                    Some(v) => doc! { "$eq": v.clone() },
+                    None => doc! { "$exists": false },
+                };
+                (path.clone(), Bson::Document(cond))
+            })
+            .collect();
+        if !self
+            .remove_marker_if(store, ctx, Some(update), found)
+            .await?
+        {
+            return Err(StepError::Conflict {
+                participant: self.label(),
+                holder: CONCURRENT_WRITE.into(),
+            });
+        }
+        let fields = changed
+            .iter()
+            .map(|path| {
+                let found = query::lookup(&current, path)
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "nothing".into());
+                format!("{path} (found {found})")
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(StepError::Overwritten {
+            participant: self.label(),
+            fields,
+        })
+    }
+
+    /// The `$inc` of an undo: early increments taken back, this transaction's
+    /// pending credits taken off their sums, and the pending count lowered.
+    pub(super) fn undo_increments(&self) -> Document {
+        let mut inc = Document::new();
+        if let DocumentOp::Update { ops } = &self.op {
+            for op in ops {
+                if let FieldOp::Inc { path, by } = op {
+                    if self.applies_early(op) {
+                        inc.insert(path.clone(), negate(by));
+                    } else if counted(path, by) {
+                        inc.insert(credit_path(path), negate(by));
+                    }
+                }
+            }
+        }
+        inc.insert(PENDING, -1);
+        inc
+    }
+
+    /// What an undo expects of the fields it restores from the before-image:
+    /// each still as this transaction's apply left it (set to its value, or
+    /// unset). Array changes (`push`, `pull`) are not checked.
+    pub(super) fn undo_expects(&self) -> Vec<(String, Bson)> {
+        let DocumentOp::Update { ops } = &self.op else {
+            return Vec::new();
+        };
+        ops.iter()
+            .filter_map(|op| match op {
+                FieldOp::Set { path, value } => {
+                    Some((path.clone(), Bson::Document(doc! { "$eq": value.clone() })))
+                }
+                FieldOp::Unset { path } => {
+                    Some((path.clone(), Bson::Document(doc! { "$exists": false })))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The apply of a delete: hold the document and mark it for deletion at commit.
+    pub(super) fn delete_update(&self, ctx: &StepContext<'_>) -> Document {
+        let tx = ctx.marker.as_str();
+        doc! {
+            "$set": { LOCK: tx, DELETING: true },
+            "$push": { self.marker.clone(): tx },
+            "$inc": { PENDING: 1 },
+        }
+    }
+
+    /// The commit of an applied change (not a delete): the marker goes, the
+    /// hold is released, and deferred credits land, exactly once.
+    pub(super) fn clear_update(&self, ctx: &StepContext<'_>) -> Document {
+        let tx = ctx.marker.as_str();
+        let mut update = doc! {
+            "$pull": { self.marker.clone(): tx },
+            "$unset": { LOCK: "" },
+        };
+        let mut late = Document::new();
+        for (path, by) in self.deferred_credits() {
+            late.insert(path, by.clone());
+            if counted(path, by) {
+                late.insert(credit_path(path), negate(by));
+            }
+        }
+        late.insert(PENDING, -1);
+        update.insert("$inc", late);
+        update
+    }
+
+    pub(super) fn apply_update(&self, ctx: &StepContext<'_>, ops: &[FieldOp]) -> Document {
+        let mut set = Document::new();
+        let mut unset = Document::new();
+        let mut inc = Document::new();
+        let mut push = Document::new();
+        let mut pull = Document::new();
+        for op in ops {
+            match op {
+                FieldOp::Set { path, value } => {
+                    set.insert(path.clone(), value.clone());
+                }
+                FieldOp::Unset { path } => {
+                    unset.insert(path.clone(), "");
+                }
+                FieldOp::Inc { path, by } => {
+                    // A deferred credit adds zero now: the store still checks the field's type,
+                    // so a credit can never fail later, at commit.
+                    if self.applies_early(op) {
+                        inc.insert(path.clone(), by.clone());
+                    } else if counted(path, by) {
+                        // Counted as pending on the field until it lands or is
+                        // undone; the filter checks the field's type
+                        // (`credit_room`), so the field itself is not touched.
+                        inc.insert(credit_path(path), by.clone());
+                    } else {
+                        // Adds zero now: the store still checks the field's
+                        // type, so a credit can never fail later, at commit.
+                        inc.insert(path.clone(), zero_like(by));
+                    }
+                }
+                FieldOp::Push { path, value } => {
+                    push.insert(path.clone(), value.clone());
+                }
+                FieldOp::Pull { path, value } => {
+                    pull.insert(path.clone(), value.clone());
+                }
+            }
+        }
+        push.insert(self.marker.clone(), ctx.marker.as_str());
+        inc.insert(PENDING, 1);
+        if self.is_exclusive() {
+            set.insert(LOCK, ctx.marker.as_str());
+        }
+        let mut update = Document::new();
+        for (op, body) in [
+            ("$set", set),
+            ("$unset", unset),
+            ("$inc", inc),
+            ("$push", push),
+            ("$pull", pull),
+        ] {
+            if !body.is_empty() {
+                update.insert(op, body);
+            }
+        }
+        update
+    }
+
+    /// Applies `update` under the apply filter; explains a miss.
+    pub(super) async fn guarded_apply(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+        update: Document,
+    ) -> Result<(), StepError> {
+        let outcome = store
+            .update_one(&self.namespace, self.apply_filter(ctx), update, false)
+            .await
+            .map_err(|e| self.store_err(e))?;
+        if outcome.matched == 1 {
+            Ok(())
+        } else {
+            self.diagnose(store, ctx).await
+        }
+    }
+
+    /// Works out why a guarded apply matched nothing.
+    async fn diagnose(&self, store: &dyn Store, ctx: &StepContext<'_>) -> Result<(), StepError> {
+        let current = store
+            .find_one(&self.namespace, doc! { "_id": self.id.clone() })
+            .await
+            .map_err(|e| self.store_err(e))?;
+        match self.explain(current.as_ref(), Some(ctx.marker)) {
+            // Nothing in the document explains it: the deadline may have passed.
+            Err(StepError::Conflict {
+                participant,
+                holder,
+            }) if holder == CONCURRENT_WRITE => {
+                let e = StepError::Conflict {
+                    participant,
+                    holder,
+                };
+                self.expired_or(store, ctx, e).await
+            }
+            other => other,
+        }
+    }
+
+    /// Explains why this change's guarded command matched nothing, given the
+    /// document as it is now (`None`: missing). With `tx`, a marker of `tx` means
+    /// the change was applied already (`Ok`).
+    ///
+    /// Stores use it to report the same typed errors for every strategy.
+    pub fn explain(&self, current: Option<&Document>, tx: Option<&TxId>) -> Result<(), StepError> {
+        let participant = self.label();
+        let Some(current) = current else {
+            return Err(StepError::NotFound { participant });
+        };
+        if let Some(tx) = tx {
+            let tx = Bson::String(tx.as_str().to_owned());
+            let has =
+                |path: &str| query::matches(current, &doc! { path: tx.clone() }).unwrap_or(false);
+            if has(&self.marker) {
+                return Ok(()); // applied already, by us or by another worker of this transaction
+            }
+        }
+        if query::lookup(current, GHOST).is_some() {
+            return Err(StepError::NotFound { participant });
+        }
+        if let Some(holder) = query::lookup(current, LOCK).filter(|b| **b != Bson::Null) {
+            return Err(StepError::Conflict {
+                participant,
+                holder: holder_text(holder),
+            });
+        }
+        if self.is_exclusive() {
+            if let Some(Bson::Array(pending)) = query::lookup(current, &self.marker) {
+                if let Some(first) = pending.first() {
+                    return Err(StepError::Conflict {
+                        participant,
+                        holder: holder_text(first),
+                    });
+                }
+            }
+            let others = query::lookup(current, PENDING)
+                .and_then(|n| match n {
+                    Bson::Int32(n) => Some(i64::from(*n)),
+                    Bson::Int64(n) => Some(*n),
+                    _ => None,
+                })
+                .unwrap_or(0);
+            if others > 0 {
+                return Err(StepError::Conflict {
+                    participant,
+                    holder: format!("({others} pending under another marker field)"),
+                });
+            }
+        }
+        for guard in &self.guards {
+            if query::matches(current, &guard.to_filter()).unwrap_or(false) {
+                continue;
+            }
+            let found = query::lookup(current, &guard.path);
+            if let (Some(found), false) = (
+                found,
+                matches!(guard.op, GuardOp::Exists | GuardOp::Missing),
+            ) {
+                if query::compare(found, &guard.value).is_none() && guard.value != Bson::Null {
+                    return Err(StepError::TypeMismatch {
+                        participant,
+                        path: guard.path.clone(),
+                        message: format!(
+                            "stored {} {found}, guard compares with {} {}",
+                            type_name(found),
+                            type_name(&guard.value),
+                            guard.value
+                        ),
+                    });
+                }
+            }
+            let found = found
+                .map(|b| b.to_string())
+                .unwrap_or_else(|| "nothing".into());
+            return Err(StepError::GuardFailed {
+                participant,
+                guard: format!("{guard} (found {found})"),
+            });
+        }
+        if let DocumentOp::Update { ops } = &self.op {
+            for op in ops {
+                if let FieldOp::Inc { path, .. } = op {
+                    if let Some(v) = query::lookup(current, path) {
+                        if !matches!(v, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_)) {
+                            return Err(StepError::TypeMismatch {
+                                participant,
+                                path: path.clone(),
+                                message: format!(
+                                    "Cannot apply $inc to a value of non-numeric type {} ({v})",
+                                    type_name(v)
+                                ),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        for (path, by) in self.deferred_credits() {
+            let Some(Bson::Int64(max)) = credit_ceiling(by) else {
+                continue;
+            };
+            let pending = match query::lookup(current, &credit_path(path)) {
+                Some(Bson::Int64(n)) => *n,
+                Some(Bson::Int32(n)) => i64::from(*n),
+                _ => 0,
+            };
+            let found = query::lookup(current, path);
+            let room = max.checked_sub(pending);
+            let over = match (found, room) {
+                (_, None) => true,
+                (Some(found), Some(room)) => {
+                    query::compare(found, &Bson::Int64(room)) == Some(std::cmp::Ordering::Greater)
+                }
+                (None, Some(_)) => false,
+            };
+            if over {
+                let found = found
+                    .map(|f| f.to_string())
+                    .unwrap_or_else(|| "nothing".into());
+                return Err(StepError::Overflow {
+                    participant,
+                    message: format!(
+                        "adding {by} to {path} = {found}, with {pending} more pending, would overflow a 64-bit integer"
+                    ),
+                });
+            }
+        }
+        // The before-image no longer holds: somebody wrote the document since it was read.
+        Err(StepError::Conflict {
+            participant,
+            holder: CONCURRENT_WRITE.into(),
+        })
+    }
+}
