@@ -82,17 +82,14 @@ impl ContainerOptions {
         match name.as_str() {
             "collection" => {
                 let lit = string_value(&meta)?;
-                check_collection(&lit, errors);
                 set_once(&mut self.collection, lit, &name, span, errors);
             }
             "db" => {
                 let lit = string_value(&meta)?;
-                check_db(&lit, errors);
                 set_once(&mut self.db, lit, &name, span, errors);
             }
             "marker" => {
                 let lit = string_value(&meta)?;
-                check_marker(&lit, errors);
                 set_once(&mut self.marker, lit, &name, span, errors);
             }
             "crate" => {
@@ -162,12 +159,6 @@ impl FieldOptions {
             if let Err(e) = parsed {
                 errors.push(e);
             }
-        }
-        if let (Some(_), Some(skip)) = (options.id, options.skip) {
-            errors.at(skip, "the id field cannot be skipped");
-        }
-        if let (Some(_), Some(nested)) = (options.id, options.nested) {
-            errors.at(nested, "the id field cannot be `nested`");
         }
         options
     }
@@ -440,66 +431,6 @@ fn path_text(path: &Path) -> String {
         .map(|s| s.ident.to_string())
         .collect::<Vec<_>>()
         .join("::")
-}
-
-fn check_collection(lit: &LitStr, errors: &mut Errors) {
-    let name = lit.value();
-    let reason = if name.is_empty() {
-        Some("is empty")
-    } else if name.contains('$') {
-        Some("contains `$`")
-    } else if name.contains('\0') {
-        Some("contains NUL")
-    } else if name.starts_with('.') {
-        Some("starts with `.`")
-    } else {
-        None
-    };
-    if let Some(reason) = reason {
-        errors.at(
-            lit.span(),
-            format_args!("invalid collection name: it {reason}"),
-        );
-    }
-}
-
-fn check_db(lit: &LitStr, errors: &mut Errors) {
-    let name = lit.value();
-    let bad = ['$', '.', '/', ' ', '\\', '"', '\0'];
-    if name.is_empty() {
-        errors.at(
-            lit.span(),
-            "invalid database name: it is empty (leave `db` out to use the coordinator's default database)",
-        );
-    } else if let Some(c) = name.chars().find(|c| bad.contains(c)) {
-        errors.at(
-            lit.span(),
-            format_args!("invalid database name: it contains {c:?}"),
-        );
-    }
-}
-
-fn check_marker(lit: &LitStr, errors: &mut Errors) {
-    let name = lit.value();
-    let reason = if name.is_empty() {
-        Some("it is empty")
-    } else if name.contains('.') {
-        Some("it contains `.`; the marker is a top-level field")
-    } else if name.starts_with('$') {
-        Some("it starts with `$`")
-    } else if name.contains('\0') {
-        Some("it contains NUL")
-    } else if name == "_id" || name == crate::model::META_FIELD {
-        Some("that field is reserved")
-    } else {
-        None
-    };
-    if let Some(reason) = reason {
-        errors.at(
-            lit.span(),
-            format_args!("invalid marker field name: {reason}"),
-        );
-    }
 }
 
 #[cfg(test)]

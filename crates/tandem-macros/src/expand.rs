@@ -1,4 +1,4 @@
-//! Code generation from the checked `Model`.
+//! Code generation from the `Model`, once checked.
 //!
 //! For a document struct `X` the output is the struct itself, the builder
 //! `XChange` and the field paths `XFields` (both nameable by users), and a
@@ -16,6 +16,7 @@ use quote::{format_ident, quote, ToTokens};
 use syn::ext::IdentExt;
 use syn::{DeriveInput, ExprPath, Ident, Type};
 
+use crate::check;
 use crate::model::{FieldModel, IdField, Kind, Model, Shape};
 
 /// Expands `#[participant(args)] item`.
@@ -31,7 +32,9 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             return quote! { #error #item };
         }
     };
-    let (model, error) = Model::build(args, &mut input);
+    let (model, mut errors) = Model::build(args, &mut input);
+    check::check(&model, &mut errors);
+    let error = errors.finish();
     let generated = Gen::new(&model, error.is_some()).generate();
     let error = error.map(syn::Error::into_compile_error);
     quote! {

@@ -2,13 +2,18 @@
 //!
 //! The expansion is split as in serde_derive: `attr` parses the
 //! `#[participant(...)]` options and the `#[serde(...)]` attributes that decide
-//! how fields are stored, `model` checks the input into a model that keeps
-//! the input's spans, and `expand` generates the code.
+//! how fields are stored, `model` builds from them a model that keeps the
+//! input's spans, `check` checks the rules on the model (one function per
+//! rule), and `expand` generates the code.
 #![warn(missing_docs)]
 
 use proc_macro::TokenStream;
 
 mod attr;
+mod check;
+/// Copies of constants of the tandem crate (which a proc-macro crate cannot
+/// depend on), pinned to tandem's by a test of tandem.
+mod consts;
 mod expand;
 mod model;
 

@@ -1,26 +1,26 @@
-//! The checked model of a `#[participant]` struct: what the code generator needs,
-//! with the spans of the input kept for error messages.
+//! The model of a `#[participant]` struct: what the code generator needs, and
+//! the facts about the input that [`crate::check`] judges, with the input's
+//! spans kept for error messages.
 //!
-//! [`Model::build`] always returns a model, even for a faulty input, together
-//! with every error found, so that the generator can emit stubs that keep the
+//! [`Model::build`] only builds: it reports the attributes it cannot parse,
+//! and otherwise always returns a model, even for a faulty input (a missing
+//! collection is empty, a missing id is `None`, fields tandem keeps for itself
+//! get no builder methods). The rules are checked afterwards by
+//! [`crate::check::check`], so that the generator can emit stubs that keep the
 //! rest of the user's crate from adding errors of its own.
 
 use proc_macro2::{Span, TokenStream};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{
-    Data, DeriveInput, ExprPath, Fields, GenericArgument, Ident, Path, PathArguments, Type,
-    Visibility,
+    Data, DeriveInput, ExprPath, Fields, FieldsUnnamed, GenericArgument, Ident, Path,
+    PathArguments, Type, Visibility,
 };
 
 use crate::attr::{self, ContainerOptions, Errors, FieldOptions, SerdeContainer, SerdeField};
+use crate::consts::{DEFAULT_MARKER, META_FIELD};
 
-/// The default marker field name (as in `tandem::change::DEFAULT_MARKER`).
-pub(crate) const DEFAULT_MARKER: &str = "pendingTransactions";
-/// The sub-document tandem keeps on participant documents (as in `tandem::change::META_FIELD`).
-pub(crate) const META_FIELD: &str = "_tandem";
-
-/// The whole input, checked.
+/// The whole input: what the generator needs, and the facts the checks judge.
 pub(crate) struct Model {
     pub(crate) ident: Ident,
     pub(crate) vis: Visibility,
@@ -32,6 +32,65 @@ pub(crate) struct Model {
     pub(crate) generic: bool,
     /// The generics, for stub impls of a rejected generic struct.
     pub(crate) generics: syn::Generics,
+    /// The `#[participant(...)]` options of the struct, as written.
+    pub(crate) options: ContainerOptions,
+    /// What the struct's `#[serde(...)]` attributes say.
+    pub(crate) serde: SerdeContainer,
+    /// Which of `Serialize` and `Deserialize` the struct derives.
+    pub(crate) derives: Derives,
+    /// What kind of item the input is.
+    pub(crate) item: Item,
+    /// Every named field of the input, with what the model made of it.
+    pub(crate) input_fields: Vec<InputField>,
+}
+
+/// Which serde traits the input derives (below `#[participant]`).
+pub(crate) struct Derives {
+    pub(crate) serialize: bool,
+    pub(crate) deserialize: bool,
+}
+
+/// The kind of item the attribute is on; only `NamedStruct` can be a document.
+pub(crate) enum Item {
+    NamedStruct,
+    TupleStruct(FieldsUnnamed),
+    UnitStruct,
+    Enum(Span),
+    Union(Span),
+}
+
+/// One named field of the input, as written, and what the model made of it.
+pub(crate) struct InputField {
+    /// The field as written in the struct (possibly a raw identifier).
+    pub(crate) member: Ident,
+    /// The Rust name without `r#`.
+    pub(crate) name: String,
+    /// The name the field is stored under.
+    pub(crate) stored: String,
+    pub(crate) ty: Type,
+    pub(crate) options: FieldOptions,
+    pub(crate) serde: SerdeField,
+    pub(crate) role: Role,
+}
+
+/// What a field is to the model, decided in this order (the first that applies).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// `#[serde(skip)]`, `#[serde(skip_serializing)]` or `#[participant(skip)]`:
+    /// the builder leaves it alone.
+    Skipped,
+    /// Stored under the marker's name (documents only).
+    Marker,
+    /// Stored as tandem's own sub-document (documents only).
+    Meta,
+    /// `#[serde(flatten)]`: stored at the top level under names only its type knows.
+    Flattened,
+    /// Stored under a name no field path can address.
+    Unaddressable,
+    /// Marked `#[participant(id)]` or stored as `_id` (documents only).
+    Id,
+    /// A field the builder has methods for.
+    Builder,
 }
 
 /// A document stored in a collection, or a struct embedded in documents.
@@ -136,8 +195,18 @@ pub(crate) fn primitive_number(ty: &Type) -> Option<String> {
     NUMBERS.contains(&name.as_str()).then_some(name)
 }
 
+/// The embedded type of a `#[participant(nested)]` field of type `ty`: `ty`
+/// itself or the `T` of `Option<T>`, when that can be a struct.
+pub(crate) fn nested_type(ty: &Type) -> Option<&Type> {
+    let inner = generic_arg(ty, "Option").unwrap_or(ty);
+    let bad = primitive_number(inner).is_some()
+        || generic_arg(inner, "Vec").is_some()
+        || !matches!(inner, Type::Path(_));
+    (!bad).then_some(inner)
+}
+
 /// `T` in `Name<T>` (e.g. `Option<T>`, `std::vec::Vec<T>`).
-fn generic_arg<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
+pub(crate) fn generic_arg<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
     let seg = last_segment(ty)?;
     if seg.ident != name {
         return None;
@@ -156,9 +225,11 @@ fn generic_arg<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
 }
 
 impl Model {
-    /// Checks the input, and removes the `#[participant]` attributes from it
-    /// (they are not attributes the compiler knows).
-    pub(crate) fn build(args: TokenStream, input: &mut DeriveInput) -> (Model, Option<syn::Error>) {
+    /// Builds the model of the input, and removes the `#[participant]`
+    /// attributes from it (they are not attributes the compiler knows).
+    /// The errors are those of attributes that do not parse; the rules are
+    /// [`crate::check`]'s.
+    pub(crate) fn build(args: TokenStream, input: &mut DeriveInput) -> (Model, Errors) {
         let mut errors = Errors::default();
 
         let mut options = ContainerOptions::default();
@@ -186,314 +257,156 @@ impl Model {
             .krate
             .clone()
             .unwrap_or_else(|| syn::parse_quote!(::tandem));
-
         let embedded = options.embedded.is_some();
-        if let Some(span) = options.embedded {
-            if options.collection.is_some() || options.db.is_some() || options.marker.is_some() {
-                errors.at(
-                    span,
-                    "an `embedded` struct is stored inside other documents: it takes no `collection`, `db` or `marker`",
-                );
-            }
-        }
-
-        let ident = input.ident.clone();
-        let is_struct =
-            matches!(&input.data, Data::Struct(s) if matches!(s.fields, Fields::Named(_)));
-        let mut no_serde = false;
-        if is_struct {
-            let (ser, de) = attr::serde_derives(&input.attrs);
-            no_serde = !ser && !de;
-            if !ser || !de {
-                let missing = match (ser, de) {
-                    (false, false) => "`#[derive(Serialize, Deserialize)]`",
-                    (false, true) => "`#[derive(Serialize)]`",
-                    _ => "`#[derive(Deserialize)]`",
-                };
-                errors.at(
-                    ident.span(),
-                    format_args!(
-                        "#[participant] needs a serde document struct: add {missing} below #[participant] \
-                         (it cannot see the attributes above it)"
-                    ),
-                );
-            }
-            if let Some((span, what)) = serde.not_by_fields {
-                errors.at(
-                    span,
-                    format_args!(
-                        "#[participant] cannot address the fields of a struct serialized with `#[serde({what})]`"
-                    ),
-                );
-            }
-            if !embedded {
-                if let Some(span) = serde.deny_unknown_fields {
-                    errors.at(
-                        span,
-                        "participant documents carry tandem's own fields (the marker array and `_tandem`), \
-                         which `deny_unknown_fields` would refuse when they are read: remove it",
-                    );
-                }
-            }
-        }
-
-        // The shape of the input.
-        let mut named = None;
-        match &mut input.data {
-            Data::Struct(s) => match &mut s.fields {
-                Fields::Named(fields) => named = Some(fields),
-                Fields::Unnamed(fields) => errors.spanned(
-                    &*fields,
-                    "#[participant] needs a struct with named fields: a document is stored as named fields",
-                ),
-                Fields::Unit => errors.at(
-                    ident.span(),
-                    "#[participant] needs a struct with named fields, not a unit struct",
-                ),
-            },
-            Data::Enum(e) => errors.at(
-                e.enum_token.span,
-                "#[participant] applies to structs with named fields, not to enums",
-            ),
-            Data::Union(u) => errors.at(
-                u.union_token.span,
-                "#[participant] applies to structs with named fields, not to unions",
-            ),
-        }
-
-        let generic = !input.generics.params.is_empty();
-        if generic {
-            errors.spanned(
-                &input.generics,
-                "#[participant] does not support generic structs: declare a struct with concrete field types",
-            );
-        }
-
+        let (serialize, deserialize) = attr::serde_derives(&input.attrs);
+        let derives = Derives {
+            serialize,
+            deserialize,
+        };
         let marker = options
             .marker
             .as_ref()
             .map(|m| m.value())
             .unwrap_or_else(|| DEFAULT_MARKER.to_owned());
 
-        // The fields.
-        let mut fields = Vec::new();
-        let mut id_marked: Option<(Span, IdField)> = None;
-        let mut id_named: Option<IdField> = None;
-        // A mistaken `#[participant(id)]` is reported where it is, not as a missing id.
-        let mut id_option_seen = false;
-        if let Some(named) = named {
-            for field in named.named.iter_mut() {
-                let field_options = FieldOptions::parse(&field.attrs, &mut errors);
-                field.attrs.retain(|a| !attr::is_participant(a));
-                let Some(member) = field.ident.clone() else {
-                    continue;
-                };
-                let name = member.unraw().to_string();
-                let field_serde = SerdeField::parse(&field.attrs);
-                let stored = match &field_serde.rename {
-                    Some(rename) => rename.clone(),
-                    None => match serde.rename_all {
-                        Some(rule) => rule.apply(&name),
-                        None => name.clone(),
-                    },
-                };
-                let ty = field.ty.clone();
+        let mut named = None;
+        let item = match &mut input.data {
+            Data::Struct(s) => match &mut s.fields {
+                Fields::Named(fields) => {
+                    named = Some(fields);
+                    Item::NamedStruct
+                }
+                Fields::Unnamed(fields) => Item::TupleStruct(fields.clone()),
+                Fields::Unit => Item::UnitStruct,
+            },
+            Data::Enum(e) => Item::Enum(e.enum_token.span),
+            Data::Union(u) => Item::Union(u.union_token.span),
+        };
 
-                if embedded {
-                    if let Some(span) = field_options.id {
-                        errors.at(span, "an `embedded` struct has no id field: remove `id`");
-                    }
-                }
-
-                id_option_seen |= field_options.id.is_some();
-                if field_serde.skipped || field_options.skip.is_some() {
-                    if let Some(span) = field_options.id {
-                        if field_serde.skipped && field_options.skip.is_none() {
-                            errors.at(
-                                span,
-                                "the id field is skipped by serde: it must be stored as `_id`",
-                            );
-                        }
-                    }
-                    continue;
-                }
-
-                let stored_span = member.span();
-                if !embedded && stored == marker {
-                    if generic_arg(&ty, "Vec").is_none() {
-                        errors.spanned(
-                            &ty,
-                            format_args!(
-                                "marker field clash: `{name}` is stored as `{marker}`, the array where tandem \
-                                 records pending transactions; declare it as `Vec<String>`, or choose another \
-                                 marker name with #[participant(marker = \"...\")]"
-                            ),
-                        );
-                    } else if !field_serde.default && !serde.default {
-                        errors.at(
-                            stored_span,
-                            format_args!(
-                                "the marker field `{marker}` is absent from documents no transaction touched \
-                                 yet: add `#[serde(default)]` to `{name}`"
-                            ),
-                        );
-                    }
-                    continue;
-                }
-                if !embedded && stored == META_FIELD {
-                    errors.at(
-                        stored_span,
-                        format_args!("`{META_FIELD}` is reserved by tandem for its own data: rename the field"),
-                    );
-                    continue;
-                }
-                if field_serde.flatten {
-                    // Flattened fields are stored at the top level under names only
-                    // their own type knows: the builder has no methods for them.
-                    continue;
-                }
-                if stored.is_empty()
-                    || stored.contains('.')
-                    || stored.starts_with('$')
-                    || stored.contains('\0')
-                {
-                    errors.at(
-                        stored_span,
-                        format_args!(
-                            "field `{name}` is stored as {stored:?}, which cannot be addressed by a field path \
-                             (names must be non-empty, without `.`, NUL or a leading `$`)"
-                        ),
-                    );
-                    continue;
-                }
-
-                let is_id = !embedded && (field_options.id.is_some() || stored == "_id");
-                if is_id {
-                    let (ty, number) =
-                        match (&field_serde.serialize_with, generic_arg(&ty, "Option")) {
-                            (None, Some(inner)) => {
-                                (inner.clone(), primitive_number(inner).is_some())
-                            }
-                            _ => (ty.clone(), primitive_number(&ty).is_some()),
-                        };
-                    let id = IdField {
-                        ty,
-                        number,
-                        serialize_with: field_serde.serialize_with.clone(),
-                    };
-                    if let Some(span) = field_options.id {
-                        if stored != "_id" {
-                            errors.at(
-                                span,
-                                format_args!(
-                                    "the id field must be stored as `_id`, but `{name}` is stored as `{stored}`: \
-                                     add #[serde(rename = \"_id\")]"
-                                ),
-                            );
-                        }
-                        if id_marked.is_some() {
-                            errors.at(
-                                span,
-                                "duplicate #[participant(id)]: a document has one id field",
-                            );
-                        } else {
-                            id_marked = Some((span, id));
-                        }
-                    } else if id_named.is_some() {
-                        errors.at(stored_span, "two fields are stored as `_id`");
-                    } else {
-                        id_named = Some(id);
-                    }
-                    continue;
-                }
-
-                let nested = match field_options.nested {
-                    Some(span) => {
-                        let inner = generic_arg(&ty, "Option").unwrap_or(&ty);
-                        let bad = primitive_number(inner).is_some()
-                            || generic_arg(inner, "Vec").is_some()
-                            || !matches!(inner, Type::Path(_));
-                        if bad {
-                            errors.at(
-                                span,
-                                "`nested` applies to a field holding a struct marked #[participant(embedded)] \
-                                 (or an `Option` of one)",
-                            );
-                            None
-                        } else {
-                            Some(inner.clone())
-                        }
-                    }
-                    None => None,
-                };
-
-                fields.push(FieldModel {
-                    member,
-                    name,
-                    stored,
-                    shape: Shape::of(&ty),
-                    ty,
-                    nested,
-                    serialize_with: field_serde.serialize_with,
-                });
-            }
+        let mut input_fields = Vec::new();
+        for field in named.into_iter().flat_map(|n| n.named.iter_mut()) {
+            let field_options = FieldOptions::parse(&field.attrs, &mut errors);
+            field.attrs.retain(|a| !attr::is_participant(a));
+            let Some(member) = field.ident.clone() else {
+                continue;
+            };
+            let name = member.unraw().to_string();
+            let field_serde = SerdeField::parse(&field.attrs);
+            let stored = match &field_serde.rename {
+                Some(rename) => rename.clone(),
+                None => match serde.rename_all {
+                    Some(rule) => rule.apply(&name),
+                    None => name.clone(),
+                },
+            };
+            let role = if field_serde.skipped || field_options.skip.is_some() {
+                Role::Skipped
+            } else if !embedded && stored == marker {
+                Role::Marker
+            } else if !embedded && stored == META_FIELD {
+                Role::Meta
+            } else if field_serde.flatten {
+                Role::Flattened
+            } else if !addressable(&stored) {
+                Role::Unaddressable
+            } else if !embedded && (field_options.id.is_some() || stored == "_id") {
+                Role::Id
+            } else {
+                Role::Builder
+            };
+            input_fields.push(InputField {
+                member,
+                name,
+                stored,
+                ty: field.ty.clone(),
+                options: field_options,
+                serde: field_serde,
+                role,
+            });
         }
+
+        let fields = input_fields
+            .iter()
+            .filter(|f| f.role == Role::Builder)
+            .map(|f| FieldModel {
+                member: f.member.clone(),
+                name: f.name.clone(),
+                stored: f.stored.clone(),
+                shape: Shape::of(&f.ty),
+                ty: f.ty.clone(),
+                nested: f.options.nested.and(nested_type(&f.ty)).cloned(),
+                serialize_with: f.serde.serialize_with.clone(),
+            })
+            .collect();
 
         let kind = if embedded {
             Kind::Embedded
         } else {
-            let collection = match &options.collection {
-                Some(c) => c.value(),
-                None => {
-                    errors.at(
-                        Span::call_site(),
-                        "#[participant] needs `collection = \"...\"` (the collection the documents live in), \
-                         or `embedded` for a struct stored inside other documents",
-                    );
-                    String::new()
-                }
-            };
-            let id = match (id_marked, id_named) {
-                (Some((_, id)), _) => Some(Box::new(id)),
-                (None, Some(id)) => Some(Box::new(id)),
-                (None, None) => {
-                    if is_struct && !id_option_seen {
-                        errors.at(
-                            ident.span(),
-                            format_args!(
-                                "`{ident}` has no id field: add #[serde(rename = \"_id\")] to the field holding \
-                                 the document id (#[participant(id)] alone is not enough: the id must be stored as `_id`)"
-                            ),
-                        );
-                    }
-                    None
-                }
-            };
+            // The one marked #[participant(id)], else the one stored as `_id`.
+            let ids = || input_fields.iter().filter(|f| f.role == Role::Id);
+            let id = ids()
+                .find(|f| f.options.id.is_some())
+                .or_else(|| ids().next())
+                .map(|f| Box::new(IdField::of(f)));
             Kind::Document {
-                collection,
+                collection: options
+                    .collection
+                    .as_ref()
+                    .map(|c| c.value())
+                    .unwrap_or_default(),
                 db: options.db.as_ref().map(|d| d.value()),
                 marker,
                 id,
             }
         };
 
-        if no_serde {
+        if matches!(item, Item::NamedStruct) && !serialize && !deserialize {
             // Without a serde derive, the compiler would add an error of its own
             // for every `#[serde]` attribute: leave them out.
             strip_serde_attrs(input);
         }
 
         let model = Model {
-            ident,
+            ident: input.ident.clone(),
             vis: input.vis.clone(),
             krate,
             kind,
             fields,
-            generic,
+            generic: !input.generics.params.is_empty(),
             generics: input.generics.clone(),
+            options,
+            serde,
+            derives,
+            item,
+            input_fields,
         };
-        (model, errors.finish())
+        (model, errors)
     }
+
+    /// Whether the input is a document (not an `embedded` struct).
+    pub(crate) fn is_document(&self) -> bool {
+        matches!(self.kind, Kind::Document { .. })
+    }
+}
+
+impl IdField {
+    fn of(f: &InputField) -> IdField {
+        let (ty, number) = match (&f.serde.serialize_with, generic_arg(&f.ty, "Option")) {
+            (None, Some(inner)) => (inner.clone(), primitive_number(inner).is_some()),
+            _ => (f.ty.clone(), primitive_number(&f.ty).is_some()),
+        };
+        IdField {
+            ty,
+            number,
+            serialize_with: f.serde.serialize_with.clone(),
+        }
+    }
+}
+
+/// Whether a stored name can be addressed by a field path: non-empty, without
+/// `.` or NUL, not starting with `$` (as `tandem::change::check_path` wants).
+pub(crate) fn addressable(stored: &str) -> bool {
+    !(stored.is_empty() || stored.contains('.') || stored.starts_with('$') || stored.contains('\0'))
 }
 
 fn strip_serde_attrs(input: &mut DeriveInput) {
