@@ -1,0 +1,118 @@
+//! The [`CoordinatorBuilder`].
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{Background, Coordinator};
+use crate::config::{CommitPoint, ConflictPolicy, CoordinatorConfig, Strategy};
+use crate::engine::Engine;
+use crate::error::ChangeError;
+use crate::event::{EventSink, TxEvent};
+use crate::participant::{Participant, ParticipantKinds, Stores};
+use crate::store::Store;
+
+/// Builds a [`Coordinator`].
+pub struct CoordinatorBuilder {
+    pub(super) stores: Stores,
+    pub(super) kinds: ParticipantKinds,
+    pub(super) config: CoordinatorConfig,
+    pub(super) events: Option<EventSink>,
+}
+
+impl CoordinatorBuilder {
+    /// Adds a named store that participants can live in (another database or cluster).
+    pub fn store(mut self, name: impl Into<String>, store: impl Store) -> Self {
+        self.stores.insert(name, Arc::new(store));
+        self
+    }
+
+    /// Registers a hand-written participant kind so recovery can rebuild it.
+    pub fn kind<F>(mut self, kind: impl Into<String>, factory: F) -> Self
+    where
+        F: Fn(&bson::Document) -> Result<Box<dyn Participant>, ChangeError> + Send + Sync + 'static,
+    {
+        self.kinds.register(kind, factory);
+        self
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: CoordinatorConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The database of the records (and of changes naming no database).
+    pub fn database(mut self, db: impl Into<String>) -> Self {
+        self.config.database = db.into();
+        self
+    }
+
+    /// This worker's owner name.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.config.owner = owner.into();
+        self
+    }
+
+    /// The lease after which recovery may take a silent transaction over.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
+        self
+    }
+
+    /// Where `run` returns.
+    pub fn commit_point(mut self, point: CommitPoint) -> Self {
+        self.config.commit_point = point;
+        self
+    }
+
+    /// How far a participant store's clock may step back
+    /// ([`CoordinatorConfig::clock_margin`]).
+    pub fn clock_margin(mut self, margin: Duration) -> Self {
+        self.config.clock_margin = margin;
+        self
+    }
+
+    /// How long the background finisher may wait for more committed
+    /// transactions to finish together ([`CoordinatorConfig::finish_delay`]).
+    pub fn finish_delay(mut self, delay: Duration) -> Self {
+        self.config.finish_delay = delay;
+        self
+    }
+
+    /// How transactions run unless they choose otherwise.
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.config.strategy = strategy;
+        self
+    }
+
+    /// What to do on conflicts.
+    pub fn conflict(mut self, policy: ConflictPolicy) -> Self {
+        self.config.conflict = policy;
+        self
+    }
+
+    /// The most participants per transaction.
+    pub fn max_participants(mut self, n: usize) -> Self {
+        self.config.max_participants = n;
+        self
+    }
+
+    /// Receives every progress event.
+    pub fn on_event(mut self, sink: impl Fn(&TxEvent) + Send + Sync + 'static) -> Self {
+        self.events = Some(Arc::new(sink));
+        self
+    }
+
+    /// The coordinator.
+    pub fn build(self) -> Coordinator {
+        Coordinator {
+            engine: Arc::new(Engine {
+                stores: self.stores,
+                kinds: self.kinds,
+                config: self.config,
+                events: self.events,
+            }),
+            background: Arc::new(Mutex::new(Background::default())),
+        }
+    }
+}

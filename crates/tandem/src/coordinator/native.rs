@@ -1,0 +1,172 @@
+//! Native transactions: when [`Strategy::Auto`] chooses one, and running a
+//! transaction as one multi-document transaction of its store.
+
+use super::{Coordinator, Item, Receipt, Transaction};
+use crate::change::DocumentChange;
+use crate::config::Strategy;
+use crate::error::{ChangeError, StepError, TxError};
+use crate::event::TxEvent;
+use crate::participant::Participant;
+use crate::record::TxState;
+use crate::store::Store;
+use crate::TxId;
+
+/// The one store every participant of `tx` lives in (`None`: the default
+/// store), or why there is none: a hand-written participant, or several stores.
+fn one_document_store(tx: &Transaction) -> Result<Option<String>, String> {
+    let mut store: Option<&Option<String>> = None;
+    for item in &tx.items {
+        match item {
+            Item::Document(change) => match store {
+                None => store = Some(&change.store),
+                Some(first) if *first != change.store => {
+                    return Err(format!(
+                        "participants span the stores {} and {}, but native transactions run on one store: several stores need two-phase",
+                        first.as_deref().unwrap_or("default"),
+                        change.store.as_deref().unwrap_or("default")
+                    ))
+                }
+                Some(_) => {}
+            },
+            Item::Custom(p) => {
+                return Err(format!(
+                    "participant {} is not a document change",
+                    p.label()
+                ))
+            }
+        }
+    }
+    Ok(store.cloned().flatten())
+}
+
+impl Coordinator {
+    /// What [`Strategy::Auto`] runs `tx` with, and why.
+    pub(crate) fn choose(&self, tx: &Transaction) -> (Strategy, String) {
+        let two_phase = |why: String| (Strategy::TwoPhase, why);
+        let name = match one_document_store(tx) {
+            Ok(name) => name,
+            Err(why) => return two_phase(why),
+        };
+        let name = name.as_deref();
+        match self.engine.stores.get(name) {
+            Some(s) if s.supports_native() => {}
+            Some(s) => {
+                return two_phase(format!(
+                    "the {} store ({}) has no native transactions",
+                    name.unwrap_or("default"),
+                    s.name()
+                ))
+            }
+            // An unknown store: the two-phase path refuses it with a typed error.
+            None => return two_phase(format!("unknown store {name:?}")),
+        }
+        let changes = tx.items.len();
+        if changes > crate::config::NATIVE_MAX_CHANGES {
+            return two_phase(format!(
+                "{changes} changes, more than the {} a native transaction takes",
+                crate::config::NATIVE_MAX_CHANGES
+            ));
+        }
+        // Serialized only when every cheaper check passed.
+        let bytes: usize = tx
+            .items
+            .iter()
+            .filter_map(|item| match item {
+                Item::Document(change) => Some(
+                    change
+                        .spec()
+                        .map(|spec| crate::query::size::document_len(&spec))
+                        .unwrap_or(usize::MAX / 2),
+                ),
+                Item::Custom(_) => None,
+            })
+            .fold(0, usize::saturating_add);
+        if bytes > crate::config::NATIVE_MAX_BYTES {
+            return two_phase(format!(
+                "{bytes} bytes of changes, more than the {} a native transaction takes",
+                crate::config::NATIVE_MAX_BYTES
+            ));
+        }
+        (
+            Strategy::Native,
+            format!(
+                "{changes} change(s), {bytes} bytes, all on the {} store, which has native transactions",
+                name.unwrap_or("default")
+            ),
+        )
+    }
+
+    /// Runs a transaction as one native multi-document transaction of its store.
+    pub(super) async fn run_native(
+        &self,
+        tx: Transaction,
+        announce: impl FnOnce(&TxId),
+    ) -> Result<Receipt, TxError> {
+        let unavailable =
+            |reason: String| TxError::Invalid(ChangeError::NativeUnavailable { reason });
+        let name = one_document_store(&tx).map_err(unavailable)?;
+        // The same validation as the two-phase path, so bad input fails the same way.
+        let (id, items) = self.prepare_items(tx)?;
+        announce(&id);
+        let changes: Vec<DocumentChange> = items
+            .into_iter()
+            .filter_map(|item| match item {
+                Item::Document(change) => Some(*change),
+                // Refused above.
+                Item::Custom(_) => None,
+            })
+            .collect();
+        let store = self
+            .engine
+            .stores
+            .get(name.as_deref())
+            .ok_or_else(|| unavailable(format!("unknown store {name:?}")))?;
+        if !store.supports_native() {
+            return Err(unavailable(format!(
+                "the {} store has no native transactions",
+                store.name()
+            )));
+        }
+        let result = match store.run_native(&changes).await {
+            Ok(()) => Ok(Receipt {
+                id,
+                strategy: Strategy::Native,
+                state: TxState::Done,
+                // One command per change inside the transaction, then the commit.
+                round_trips: u32::try_from(changes.len())
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(1),
+            }),
+            Err(StepError::Store { source, .. }) => Err(TxError::Interrupted {
+                id,
+                state: None,
+                source,
+            }),
+            Err(cause) => {
+                // The store names the refusing change by its label.
+                let participant = changes
+                    .iter()
+                    .position(|c| cause.participant() == Some(c.label().as_str()))
+                    .map(|i| Box::new(Participant::reference(&changes[i], i)));
+                Err(TxError::Canceled {
+                    id,
+                    cause,
+                    participant,
+                })
+            }
+        };
+        self.engine.emit(TxEvent::NativeFinished {
+            id: match &result {
+                Ok(r) => r.id.clone(),
+                Err(e) => e.id().cloned().unwrap_or_else(TxId::generate),
+            },
+            outcome: match &result {
+                Ok(_) => Some(TxState::Done),
+                Err(TxError::Canceled { .. }) => Some(TxState::Canceled),
+                Err(_) => None,
+            },
+            error: result.as_ref().err().map(ToString::to_string),
+        });
+        result
+    }
+}

@@ -1,0 +1,443 @@
+//! The two-phase protocol: running a transaction through its record and
+//! single-document steps.
+
+use std::time::Duration;
+
+use bson::{doc, Bson};
+use futures::future::join_all;
+
+use super::{entry, Coordinator, Item, Receipt, Transaction, MAX_RECORD_ENTRIES_LEN};
+use crate::change::DocumentOp;
+use crate::config::{CommitPoint, Strategy};
+use crate::engine::{history, Live, Party};
+use crate::error::{ChangeError, StepError, TxError};
+use crate::event::TxEvent;
+use crate::participant::{Participant, StepContext};
+use crate::record::TxState;
+use crate::store::{ReturnDocument, Store, StoreError, StoreErrorKind};
+use crate::TxId;
+
+impl Coordinator {
+    /// Runs a transaction with the two-phase protocol.
+    pub(super) async fn run_two_phase(
+        &self,
+        tx: Transaction,
+        announce: impl FnOnce(&TxId),
+    ) -> Result<Receipt, TxError> {
+        let keyed = tx.id.is_some();
+        let (id, items) = self.prepare_items(tx)?;
+        announce(&id);
+        // Inserts reserve their `_id` while preparing: a round trip of its own.
+        let inserts: Vec<bool> = items
+            .iter()
+            .map(|item| matches!(item, Item::Document(c) if matches!(c.op, DocumentOp::Insert { .. })))
+            .collect();
+        let reserves = inserts.contains(&true);
+        // Whether preparing reads or writes a store: a document change that
+        // reserves an `_id` or reads a before-image (one taken from its
+        // equality guards needs no read), or a hand-written participant that
+        // returns a before-image.
+        let document_reads = items.iter().any(|item| match item {
+            Item::Document(change) => change.prepare_reads(),
+            Item::Custom(_) => false,
+        });
+        let custom: Vec<bool> = items
+            .iter()
+            .map(|item| matches!(item, Item::Custom(_)))
+            .collect();
+        let participants: Vec<Box<dyn Participant>> = items
+            .into_iter()
+            .map(|item| match item {
+                Item::Document(change) => change as Box<dyn Participant>,
+                Item::Custom(p) => p,
+            })
+            .collect();
+        let engine = &self.engine;
+        let mut round_trips = 0;
+
+        // Before-images, read before anything is written.
+        let epoch = 0;
+        let token = crate::record::new_token();
+        let marker = id.marker(Some(&token));
+        let prepare_ctx = |id| StepContext {
+            tx: id,
+            marker: &marker,
+            epoch,
+            deadline: None,
+            not_before: None,
+            before: None,
+            stores: &engine.stores,
+        };
+        let images = join_all(participants.iter().map(|p| p.prepare(prepare_ctx(&id)))).await;
+        let mut parties = Vec::with_capacity(participants.len());
+        let mut entries = Vec::with_capacity(participants.len());
+        let mut refused = None;
+        for (index, (participant, image)) in participants.into_iter().zip(images).enumerate() {
+            let before = match image {
+                Ok(b) => b,
+                Err(StepError::Store { source, .. }) => {
+                    refused.get_or_insert(TxError::Interrupted {
+                        id: id.clone(),
+                        state: None,
+                        source,
+                    });
+                    None
+                }
+                Err(cause) => {
+                    if matches!(cause, StepError::Conflict { .. }) {
+                        crate::metrics::conflict(Strategy::TwoPhase);
+                    }
+                    refused.get_or_insert_with(|| TxError::Canceled {
+                        id: id.clone(),
+                        cause,
+                        participant: Some(Box::new(participant.reference(index))),
+                    });
+                    None
+                }
+            };
+            match participant.spec() {
+                Ok(spec) => entries.push(entry(participant.as_ref(), spec, before.clone())),
+                Err(e) => {
+                    refused.get_or_insert(TxError::Invalid(e));
+                }
+            }
+            parties.push(Party::new(participant, before));
+        }
+        // The record holds every change: one too large for it is refused
+        // before it is written (servers disagree on how they refuse it).
+        let record_len: usize = entries
+            .iter()
+            .filter_map(Bson::as_document)
+            .map(crate::query::size::document_len)
+            .sum();
+        if refused.is_none() && record_len > MAX_RECORD_ENTRIES_LEN {
+            refused = Some(TxError::Canceled {
+                id: id.clone(),
+                cause: StepError::TooLarge {
+                    participant: "(transaction record)".into(),
+                },
+                participant: None,
+            });
+        }
+        if let Some(refusal) = refused {
+            // Nothing was recorded: give back the `_id`s the inserts reserved.
+            for (party, _) in parties.iter().zip(&inserts).filter(|(_, i)| **i) {
+                if let Err(e) = party.participant.compensate(prepare_ctx(&id)).await {
+                    tracing::warn!(target: "tandem", "releasing the placeholder of {} failed: {e}", party.participant.label());
+                }
+            }
+            return Err(refusal);
+        }
+        let custom_reads = parties
+            .iter()
+            .zip(&custom)
+            .any(|(p, custom)| *custom && p.before.is_some());
+        if reserves || document_reads || custom_reads {
+            round_trips += 1;
+        }
+        let mut live = Live {
+            keyed,
+            token: Some(token.clone()),
+            id: id.clone(),
+            epoch,
+            marker: marker.clone(),
+            parties,
+            // Set from the record as written: its lease start plus the lease.
+            deadline: bson::DateTime::from_millis(0),
+            not_before: None,
+        };
+
+        // The record is created `pending`: it holds every participant before any is
+        // applied, so there is nothing an `initial` state would add but a round trip.
+        live.deadline = self.create_record(&live, entries).await?;
+        round_trips += 1;
+        let applied = engine.apply_or_cancel(&live).await;
+        round_trips += 2;
+        applied?;
+
+        match engine.config.commit_point {
+            CommitPoint::Done => {
+                round_trips += 2;
+                // Committed either way: what finishing meets (a store failure,
+                // an apply still in flight) is left to recovery, and the
+                // receipt says `applied` rather than claim an unknown outcome.
+                let state = match engine.finish_applied(&live).await {
+                    Ok(()) => TxState::Done,
+                    Err(TxError::Superseded { .. }) => TxState::Applied,
+                    Err(e) => {
+                        tracing::warn!(target: "tandem", "finishing {id} left to recovery: {e}");
+                        TxState::Applied
+                    }
+                };
+                Ok(Receipt {
+                    id,
+                    state,
+                    round_trips,
+                    strategy: Strategy::TwoPhase,
+                })
+            }
+            CommitPoint::Applied => {
+                self.finish_later(live);
+                Ok(Receipt {
+                    id,
+                    state: TxState::Applied,
+                    round_trips,
+                    strategy: Strategy::TwoPhase,
+                })
+            }
+        }
+    }
+
+    /// Writes the record in state `pending`, with timestamps from the store's
+    /// clock, and returns the deadline of its applies (the lease's start, as
+    /// the store stamped it, plus the lease).
+    async fn create_record(
+        &self,
+        live: &Live,
+        entries: Vec<Bson>,
+    ) -> Result<bson::DateTime, TxError> {
+        let engine = &self.engine;
+        let config = &engine.config;
+        let ns = engine.records_ns();
+        let lease_millis = i64::try_from(config.lease.as_millis()).unwrap_or(i64::MAX);
+        // Tells this transaction's record apart from another one of the same id
+        // (owner names repeat across processes that were given the same name).
+        let token = live.token.clone().unwrap_or_default();
+        let keyed = live.keyed;
+        // The create's deadline, fixed before the first attempt: a record the
+        // store writes later (an attempt that arrived late, perhaps after the
+        // transaction finished and its record was collected) is inert.
+        let estimate =
+            engine
+                .records()
+                .clock_estimate()
+                .await
+                .map_err(|source| TxError::Canceled {
+                    id: live.id.clone(),
+                    cause: StepError::Store {
+                        participant: "(transaction record)".into(),
+                        source,
+                    },
+                    participant: None,
+                })?;
+        let create_by =
+            bson::DateTime::from_millis(estimate.timestamp_millis().saturating_add(lease_millis));
+        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let statement = |participants: Vec<Bson>| {
+            // `state: {$in: []}` matches nothing, so an existing record is never touched:
+            // the upsert then collides with its `_id` and fails with a duplicate key.
+            let filter = doc! { "_id": live.id.as_str(), "state": { "$in": [] } };
+            let update = doc! {
+                "$setOnInsert": {
+                    "state": TxState::Pending,
+                    "participants": participants,
+                    "owner": &config.owner,
+                    "epoch": live.epoch,
+                    "leaseMillis": lease_millis,
+                    "attempts": 0,
+                    "token": &token,
+                    "keyed": keyed,
+                    "createBy": create_by,
+                    "history": [history(TxState::Pending, &config.owner, live.epoch, "create")],
+                },
+                "$currentDate": { "created": true, "lastModified": true, "leaseStart": true },
+            };
+            (filter, update)
+        };
+        // The first attempt takes the entries as they are; a retry (the store
+        // took them) writes them out again from the participants.
+        let mut first = Some(entries);
+        let ns = &ns;
+        let result = engine
+            .retry(|| {
+                let participants = match first.take() {
+                    Some(entries) => Ok(entries),
+                    None => live
+                        .parties
+                        .iter()
+                        .map(|party| {
+                            let p = party.participant.as_ref();
+                            Ok(entry(p, p.spec()?, party.before.clone()))
+                        })
+                        .collect::<Result<Vec<_>, ChangeError>>(),
+                };
+                let statement = participants.map(statement);
+                attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                async move {
+                    let (filter, update) = statement
+                        .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
+                    engine
+                        .records()
+                        .find_one_and_update(ns, filter, update, ReturnDocument::After, true)
+                        .await
+                }
+            })
+            .await;
+        let written = match result {
+            Ok(Some(doc)) => doc,
+            Ok(None) => {
+                return Err(TxError::Interrupted {
+                    id: live.id.clone(),
+                    state: None,
+                    source: StoreError::new(
+                        StoreErrorKind::Other,
+                        "the store returned no document for the record's upsert",
+                    ),
+                })
+            }
+            Err(e) if e.kind == StoreErrorKind::DuplicateKey => {
+                // Ours, if an earlier attempt landed before its answer was lost.
+                let existing =
+                    engine
+                        .load(&live.id)
+                        .await
+                        .map_err(|source| TxError::Interrupted {
+                            id: live.id.clone(),
+                            state: None,
+                            source,
+                        })?;
+                match existing {
+                    Some(r) if r.token.as_deref() == Some(token.as_str()) => {
+                        if r.is_inert() {
+                            let retried = attempts.load(std::sync::atomic::Ordering::Relaxed) > 1;
+                            return Err(self.cancel_inert(live, r.epoch, retried).await);
+                        }
+                        if r.state != TxState::Pending || r.epoch != live.epoch {
+                            // Written by us, then claimed by recovery before we heard back.
+                            return Err(TxError::Superseded {
+                                id: live.id.clone(),
+                                state: Some(r.state),
+                                epoch: r.epoch,
+                            });
+                        }
+                        engine.emit(TxEvent::Created {
+                            id: live.id.clone(),
+                            participants: live.parties.len(),
+                        });
+                        return Ok(r.deadline());
+                    }
+                    other => {
+                        if attempts.load(std::sync::atomic::Ordering::Relaxed) > 1
+                            && !self.wait_until(create_by).await
+                        {
+                            // An earlier attempt of ours may still be on its way:
+                            // it can take effect only before the create deadline.
+                            return Err(TxError::Interrupted {
+                                id: live.id.clone(),
+                                state: None,
+                                source: StoreError::new(
+                                    StoreErrorKind::Other,
+                                    "the id is taken, and an earlier attempt to write this \
+                                     transaction's record may still land until its create deadline",
+                                ),
+                            });
+                        }
+                        return Err(TxError::Duplicate {
+                            id: live.id.clone(),
+                            state: other.map(|r| r.state),
+                        });
+                    }
+                }
+            }
+            Err(source) if source.kind == StoreErrorKind::DocumentTooLarge => {
+                // The record holds every change: one too large for it is refused outright.
+                return Err(TxError::Canceled {
+                    id: live.id.clone(),
+                    cause: StepError::TooLarge {
+                        participant: "(transaction record)".into(),
+                    },
+                    participant: None,
+                });
+            }
+            Err(source) => {
+                return Err(TxError::Interrupted {
+                    id: live.id.clone(),
+                    state: None,
+                    source,
+                })
+            }
+        };
+        let stamp = |field| written.get_datetime(field).ok().copied();
+        if crate::record::written_late(stamp("created"), stamp("createBy")) {
+            let retried = attempts.load(std::sync::atomic::Ordering::Relaxed) > 1;
+            return Err(self.cancel_inert(live, live.epoch, retried).await);
+        }
+        engine.emit(TxEvent::Created {
+            id: live.id.clone(),
+            participants: live.parties.len(),
+        });
+        let start = written
+            .get_datetime("leaseStart")
+            .map(|t| t.timestamp_millis())
+            .map_err(|e| TxError::Interrupted {
+                id: live.id.clone(),
+                state: Some(TxState::Pending),
+                source: StoreError::new(
+                    StoreErrorKind::Other,
+                    format!("the record as written has no lease start: {e}"),
+                ),
+            })?;
+        Ok(bson::DateTime::from_millis(
+            start.saturating_add(lease_millis),
+        ))
+    }
+
+    /// The answer for a record the store wrote at or after its create
+    /// deadline: nothing of it was or will be applied. Moves it to `canceled`
+    /// at once when it can; recovery does it otherwise, without touching any
+    /// document.
+    ///
+    /// When the record took more than one attempt (`retried`), an earlier
+    /// attempt whose answer was lost may have written a live record in time,
+    /// which recovery then finished (perhaps committed) and collected before
+    /// this one landed: the outcome is unknown.
+    async fn cancel_inert(&self, live: &Live, epoch: i64, retried: bool) -> TxError {
+        if epoch == live.epoch {
+            if let Err(e) = self.engine.cancel_inert(live, TxState::Pending).await {
+                tracing::warn!(target: "tandem", "canceling the inert record {} left to recovery: {e}", live.id);
+            }
+        }
+        if retried {
+            return TxError::Interrupted {
+                id: live.id.clone(),
+                state: None,
+                source: StoreError::new(
+                    StoreErrorKind::Other,
+                    "the record was written after its create deadline by a retry; an \
+                     earlier attempt may have written it in time and been finished by recovery",
+                ),
+            };
+        }
+        TxError::Canceled {
+            id: live.id.clone(),
+            cause: StepError::Expired {
+                participant: "(transaction record)".into(),
+            },
+            participant: None,
+        }
+    }
+
+    /// Waits until the records store's clock reads `time` or later: `true`
+    /// once it does, `false` if it does not within the lease plus the clock
+    /// margin of local time (or cannot be read).
+    async fn wait_until(&self, time: bson::DateTime) -> bool {
+        let config = &self.engine.config;
+        let give_up = tokio::time::Instant::now() + config.lease + config.clock_margin;
+        loop {
+            let Ok(now) = self.engine.records().now().await else {
+                return false;
+            };
+            let left = time
+                .timestamp_millis()
+                .saturating_sub(now.timestamp_millis());
+            if left <= 0 {
+                return true;
+            }
+            let left = Duration::from_millis(u64::try_from(left).unwrap_or(0).min(1_000));
+            if tokio::time::Instant::now() + left > give_up {
+                return false;
+            }
+            tokio::time::sleep(left).await;
+        }
+    }
+}
