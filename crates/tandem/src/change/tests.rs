@@ -1,0 +1,163 @@
+use super::*;
+
+fn ns() -> Namespace {
+    Namespace::new("bank", "accounts")
+}
+
+#[test]
+fn paths_with_operators_are_rejected() {
+    for bad in ["", "$set", "a.$where", "a..b", ".a", "a\0b"] {
+        let err = DocumentChange::update(ns(), "A")
+            .set(bad, 1)
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(err, ChangeError::InvalidPath { .. }),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn namespaces_with_operators_are_rejected() {
+    for (db, coll) in [("", "c"), ("a.b", "c"), ("d", "$cmd"), ("d", "")] {
+        let err = DocumentChange::update(Namespace::new(db, coll), "A")
+            .inc("n", 1)
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(err, ChangeError::InvalidNamespace { .. }),
+            "{db}.{coll}"
+        );
+    }
+}
+
+#[test]
+fn reserved_and_overlapping_fields_are_rejected() {
+    let err = DocumentChange::update(ns(), "A")
+        .set("pendingTransactions", 1)
+        .validate();
+    assert!(matches!(err, Err(ChangeError::ReservedField { .. })));
+    let err = DocumentChange::update(ns(), "A")
+        .set("_tandem.lock", 1)
+        .validate();
+    assert!(matches!(err, Err(ChangeError::ReservedField { .. })));
+    let err = DocumentChange::update(ns(), "A")
+        .set("a", 1)
+        .inc("a.b", 1)
+        .validate();
+    assert!(matches!(err, Err(ChangeError::OverlappingPaths { .. })));
+    assert!(DocumentChange::update(ns(), "A")
+        .set("ab", 1)
+        .inc("a.b", 1)
+        .validate()
+        .is_ok());
+}
+
+#[test]
+fn ids_that_would_act_as_operators_are_rejected() {
+    for id in [Bson::Null, bson::bson!({ "$gt": "" }), bson::bson!([1, 2])] {
+        let err = DocumentChange::update(ns(), id.clone())
+            .inc("n", 1)
+            .validate();
+        assert!(
+            matches!(err, Err(ChangeError::InvalidPath { .. })),
+            "{id:?}"
+        );
+    }
+    assert!(DocumentChange::update(ns(), bson::bson!({ "a": 1 }))
+        .inc("n", 1)
+        .validate()
+        .is_ok());
+}
+
+#[test]
+fn values_with_operator_keys_are_rejected() {
+    let hostile = bson::doc! { "$ne": "x" };
+    for change in [
+        DocumentChange::update(ns(), "A").pull("tags", hostile.clone()),
+        DocumentChange::update(ns(), "A").push("tags", vec![hostile.clone()]),
+        DocumentChange::update(ns(), "A").set("owner", bson::doc! { "name": hostile.clone() }),
+        DocumentChange::insert(ns(), "A", bson::doc! { "owner": hostile.clone() }),
+    ] {
+        assert!(
+            matches!(change.validate(), Err(ChangeError::OperatorInValue { ref key, .. }) if key == "$ne"),
+            "{change:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_amounts_are_rejected() {
+    for by in [
+        Bson::Int64(0),
+        Bson::Int32(0),
+        Bson::Double(f64::NAN),
+        Bson::Int64(i64::MIN),
+    ] {
+        let err = DocumentChange::update(ns(), "A")
+            .inc("n", by.clone())
+            .validate();
+        assert!(
+            matches!(err, Err(ChangeError::InvalidAmount { .. })),
+            "{by:?}"
+        );
+    }
+    let err = DocumentChange::update(ns(), "A").inc("n", "ten").validate();
+    assert!(matches!(err, Err(ChangeError::InvalidAmount { .. })));
+}
+
+#[test]
+fn exclusivity_follows_the_operators() {
+    assert!(!DocumentChange::update(ns(), "A").inc("n", 1).is_exclusive());
+    assert!(DocumentChange::update(ns(), "A")
+        .inc("n", 1)
+        .set("s", 1)
+        .is_exclusive());
+    assert!(DocumentChange::delete(ns(), "A").is_exclusive());
+    assert!(!DocumentChange::update(ns(), "A")
+        .inc("n", -1)
+        .require_gte("n", 1)
+        .is_exclusive());
+    assert!(DocumentChange::update(ns(), "A")
+        .inc("n", -1)
+        .require_lte("n", 9)
+        .is_exclusive());
+}
+
+#[test]
+fn credits_wait_for_the_commit_on_shared_documents() {
+    let shared = DocumentChange::update(ns(), "A").inc("a", 5).inc("b", -5);
+    let DocumentOp::Update { ops } = &shared.op else {
+        unreachable!()
+    };
+    assert!(!shared.applies_early(&ops[0]));
+    assert!(shared.applies_early(&ops[1]));
+    let exclusive = DocumentChange::update(ns(), "A").inc("a", 5).set("s", 1);
+    let DocumentOp::Update { ops } = &exclusive.op else {
+        unreachable!()
+    };
+    assert!(exclusive.applies_early(&ops[0]));
+}
+
+#[test]
+fn guards_render_as_filters_and_text() {
+    let g = Guard {
+        path: "balance".into(),
+        op: GuardOp::Gte,
+        value: Bson::Int64(100),
+    };
+    assert_eq!(g.to_filter(), bson::doc! { "balance": { "$gte": 100_i64 } });
+    assert_eq!(g.to_string(), "balance >= 100");
+}
+
+#[test]
+fn a_change_round_trips_through_bson() {
+    let change = DocumentChange::update(ns(), "A")
+        .inc("balance", -5_i64)
+        .set("state", "Paid")
+        .require_eq("state", "UnPaid");
+    let doc = bson::to_document(&change).unwrap();
+    let back: DocumentChange = bson::from_document(doc).unwrap();
+    assert_eq!(back, change);
+}
