@@ -6,6 +6,9 @@
 //! 0.1's protocol fenced late steps with per-document tombstones) each of them
 //! failed; they pass because late steps are now fenced by the store's clock
 //! and nothing is kept on documents once a transaction is finished.
+//!
+//! The file is long because it holds one concern only: sixteen independent
+//! scenarios, each a few dozen lines read on its own, over one set of helpers.
 
 use std::sync::Arc;
 use std::time::Duration;
