@@ -18,14 +18,13 @@ fn package_name(manifest: &Path) -> String {
         .unwrap_or_else(|| panic!("no package name in {}", manifest.display()))
 }
 
-/// `key = { package = "…", path = "…" }` for the crate in `crates/<dir>`.
-fn dependency(root: &Path, key: &str, dir: &str) -> String {
+/// `<package> = { path = "…" }` for the crate in `crates/<dir>`, as the guide
+/// writes it: keyed by the package name (`tandem-2pc`), whose library keeps
+/// the name the code uses (`tandem`).
+fn dependency(root: &Path, dir: &str) -> String {
     let path = root.join("crates").join(dir);
     let package = package_name(&path.join("Cargo.toml"));
-    format!(
-        "{key} = {{ package = {package:?}, path = {:?} }}",
-        path.display().to_string()
-    )
+    format!("{package} = {{ path = {:?} }}", path.display().to_string())
 }
 
 fn target_dir(root: &Path) -> PathBuf {
@@ -41,8 +40,8 @@ fn build_project(root: &Path) -> PathBuf {
     let project = work.join("shop");
     std::fs::create_dir_all(project.join("src")).unwrap();
     let deps = [
-        dependency(root, "tandem", "tandem"),
-        dependency(root, "tandem-mongodb", "tandem-mongodb"),
+        dependency(root, "tandem"),
+        dependency(root, "tandem-mongodb"),
     ]
     .join("\n");
     let manifest = std::fs::read_to_string(fixture.join("Cargo.toml.in"))

@@ -12,7 +12,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! tandem = { version = "0.1", features = ["metrics"] }
+//! tandem-2pc = { version = "0.1", features = ["metrics"] }
 //! ```
 //!
 //! | name | type | labels | meaning |
