@@ -19,7 +19,8 @@ const FINISH_BATCH: usize = 64;
 #[derive(Default)]
 pub(super) struct Background {
     waiting: Vec<Live>,
-    /// When the oldest of `waiting` arrived (for [`CoordinatorConfig::finish_delay`]).
+    /// When the oldest of `waiting` arrived (for
+    /// [`CoordinatorConfig::finish_delay`](crate::config::CoordinatorConfig::finish_delay)).
     oldest: Option<tokio::time::Instant>,
     running: bool,
     /// Set by `drain`: finish what is waiting without delay.

@@ -302,6 +302,8 @@ impl Coordinator {
     /// missing document, a conflict) every applied change is undone and
     /// [`TxError::Canceled`] says why. If the store fails mid-way the record is
     /// left for the recovery worker and [`TxError::Interrupted`] says where.
+    ///
+    /// [`CommitPoint`]: crate::config::CommitPoint
     pub async fn run(&self, tx: Transaction) -> Result<Receipt, TxError> {
         let timer = crate::metrics::Timer::start();
         let (strategy, chosen) = match tx.strategy.unwrap_or(self.engine.config.strategy) {

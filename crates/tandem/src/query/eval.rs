@@ -8,13 +8,13 @@ use super::expr::eval_expr_filter;
 use super::order::same_str;
 use super::{array_index, compare, is_operator_doc, split_dot, values_equal, Ctx};
 
-/// Whether `doc` matches `filter`, which [`validate`] accepted, with no
+/// Whether `doc` matches `filter`, which [`validate`](super::validate()) accepted, with no
 /// `$$NOW` (for `$pull` conditions, where `$expr` is not allowed).
 pub(crate) fn eval(doc: &Document, filter: &Document) -> bool {
     eval_skipping(doc, filter, None, &Ctx::at(None))
 }
 
-/// Whether `doc` matches `filter`, which [`validate`] accepted, ignoring the
+/// Whether `doc` matches `filter`, which [`validate`](super::validate()) accepted, ignoring the
 /// top-level clause on field `skip` (which the caller has already checked,
 /// e.g. an `_id` equality answered by a look-up). An `$expr` takes `$$NOW`
 /// from `cx`, and leaves there the error it may raise (it is then false).

@@ -142,7 +142,7 @@ fn eval_expr_operator<'a>(
 }
 
 /// The value of the aggregation field path `path` (without its `$`): as
-/// [`lookup`] finds it, except at an array, whose document elements each
+/// [`lookup`](super::lookup) finds it, except at an array, whose document elements each
 /// give the value of the rest of the path (if any), collected into an array.
 /// Numeric segments are field names, as in MongoDB's expressions.
 fn field_path<'a>(doc: &'a Document, path: &str) -> Value<'a> {

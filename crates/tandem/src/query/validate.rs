@@ -7,7 +7,8 @@ use super::{bad_request, is_operator_doc};
 use crate::store::StoreError;
 
 /// Checks that `filter` only uses the supported operators, with well-formed
-/// arguments. [`matches()`] calls it; [`eval`] assumes it passed.
+/// arguments. [`matches()`](super::matches()) calls it; [`eval`](super::eval())
+/// assumes it passed.
 pub(crate) fn validate(filter: &Document) -> Result<(), StoreError> {
     validate_filter(filter, true)
 }

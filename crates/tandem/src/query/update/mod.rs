@@ -34,6 +34,10 @@
 //! paths (`$`, `$[]`, `$[id]`), the `$push` modifiers `$slice`, `$sort` and
 //! `$position`, pipeline updates, and arithmetic on Decimal128. New fields
 //! are appended in the order the update lists them.
+//!
+//! [`StoreErrorKind::BadRequest`]: crate::store::StoreErrorKind::BadRequest
+//! [`StoreErrorKind::TypeMismatch`]: crate::store::StoreErrorKind::TypeMismatch
+//! [`StoreErrorKind::Overflow`]: crate::store::StoreErrorKind::Overflow
 
 use bson::{Bson, DateTime, Document};
 

@@ -34,7 +34,7 @@ pub fn validate_replacement(doc: &Document) -> Result<(), StoreError> {
 }
 
 /// Checks an update document without applying it: the checks
-/// [`apply_update`] makes before touching the document.
+/// [`apply_update`](super::apply_update) makes before touching the document.
 pub(crate) fn check_update(update: &Document) -> Result<(), StoreError> {
     validate_update(update).map(|_| ())
 }
