@@ -91,6 +91,11 @@ build_start=$SECONDS
 cargo build --release -p tandem-bench --bins
 build_secs=$((SECONDS - build_start))
 say "build took ${build_secs} s"
+# The binary just built, run as it is: `cargo run` would rebuild it first if a
+# source changed in the meantime, and time that build as part of the run.
+TARGET_DIR="$(cargo metadata --no-deps --format-version 1 |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+BENCH_BIN="$TARGET_DIR/release/tandem-bench"
 
 # --- server -----------------------------------------------------------------
 TANDEM_DB_STATE_DIR="$ROOT/.tandem-test/bench-$$"
@@ -111,10 +116,13 @@ secantus="$(grep -o 'SECANTUS_VERSION="[^"]*"' scripts/db.sh | cut -d'"' -f2)"
 
 # --- run --------------------------------------------------------------------
 run_start=$SECONDS
-cargo run --release -q -p tandem-bench --bin tandem-bench -- \
+"$BENCH_BIN" \
     --uri "$URI" "${quick[@]}" "${proxy[@]}" "${fawn_args[@]}" \
     --server "SecantusDB ${secantus} (a Python server), in-memory storage" \
     --build-time "${build_secs} s (cargo build --release -p tandem-bench --bins)" \
     --out "$REPORT" --summary "$SUMMARY"
 say "benchmark took $((SECONDS - run_start)) s after a ${build_secs} s build; report in ${REPORT#"$ROOT"/}"
+# Stop the server now, so that the summary is the last line of the output.
+trap - EXIT
+cleanup
 cat "$SUMMARY"
