@@ -50,7 +50,10 @@ async fn a_plan_says_what_each_participant_does_commits_and_undoes() {
     assert_eq!(alone, plan, "{alone}");
     let undecided = transfer("A", "B", 1).strategy(Strategy::Auto).explain();
     assert_eq!(undecided.strategy, Strategy::Auto, "{undecided}");
-    assert!(undecided.reason.contains("decided when it runs"), "{undecided}");
+    assert!(
+        undecided.reason.contains("decided when it runs"),
+        "{undecided}"
+    );
     let native = transfer("A", "B", 1).strategy(Strategy::Native).explain();
     assert_eq!(native.reason, "asked for by the transaction");
     assert!(native.indexes.is_empty());
