@@ -13,7 +13,7 @@ mod explain;
 mod memory;
 pub mod metrics;
 pub mod participant;
-pub mod query;
+mod query;
 mod reads;
 pub mod record;
 mod recovery;

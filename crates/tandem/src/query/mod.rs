@@ -96,7 +96,8 @@ const CONVERSION_FAILURE: i32 = 241;
 /// a malformed argument. The whole filter is checked before any field is
 /// looked at, so a malformed filter fails whatever the document holds.
 ///
-/// ```
+/// (Run as the unit test `query::doc_examples::matches`: the module is internal.)
+/// ```ignore
 /// use bson::doc;
 /// use tandem::query::matches;
 ///
@@ -119,7 +120,8 @@ pub fn matches(doc: &Document, filter: &Document) -> Result<bool, StoreError> {
 /// reaches it fails with [`StoreErrorKind::BadRequest`] (one that does not,
 /// such as an `$and` decided before it, still succeeds).
 ///
-/// ```
+/// (Run as the unit test `query::doc_examples::matches_at`: the module is internal.)
+/// ```ignore
 /// use bson::{doc, DateTime};
 /// use tandem::query::matches_at;
 ///
@@ -130,6 +132,7 @@ pub fn matches(doc: &Document, filter: &Document) -> Result<bool, StoreError> {
 /// assert!(!matches_at(&account, &step, Some(DateTime::from_millis(deadline))).unwrap());
 /// assert!(matches_at(&account, &step, None).is_err());
 /// ```
+#[cfg(test)]
 pub fn matches_at(
     doc: &Document,
     filter: &Document,
@@ -231,7 +234,8 @@ impl<'c> Ctx<'c> {
 /// segment met at an array does not descend into its elements: the result is
 /// `None`, as it is for a missing field or a path running through a scalar.
 ///
-/// ```
+/// (Run as the unit test `query::doc_examples::lookup`: the module is internal.)
+/// ```ignore
 /// use bson::{doc, Bson};
 /// use tandem::query::lookup;
 ///
@@ -317,5 +321,7 @@ fn bad_request(message: impl Into<String>) -> StoreError {
     StoreError::new(StoreErrorKind::BadRequest, message).with_code(BAD_VALUE)
 }
 
+#[cfg(test)]
+mod doc_examples;
 #[cfg(test)]
 mod tests;

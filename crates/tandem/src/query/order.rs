@@ -17,7 +17,8 @@ use bson::{Bson, Document};
 /// identical Decimal128 (they are equal); arithmetic on Decimal128 is not
 /// supported.
 ///
-/// ```
+/// (Run as the unit test `query::doc_examples::compare`: the module is internal.)
+/// ```ignore
 /// use std::cmp::Ordering;
 /// use bson::Bson;
 /// use tandem::query::compare;

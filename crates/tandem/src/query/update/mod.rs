@@ -88,7 +88,8 @@ const MAX_PAD_INDEX: usize = 8 * 1024 * 1024;
 /// mismatch, an overflow, a change of `_id`) are found while applying. Either
 /// way, on error `doc` is left exactly as it was.
 ///
-/// ```
+/// (Run as the unit test `query::doc_examples::apply_update`: the module is internal.)
+/// ```ignore
 /// use bson::{doc, DateTime};
 /// use tandem::query::update::apply_update;
 ///
@@ -303,7 +304,8 @@ fn check_id_kept(doc: &Document, original: Option<Bson>) -> Result<(), StoreErro
 /// MongoDB refuses to upsert) are resolved best effort: an equality that
 /// cannot be added to the seed so far is skipped.
 ///
-/// ```
+/// (Run as the unit test `query::doc_examples::upsert_seed`: the module is internal.)
+/// ```ignore
 /// use bson::doc;
 /// use tandem::query::update::upsert_seed;
 ///

@@ -13,7 +13,8 @@ use crate::store::{StoreError, StoreErrorKind};
 /// Checks a replacement document (for `replaceOne`): it must not contain
 /// update operators, i.e. no top-level key may start with `$`.
 ///
-/// ```
+/// (Run as the unit test `query::doc_examples::validate_replacement`: the module is internal.)
+/// ```ignore
 /// use bson::doc;
 /// use tandem::query::update::validate_replacement;
 ///
