@@ -35,8 +35,10 @@ const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 /// It gives every [`Store`] call the same guarantees MongoDB gives one
 /// document: each call is atomic (one lock is held for the whole
 /// read-modify-write), and an update that fails leaves the document as it
-/// was. Filters and updates are evaluated by [`query`](crate::query), which
-/// documents the supported operators. Time comes from a [`Clock`], so tests can
+/// was. It evaluates the subset of MongoDB's filter and update operators that
+/// tandem and its guards use, as MongoDB does, and refuses the rest with
+/// [`StoreErrorKind::BadRequest`](crate::StoreErrorKind::BadRequest); the
+/// guide's Stores chapter lists them. Time comes from a [`Clock`], so tests can
 /// drive lease expiry with a [`ManualClock`](crate::clock::ManualClock).
 ///
 /// Documents of a collection are kept ordered by `_id` (in MongoDB's order of
