@@ -55,7 +55,7 @@ const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 /// * There are no indexes: [`Store::ensure_index`] does nothing (no TTL
 ///   expiry, no partial indexes), and no uniqueness other than that of `_id`
 ///   is enforced. Filters without an `_id` equality scan the collection.
-/// * `find` sorts by the value [`lookup`](crate::query::lookup) finds at each
+/// * `find` sorts by the value found at each dotted sort-key path
 ///   sort key (missing sorts as null, first when ascending), across types in
 ///   MongoDB's bracket order; unlike MongoDB, an array is not sorted by its
 ///   smallest or largest element. No collations.
