@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+// A crash on cue comes from tandem's testing kit (feature `test-util`).
 use tandem::testing::FaultStore;
 use tandem::{
     participant, Coordinator, Namespace, ParticipantDocument, PendingPolicy, RecoveryConfig, Store,

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+// A crash on cue comes from tandem's testing kit (feature `test-util`).
 use tandem::testing::FaultStore;
 use tandem::{participant, CommitPoint, Coordinator, RecoveryConfig, Transaction, TxError};
 

@@ -18,6 +18,7 @@ mod reads;
 pub mod record;
 mod recovery;
 pub mod store;
+#[cfg(feature = "test-util")]
 pub mod testing;
 pub mod typed;
 
