@@ -47,7 +47,7 @@ export MONGODB_URI
 export TANDEM_REQUIRE_MONGODB=1
 
 status=0
-# tests/examples.rs runs the examples' own binaries, which `cargo test` builds only as test harnesses.
+# tests-integration/tests/examples.rs runs the examples' own binaries, which `cargo test` builds only as test harnesses.
 say "cargo build --workspace --examples"
 cargo build --workspace --examples
 

@@ -3,18 +3,22 @@
 
 #[test]
 fn matches() {
-    use bson::doc;
     use crate::query::matches;
+    use bson::doc;
 
     let account = doc! { "_id": "alice", "balance": 70, "pending": ["t1"] };
-    assert!(matches(&account, &doc! { "balance": { "$gte": 50 }, "pending": "t1" }).unwrap());
+    assert!(matches(
+        &account,
+        &doc! { "balance": { "$gte": 50 }, "pending": "t1" }
+    )
+    .unwrap());
     assert!(!matches(&account, &doc! { "pending": { "$ne": "t1" } }).unwrap());
 }
 
 #[test]
 fn matches_at() {
-    use bson::{doc, DateTime};
     use crate::query::matches_at;
+    use bson::{doc, DateTime};
 
     let deadline = 1_735_689_600_000_i64; // 2025-01-01T00:00:00Z
     let step = doc! { "_id": "A", "$expr": { "$lt": [ { "$toLong": "$$NOW" }, deadline ] } };
@@ -26,8 +30,8 @@ fn matches_at() {
 
 #[test]
 fn lookup() {
-    use bson::{doc, Bson};
     use crate::query::lookup;
+    use bson::{doc, Bson};
 
     let d = doc! { "a": { "b": [10, { "c": true }] } };
     assert_eq!(lookup(&d, "a.b.0"), Some(&Bson::Int32(10)));
@@ -37,19 +41,28 @@ fn lookup() {
 
 #[test]
 fn compare() {
-    use std::cmp::Ordering;
-    use bson::Bson;
     use crate::query::compare;
+    use bson::Bson;
+    use std::cmp::Ordering;
 
-    assert_eq!(compare(&Bson::Int32(1), &Bson::Double(1.0)), Some(Ordering::Equal));
-    assert_eq!(compare(&Bson::Int64(2), &Bson::Double(1.5)), Some(Ordering::Greater));
-    assert_eq!(compare(&Bson::String("1000".into()), &Bson::Int32(100)), None);
+    assert_eq!(
+        compare(&Bson::Int32(1), &Bson::Double(1.0)),
+        Some(Ordering::Equal)
+    );
+    assert_eq!(
+        compare(&Bson::Int64(2), &Bson::Double(1.5)),
+        Some(Ordering::Greater)
+    );
+    assert_eq!(
+        compare(&Bson::String("1000".into()), &Bson::Int32(100)),
+        None
+    );
 }
 
 #[test]
 fn apply_update() {
-    use bson::{doc, DateTime};
     use crate::query::update::apply_update;
+    use bson::{doc, DateTime};
 
     let mut d = doc! { "_id": 1, "balance": 100 };
     let update = doc! { "$inc": { "balance": -30 }, "$push": { "pending": "t1" } };
@@ -64,17 +77,20 @@ fn apply_update() {
 
 #[test]
 fn upsert_seed() {
-    use bson::doc;
     use crate::query::update::upsert_seed;
+    use bson::doc;
 
     let filter = doc! { "_id": "t1", "meta.owner": "alice", "state": { "$ne": "done" } };
-    assert_eq!(upsert_seed(&filter), doc! { "_id": "t1", "meta": { "owner": "alice" } });
+    assert_eq!(
+        upsert_seed(&filter),
+        doc! { "_id": "t1", "meta": { "owner": "alice" } }
+    );
 }
 
 #[test]
 fn validate_replacement() {
-    use bson::doc;
     use crate::query::update::validate_replacement;
+    use bson::doc;
 
     assert!(validate_replacement(&doc! { "state": "done" }).is_ok());
     assert!(validate_replacement(&doc! { "$set": { "state": "done" } }).is_err());

@@ -1,6 +1,6 @@
 //! A new user's path: a separate project outside the workspace, with path
 //! dependencies on this checkout as the guide's Getting started shows, using
-//! only the public API (`tests/fixtures/new-user`). It is built with its own
+//! only the public API (`tests-integration/tests/fixtures/new-user`). It is built with its own
 //! target directory and run on the embedded store, and on the MongoDB server
 //! at `MONGODB_URI` when that is set.
 
@@ -35,7 +35,7 @@ fn target_dir(root: &Path) -> PathBuf {
 
 /// Writes the project out and builds it; returns its binary.
 fn build_project(root: &Path) -> PathBuf {
-    let fixture = root.join("tests/fixtures/new-user");
+    let fixture = root.join("tests-integration/tests/fixtures/new-user");
     let work = target_dir(root).join("new-user");
     let project = work.join("shop");
     std::fs::create_dir_all(project.join("src")).unwrap();
@@ -89,7 +89,11 @@ fn run(binary: &Path, uri: Option<&str>) -> String {
 
 #[test]
 fn a_new_project_builds_on_the_public_api_and_runs_on_both_stores() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // The workspace root, one above this package.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
     let binary = build_project(&root);
 
     let embedded = run(&binary, None);

@@ -355,7 +355,7 @@ pub fn assert_bookkeeping_clean(d: &Document) {
 
 /// `.venv/bin/secantusd-py` of this repository.
 pub fn secantusd() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/secantusd-py")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/secantusd-py")
 }
 
 /// The server binary, or `None` (after printing why) when it is missing and
