@@ -14,7 +14,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::StepError;
 use crate::query::size::document_len;
 use crate::query::update::{
-    apply_logged_taking, apply_to_new, check_update, upsert_seed, validate_replacement, UndoLog,
+    apply_logged_taking, apply_to_new, check_update, checked_upsert_seed, validate_replacement,
+    UndoLog,
 };
 use crate::query::{self, is_operator_doc, lookup, total_cmp, Ctx};
 use crate::store::{
@@ -226,7 +227,7 @@ impl MemoryStore {
             return Ok((UpdateOutcome::default(), None));
         }
         // The seed takes the filter's equalities; an `$expr` adds nothing (as in MongoDB).
-        let mut created = upsert_seed(filter);
+        let mut created = checked_upsert_seed(filter)?;
         apply_to_new(&mut created, update, now)?;
         let created = with_id_first(created);
         check_id(&created)?;

@@ -32,8 +32,12 @@
 //!
 //! `$min`, `$max`, `$mul`, `$rename`, `$pop`, `$pullAll`, `$bit`, positional
 //! paths (`$`, `$[]`, `$[id]`), the `$push` modifiers `$slice`, `$sort` and
-//! `$position`, pipeline updates, and arithmetic on Decimal128. New fields
-//! are appended in the order the update lists them.
+//! `$position`, pipeline updates, and arithmetic on Decimal128.
+//!
+//! Paths are applied in MongoDB's order, whatever the order the update lists
+//! them in: segment by segment, names compared as strings (as numbers when
+//! both are all digits). New fields are appended in that order, so
+//! `{$set: {b: 1, a: 1}}` on `{_id: 1}` gives `{_id: 1, a: 1, b: 1}`.
 //!
 //! [`StoreErrorKind::BadRequest`]: crate::store::StoreErrorKind::BadRequest
 //! [`StoreErrorKind::TypeMismatch`]: crate::store::StoreErrorKind::TypeMismatch
@@ -44,12 +48,12 @@ use bson::{Bson, DateTime, Document};
 use super::is_operator_doc;
 use crate::store::StoreError;
 use ops::{current_date, inc, pull, push, slice_of};
-use path::{set_value, unset};
+use path::{listed_in_path_order, path_order, set_value, unset};
 use undo::OpKind;
 pub(crate) use undo::UndoLog;
 pub(crate) use validate::check_update;
 pub use validate::validate_replacement;
-use validate::{immutable_id, valid_path, validate_update};
+use validate::{bad_request, immutable_id, valid_path, validate_update};
 
 mod ops;
 mod path;
@@ -66,6 +70,8 @@ const TYPE_MISMATCH: i32 = 14;
 const PATH_NOT_VIABLE: i32 = 28;
 /// MongoDB's `ConflictingUpdateOperators`.
 const CONFLICTING_UPDATE: i32 = 40;
+/// MongoDB's `NotSingleValueField`.
+const NOT_SINGLE_VALUE_FIELD: i32 = 54;
 /// MongoDB's `EmptyFieldName`.
 const EMPTY_FIELD_NAME: i32 = 56;
 /// MongoDB's `ImmutableField`.
@@ -132,6 +138,32 @@ pub(crate) fn apply_logged<'u>(
     } else {
         None
     };
+    if listed_in_path_order(update) {
+        for (op, spec) in update {
+            let Bson::Document(spec) = spec else {
+                continue;
+            };
+            if op == "$setOnInsert" && !inserting {
+                continue;
+            }
+            for (path, value) in spec {
+                apply_one(doc, op, path, Arg::Borrowed(value), now, undo)?;
+            }
+        }
+    } else {
+        let mut entries = entries(update, inserting);
+        entries.sort_by(|a, b| path_order(a.1, b.1));
+        for (op, path, value) in entries {
+            apply_one(doc, op, path, Arg::Borrowed(value), now, undo)?;
+        }
+    }
+    check_id_kept(doc, original_id)
+}
+
+/// The `(operator, path, argument)` entries of `update` that apply (those
+/// of `$setOnInsert` only when `inserting`), in the order it lists them.
+fn entries(update: &Document, inserting: bool) -> Vec<(&str, &str, &Bson)> {
+    let mut entries = Vec::new();
     for (op, spec) in update {
         let Bson::Document(spec) = spec else {
             continue;
@@ -140,10 +172,10 @@ pub(crate) fn apply_logged<'u>(
             continue;
         }
         for (path, value) in spec {
-            apply_one(doc, op, path, Arg::Borrowed(value), now, undo)?;
+            entries.push((op.as_str(), path.as_str(), value));
         }
     }
-    check_id_kept(doc, original_id)
+    entries
 }
 
 /// [`apply_logged`], moving the values the update writes out of `update`
@@ -162,6 +194,8 @@ pub(crate) fn apply_logged_taking<'u>(
     } else {
         None
     };
+    let ordered = listed_in_path_order(update);
+    let mut entries = Vec::new();
     for (op, spec) in update.iter_mut() {
         let Bson::Document(spec) = spec else {
             continue;
@@ -170,8 +204,16 @@ pub(crate) fn apply_logged_taking<'u>(
             continue;
         }
         for (path, value) in spec.iter_mut() {
-            apply_one(doc, op, path, Arg::Taken(value), now, undo)?;
+            if ordered {
+                apply_one(doc, op, path, Arg::Taken(value), now, undo)?;
+            } else {
+                entries.push((op.as_str(), path.as_str(), value));
+            }
         }
+    }
+    entries.sort_by(|a, b| path_order(a.1, b.1));
+    for (op, path, value) in entries {
+        apply_one(doc, op, path, Arg::Taken(value), now, undo)?;
     }
     check_id_kept(doc, original_id)
 }
@@ -246,28 +288,34 @@ pub(crate) fn apply_to_new(
     } else {
         None
     };
+    // In MongoDB's order, which decides the order of the new fields.
+    let mut entries = Vec::new();
     for (op, spec) in update {
         let Bson::Document(spec) = spec else {
             continue;
         };
-        for (path, mut value) in spec {
-            match op.as_str() {
-                // A top-level field: the key is moved too.
-                "$set" | "$setOnInsert" if !path.contains('.') => match doc.get_mut(&path) {
-                    Some(slot) => *slot = value,
-                    None => {
-                        doc.insert(path, value);
-                    }
-                },
-                "$set" | "$setOnInsert" => set_value(doc, &path, value)?,
-                "$unset" => unset(doc, &path),
-                "$inc" => inc(doc, &path, &value)?,
-                "$push" => push(doc, &path, Arg::Taken(&mut value), false)?,
-                "$addToSet" => push(doc, &path, Arg::Taken(&mut value), true)?,
-                "$pull" => pull(doc, &path, &value, None)?,
-                "$currentDate" => set_value(doc, &path, current_date(&value, now))?,
-                _ => {}
-            }
+        for (path, value) in spec {
+            entries.push((op.clone(), path, value));
+        }
+    }
+    entries.sort_by(|a, b| path_order(&a.1, &b.1));
+    for (op, path, mut value) in entries {
+        match op.as_str() {
+            // A top-level field: the key is moved too.
+            "$set" | "$setOnInsert" if !path.contains('.') => match doc.get_mut(&path) {
+                Some(slot) => *slot = value,
+                None => {
+                    doc.insert(path, value);
+                }
+            },
+            "$set" | "$setOnInsert" => set_value(doc, &path, value)?,
+            "$unset" => unset(doc, &path),
+            "$inc" => inc(doc, &path, &value)?,
+            "$push" => push(doc, &path, Arg::Taken(&mut value), false)?,
+            "$addToSet" => push(doc, &path, Arg::Taken(&mut value), true)?,
+            "$pull" => pull(doc, &path, &value, None)?,
+            "$currentDate" => set_value(doc, &path, current_date(&value, now))?,
+            _ => {}
         }
     }
     check_id_kept(doc, original_id)
@@ -297,12 +345,15 @@ fn check_id_kept(doc: &Document, original: Option<Bson>) -> Result<(), StoreErro
 /// The document an upsert starts from when its filter matched nothing.
 ///
 /// It holds the filter's equality conditions: plain `{field: value}` pairs
-/// (including `_id`) and `{field: {$eq: value}}`, with dotted paths expanded
-/// into sub-documents; the members of `$and` (and of a `$or` with a single
+/// (including `_id`), `{field: {$eq: value}}` and `{field: {$in: [value]}}`
+/// (an `$in` of one value, as MongoDB takes it), with dotted paths expanded
+/// into sub-documents and added in path order (as new fields are, see the
+/// module documentation); the members of `$and` (and of a `$or` with a single
 /// member) are walked. Other operators (`$ne`, `$exists`, `$gt`, ...)
 /// contribute nothing. Equalities that collide (`{"a": 1, "a.b": 2}`, which
 /// MongoDB refuses to upsert) are resolved best effort: an equality that
-/// cannot be added to the seed so far is skipped.
+/// cannot be added to the seed so far is skipped (the embedded store refuses
+/// them, as MongoDB does).
 ///
 /// (Run as the unit test `query::doc_examples::upsert_seed`: the module is internal.)
 /// ```ignore
@@ -314,11 +365,47 @@ fn check_id_kept(doc: &Document, original: Option<Bson>) -> Result<(), StoreErro
 /// ```
 pub fn upsert_seed(filter: &Document) -> Document {
     let mut seed = Document::new();
-    seed_from(&mut seed, filter);
+    for (path, value) in seed_equalities(filter) {
+        // Best effort: a conflicting equality is skipped.
+        let _ = set_value(&mut seed, path, value.clone());
+    }
     seed
 }
 
-fn seed_from(seed: &mut Document, filter: &Document) {
+/// [`upsert_seed`] as MongoDB builds it for an upsert that matched nothing:
+/// an equality on a path that another equality names too, or names a
+/// prefix of (`{$and: [{a: 1}, {a: 1}]}`, `{"a": 1, "a.b": 2}`), fails the
+/// upsert with [`StoreErrorKind::BadRequest`] (code 54, NotSingleValueField).
+///
+/// [`StoreErrorKind::BadRequest`]: crate::store::StoreErrorKind::BadRequest
+pub(crate) fn checked_upsert_seed(filter: &Document) -> Result<Document, StoreError> {
+    let equalities = seed_equalities(filter);
+    // In path order, a path's extensions come right after it.
+    for pair in equalities.windows(2) {
+        let (a, b) = (pair[0].0, pair[1].0);
+        let message = if a == b {
+            format!("cannot infer query fields to set, path '{a}' is matched twice")
+        } else if b.strip_prefix(a).is_some_and(|rest| rest.starts_with('.')) {
+            format!("cannot infer query fields to set, both paths '{b}' and '{a}' are matched")
+        } else {
+            continue;
+        };
+        return Err(bad_request(NOT_SINGLE_VALUE_FIELD, message));
+    }
+    Ok(upsert_seed(filter))
+}
+
+/// The equalities of `filter` an upsert seeds its document with, in path
+/// order (MongoDB adds them so, whatever the order of the filter).
+fn seed_equalities(filter: &Document) -> Vec<(&str, &Bson)> {
+    let mut equalities = Vec::new();
+    seed_from(&mut equalities, filter);
+    equalities.sort_by(|a, b| path_order(a.0, b.0));
+    equalities
+}
+
+/// Collects the equalities of `filter` an upsert seeds its document with.
+fn seed_from<'f>(seed: &mut Vec<(&'f str, &'f Bson)>, filter: &'f Document) {
     for (key, value) in filter {
         match key.as_str() {
             "$and" => {
@@ -336,14 +423,19 @@ fn seed_from(seed: &mut Document, filter: &Document) {
             k if k.starts_with('$') => {}
             path => {
                 let equal_to = match value {
-                    Bson::Document(ops) if is_operator_doc(ops) => ops.get("$eq"),
+                    // MongoDB takes an `$in` of one value for an equality.
+                    Bson::Document(ops) if is_operator_doc(ops) => {
+                        ops.get("$eq").or_else(|| match ops.get("$in") {
+                            Some(Bson::Array(values)) if values.len() == 1 => values.first(),
+                            _ => None,
+                        })
+                    }
                     Bson::RegularExpression(_) => None,
                     v => Some(v),
                 };
                 if let Some(v) = equal_to {
                     if valid_path(path).is_ok() {
-                        // Best effort: a conflicting equality is skipped.
-                        let _ = set_value(seed, path, v.clone());
+                        seed.push((path, v));
                     }
                 }
             }

@@ -155,3 +155,48 @@ pub(super) fn unset(doc: &mut Document, path: &str) {
         }
     }
 }
+
+/// The order in which MongoDB applies an update's paths, and so appends the
+/// fields it creates: segment by segment, names compared as strings, or as
+/// numbers when both are all digits (`"a.2"` before `"a.10"`), whatever the
+/// operators and the order the update lists them in. (Paths that are equal
+/// or prefixes of one another never meet here: the update is refused.)
+pub(super) fn path_order(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+    let (mut x, mut y) = (a.split('.'), b.split('.'));
+    loop {
+        let order = match (x.next(), y.next()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(p), Some(q)) if numeric(p) && numeric(q) => {
+                p.len().cmp(&q.len()).then_with(|| p.cmp(q))
+            }
+            (Some(p), Some(q)) => p.cmp(q),
+        };
+        if order != Ordering::Equal {
+            return order;
+        }
+    }
+}
+
+/// Whether the paths of `update`'s operator documents, taken in the order
+/// the update lists them, are already in [`path_order`].
+pub(super) fn listed_in_path_order(update: &Document) -> bool {
+    let mut last: Option<&str> = None;
+    for spec in update.values() {
+        let Bson::Document(spec) = spec else {
+            continue;
+        };
+        for path in spec.keys() {
+            if let Some(prev) = last {
+                if path_order(prev, path) == std::cmp::Ordering::Greater {
+                    return false;
+                }
+            }
+            last = Some(path);
+        }
+    }
+    true
+}

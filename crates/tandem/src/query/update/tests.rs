@@ -149,9 +149,11 @@ fn inc_type_mismatch() {
     );
     let e = fail(doc! { "n": Bson::Null }, doc! { "$inc": { "n": 1 } });
     assert_eq!(e.kind, StoreErrorKind::TypeMismatch);
-    // A non-numeric argument is a malformed update.
+    // A non-numeric argument: code 14 too, as MongoDB answers it (the store
+    // contract's `inc_of_a_string_is_a_type_mismatch` found it was BadRequest).
     let e = fail(doc! { "n": 1 }, doc! { "$inc": { "n": "1" } });
-    assert_eq!(e.kind, StoreErrorKind::BadRequest);
+    assert_eq!(e.kind, StoreErrorKind::TypeMismatch);
+    assert_eq!(e.code, Some(14));
 }
 
 #[test]
@@ -559,4 +561,81 @@ fn sizes_follow_pulls_across_index_widths() {
         undo.rollback(&mut d);
         assert_eq!(d, original, "{u}");
     }
+}
+
+fn keys(d: &Document) -> Vec<&str> {
+    d.keys().map(String::as_str).collect()
+}
+
+/// Found by the differential test against a server: new fields were
+/// appended in the order the update listed them; MongoDB appends them in
+/// path order, across operators.
+#[test]
+fn new_fields_are_appended_in_path_order() {
+    let d = upd(
+        doc! { "_id": 1, "m": 0 },
+        doc! { "$set": { "z": 1, "c": 1 }, "$inc": { "b": 1, "m": 1 }, "$push": { "a": 1 } },
+    );
+    assert_eq!(keys(&d), vec!["_id", "m", "a", "b", "c", "z"]);
+    // Nested, and array-index-like names as numbers.
+    let d = upd(
+        doc! { "_id": 1, "s": { "y": 0 } },
+        doc! { "$set": { "s.x": 1, "s.10": 1, "s.2": 1, "s.b": 1 } },
+    );
+    assert_eq!(
+        keys(d.get_document("s").unwrap()),
+        vec!["y", "2", "10", "b", "x"]
+    );
+    // Already in order: the same result.
+    let d = upd(
+        doc! { "_id": 1 },
+        doc! { "$set": { "a": 1 }, "$inc": { "b": 1 } },
+    );
+    assert_eq!(keys(&d), vec!["_id", "a", "b"]);
+    // A document being created (an upsert) too.
+    let mut created = doc! { "_id": 1 };
+    apply_to_new(
+        &mut created,
+        doc! { "$setOnInsert": { "y": 1 }, "$set": { "x": 1 }, "$inc": { "a": 1 } },
+        now(),
+    )
+    .unwrap();
+    assert_eq!(keys(&created), vec!["_id", "a", "x", "y"]);
+    // Taking the values out of the update: the same order.
+    let mut d = doc! { "_id": 1 };
+    let mut u = doc! { "$set": { "z": "v" }, "$inc": { "a": 1 } };
+    let mut undo = UndoLog::default();
+    apply_logged_taking(&mut d, &mut u, now(), false, &mut undo).unwrap();
+    assert_eq!(keys(&d), vec!["_id", "a", "z"]);
+}
+
+/// Found by the differential test: an upsert seeds a single-value `$in` as
+/// an equality, adds the equalities in path order, and (checked) refuses a
+/// path matched twice or with an extension of it, as MongoDB does.
+#[test]
+fn upsert_seeds_as_mongodb_builds_them() {
+    assert_eq!(
+        upsert_seed(&doc! { "_id": 1, "a": { "$in": [0] }, "b": { "$in": [1, 2] } }),
+        doc! { "_id": 1, "a": 0 }
+    );
+    let seed = upsert_seed(&doc! { "_id": 1, "b": 0, "arr": 0, "a.y": 1, "a.x": 1 });
+    assert_eq!(keys(&seed), vec!["_id", "a", "arr", "b"]);
+    assert_eq!(keys(seed.get_document("a").unwrap()), vec!["x", "y"]);
+    for filter in [
+        doc! { "$and": [ { "b": 0 }, { "b": 0 } ] },
+        doc! { "a": 1, "a.b": 2 },
+        doc! { "sub.x": 0, "sub": { "x": 0 } },
+    ] {
+        let e = checked_upsert_seed(&filter).unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::BadRequest, "{filter}");
+        assert_eq!(e.code, Some(54), "{filter}");
+        assert!(
+            e.message.contains("cannot infer query fields to set"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        checked_upsert_seed(&doc! { "a.b": 1, "a.c": 2, "ab": 3 }).unwrap(),
+        doc! { "a": { "b": 1, "c": 2 }, "ab": 3 }
+    );
 }

@@ -185,7 +185,9 @@ fn validate_argument(op: &str, path: &str, value: &Bson) -> Result<(), StoreErro
                 BAD_VALUE,
                 format!("Cannot increment '{path}' by a Decimal128: not supported"),
             )),
-            _ => Err(bad_request(
+            // MongoDB refuses it with code 14, TypeMismatch, whether or not a
+            // document matches; MongoStore classifies code 14 as TypeMismatch.
+            _ => Err(type_mismatch(
                 TYPE_MISMATCH,
                 format!("Cannot increment with non-numeric argument: {{{path}: {value}}}"),
             )),
