@@ -32,27 +32,30 @@ const DUPLICATE_KEY_CODES: &[i32] = &[11000, 11001, 12582];
 const TOO_LARGE_CODES: &[i32] = &[10334, 17419, 17420, 10329, 13548];
 const UNAUTHORIZED_CODES: &[i32] = &[13, 18, 8000, 11, 31, 33];
 const OVERFLOW_CODES: &[i32] = &[15];
-const TYPE_MISMATCH_CODES: &[i32] = &[14];
+/// 14 (TypeMismatch: `$inc` of a string, or by one) and 28 (PathNotViable:
+/// a path running through a scalar), as the embedded store classifies them.
+const TYPE_MISMATCH_CODES: &[i32] = &[14, 28];
 /// Codes of commands the server refused as malformed.
 const BAD_REQUEST_CODES: &[i32] = &[
-    2,   // BadValue
-    4,   // NoSuchKey
-    9,   // FailedToParse
-    22,  // InvalidBSON
-    40,  // ConflictingUpdateOperators
-    52,  // DollarPrefixedFieldName
-    53,  // InvalidIdField
-    54,  // NotSingleValueField
-    55,  // InvalidDBRef
-    56,  // EmptyFieldName
-    57,  // DottedFieldName
-    66,  // ImmutableField
-    67,  // CannotCreateIndex
-    72,  // InvalidOptions
-    73,  // InvalidNamespace
-    85,  // IndexOptionsConflict
-    86,  // IndexKeySpecsConflict
-    197, // InvalidIndexSpecificationOption
+    2,     // BadValue
+    4,     // NoSuchKey
+    9,     // FailedToParse
+    22,    // InvalidBSON
+    40,    // ConflictingUpdateOperators
+    52,    // DollarPrefixedFieldName
+    53,    // InvalidIdField
+    54,    // NotSingleValueField
+    55,    // InvalidDBRef
+    56,    // EmptyFieldName
+    57,    // DottedFieldName
+    66,    // ImmutableField
+    67,    // CannotCreateIndex
+    72,    // InvalidOptions
+    73,    // InvalidNamespace
+    85,    // IndexOptionsConflict
+    86,    // IndexKeySpecsConflict
+    197,   // InvalidIndexSpecificationOption
+    15975, // a sort direction other than 1 or -1
 ];
 
 /// What the server or the driver said, before it is classified.
@@ -314,6 +317,10 @@ mod tests {
         );
         assert_eq!(classify_code(14, "", false), StoreErrorKind::TypeMismatch);
         assert_eq!(
+            classify_code(28, "Cannot create field 'b' in element {a: 5}", false),
+            StoreErrorKind::TypeMismatch
+        );
+        assert_eq!(
             classify_code(
                 2,
                 "Cannot apply $inc to a value of non-numeric type. {_id: 1} has the field 's'",
@@ -343,6 +350,10 @@ mod tests {
         assert_eq!(classify_code(100, "", true), StoreErrorKind::Other);
         assert_eq!(
             classify_code(2, "BadValue", false),
+            StoreErrorKind::BadRequest
+        );
+        assert_eq!(
+            classify_code(15975, "$sort key ordering must be 1", false),
             StoreErrorKind::BadRequest
         );
         assert_eq!(classify_code(12345, "", false), StoreErrorKind::Other);
