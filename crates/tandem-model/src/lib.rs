@@ -14,6 +14,11 @@
 //! arbitrary relative rates, GC, and an application inserting and deleting
 //! documents with the same `_id`s.
 //!
+//! A second model, [`insert_decide`], checks a proposed protocol that is
+//! not built: "decide by inserting" (apply every participant, then insert
+//! the decision record as committed; recovery inserts it canceled). Its
+//! module docs give the rules the model forced on it and what it found.
+//!
 //! # Stores, clocks and time
 //!
 //! The records store `R` ([`R`]) and two participant stores `P1`, `P2`
@@ -286,6 +291,7 @@
 //!   unlocked, unmarked documents); clocks step back at most once.
 #![warn(missing_docs)]
 
+pub mod insert_decide;
 mod model;
 mod properties;
 mod scenario;
