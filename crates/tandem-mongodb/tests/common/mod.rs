@@ -76,3 +76,16 @@ impl TestDb {
             .expect("drop the test database");
     }
 }
+
+/// SecantusDB's version when the server `store` talks to is SecantusDB (its
+/// `buildInfo` carries a `secantusVersion` field next to the MongoDB
+/// version it emulates); `None` for any other server.
+pub async fn secantus_version(store: &MongoStore) -> Option<String> {
+    let info = store
+        .client()
+        .database("admin")
+        .run_command(bson::doc! { "buildInfo": 1 })
+        .await
+        .expect("buildInfo");
+    info.get_str("secantusVersion").ok().map(str::to_owned)
+}

@@ -1,3 +1,8 @@
+//! What is the embedded store's own: `_id` order, first matches, command
+//! counts, its ids and sizes. What every store must do is the store contract
+//! (`crate::testing::store_contract`), run on this store by
+//! `tests/store_contract.rs`.
+
 use super::id::{hash_bson, IdBuildHasher};
 use super::*;
 use crate::clock::ManualClock;
@@ -435,98 +440,6 @@ async fn upserts() {
         .unwrap();
     assert_eq!(d, None);
     assert_eq!(s.documents(&ns()).len(), 3);
-}
-
-#[tokio::test]
-async fn find_one_and_update_returns_before_or_after() {
-    let s = store_with(vec![doc! { "_id": 1, "n": 1 }]).await;
-    let before = s
-        .find_one_and_update(
-            &ns(),
-            doc! { "_id": 1 },
-            doc! { "$inc": { "n": 1 } },
-            ReturnDocument::Before,
-            false,
-        )
-        .await
-        .unwrap();
-    assert_eq!(before, Some(doc! { "_id": 1, "n": 1 }));
-    let after = s
-        .find_one_and_update(
-            &ns(),
-            doc! { "_id": 1 },
-            doc! { "$inc": { "n": 1 } },
-            ReturnDocument::After,
-            false,
-        )
-        .await
-        .unwrap();
-    assert_eq!(after, Some(doc! { "_id": 1, "n": 3 }));
-    let none = s
-        .find_one_and_update(
-            &ns(),
-            doc! { "_id": 1, "n": 1 },
-            doc! { "$inc": { "n": 1 } },
-            ReturnDocument::After,
-            false,
-        )
-        .await
-        .unwrap();
-    assert_eq!(none, None);
-}
-
-#[tokio::test]
-async fn replace_keeps_the_id() {
-    let s = store_with(vec![doc! { "_id": 1, "a": 1, "b": 2 }]).await;
-    let o = s
-        .replace_one(&ns(), doc! { "a": 1 }, doc! { "c": 3 })
-        .await
-        .unwrap();
-    assert_eq!(
-        o,
-        UpdateOutcome {
-            matched: 1,
-            modified: 1,
-            upserted: false
-        }
-    );
-    assert_eq!(s.documents(&ns()), vec![doc! { "_id": 1, "c": 3 }]);
-    let o = s
-        .replace_one(&ns(), doc! { "_id": 1 }, doc! { "c": 4, "_id": 1 })
-        .await
-        .unwrap();
-    assert_eq!(o.modified, 1);
-    assert_eq!(s.documents(&ns()), vec![doc! { "_id": 1, "c": 4 }]);
-    let o = s
-        .replace_one(&ns(), doc! { "_id": 1 }, doc! { "c": 4 })
-        .await
-        .unwrap();
-    assert_eq!(
-        o,
-        UpdateOutcome {
-            matched: 1,
-            modified: 0,
-            upserted: false
-        }
-    );
-    // Never upserts.
-    let o = s
-        .replace_one(&ns(), doc! { "_id": 2 }, doc! { "c": 5 })
-        .await
-        .unwrap();
-    assert_eq!(o, UpdateOutcome::default());
-    assert_eq!(s.documents(&ns()).len(), 1);
-    let e = s
-        .replace_one(&ns(), doc! { "_id": 1 }, doc! { "_id": 2 })
-        .await
-        .unwrap_err();
-    assert_eq!(e.kind, StoreErrorKind::BadRequest);
-    let e = s
-        .replace_one(&ns(), doc! { "_id": 1 }, doc! { "$set": { "c": 1 } })
-        .await
-        .unwrap_err();
-    assert_eq!(e.kind, StoreErrorKind::BadRequest);
-    assert_eq!(s.documents(&ns()), vec![doc! { "_id": 1, "c": 4 }]);
 }
 
 #[tokio::test]

@@ -13,6 +13,9 @@
 //!   [`StoreFactory`]; [`safety`] the regression scenarios of the protocol's
 //!   safety review (late steps after deletes, garbage collection, bounded
 //!   bookkeeping, answers), likewise.
+//! * [`store_contract`] holds what every [`Store`] must do, one case per
+//!   behaviour the protocol relies on, run on any [`StoreFactory`] (one test
+//!   per case with [`store_contract_tests!`](crate::store_contract_tests)).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +31,7 @@ mod crash;
 mod fault;
 pub mod safety;
 pub mod scenarios;
+pub mod store_contract;
 
 pub use audit::{audit, Audit, FieldKey};
 pub use crash::{CrashHarness, CrashReport};
