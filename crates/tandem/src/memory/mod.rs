@@ -255,7 +255,10 @@ impl Default for MemoryStore {
 impl fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryStore")
-            .field("commands", &self.inner.commands.load(AtomicOrdering::Relaxed))
+            .field(
+                "commands",
+                &self.inner.commands.load(AtomicOrdering::Relaxed),
+            )
             .finish_non_exhaustive()
     }
 }
