@@ -18,11 +18,12 @@ use std::time::Duration;
 
 use bson::doc;
 use mongodb::options::{Acknowledgment, ClientOptions, WriteConcern};
+use tandem::RetryPolicy;
 use tandem::{
     CommitPoint, Coordinator, CoordinatorConfig, PendingPolicy, RecoveryConfig, RecoveryWorker,
     Store, StoreErrorKind, Strategy, TxError,
 };
-use tandem_mongodb::{MongoStore, RetryPolicy};
+use tandem_mongodb::MongoStore;
 
 use crate::bank::{BankNs, BankSpec, Draw, Plan, REMOTE};
 use crate::outcome_log::{Logged, OutcomeLog};
@@ -158,17 +159,7 @@ async fn connect(args: &WorkerArgs, uri: &str) -> Result<MongoStore, String> {
         options.retry_writes = Some(false);
     }
     let client = mongodb::Client::with_options(options).map_err(|e| e.to_string())?;
-    let policy = if args.retries {
-        RetryPolicy {
-            max_attempts: 6,
-            base_delay: Duration::from_millis(20),
-            max_delay: Duration::from_millis(500),
-            budget: Duration::from_secs(4),
-        }
-    } else {
-        RetryPolicy::NONE
-    };
-    let mut builder = MongoStore::builder().retry_policy(policy);
+    let mut builder = MongoStore::builder();
     if args.unjournaled {
         builder = builder.write_concern(
             WriteConcern::builder()
@@ -197,7 +188,16 @@ async fn run_inner(args: WorkerArgs) -> Result<(), String> {
         Arc::new(OutcomeLog::open(&args.log).map_err(|e| format!("{}: {e}", args.log.display()))?);
     let ns = BankNs::new(&args.db);
     let config = CoordinatorConfig {
-        step_retries: if args.retries { 3 } else { 0 },
+        retry: if args.retries {
+            RetryPolicy {
+                max_attempts: 6,
+                base_delay: Duration::from_millis(20),
+                max_delay: Duration::from_millis(500),
+                budget: Duration::from_secs(4),
+            }
+        } else {
+            RetryPolicy::NONE
+        },
         ..CoordinatorConfig::default()
     };
     let build = |point: CommitPoint| {

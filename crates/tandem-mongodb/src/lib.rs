@@ -6,9 +6,12 @@
 //! Writes are acknowledged by a majority, journaled; reads use the `majority`
 //! read concern. Driver errors become [`StoreError`](tandem::store::StoreError)s
 //! whose [`kind`](tandem::store::StoreErrorKind) tells the protocol what happened
-//! (see [`error`]), and transient errors (network errors, failovers, write
-//! conflicts) are repeated with a jittered exponential backoff as the
-//! [`RetryPolicy`] allows. [`MongoStore::metrics`] counts the commands sent.
+//! (see [`error`]). The store sends each command once: a transient error
+//! (network error, failover, write conflict) is returned as
+//! [`Transient`](tandem::store::StoreErrorKind::Transient), and the
+//! coordinator repeats the step as its [`RetryPolicy`](tandem::RetryPolicy)
+//! allows, knowing what an unanswered step means for the protocol.
+//! [`MongoStore::metrics`] counts the commands sent.
 //!
 //! ```no_run
 //! use bson::doc;
@@ -37,8 +40,7 @@ mod store;
 
 pub use env::{store_from_env, URI_VARIABLE};
 pub use metrics::{Command, CommandCounts};
-pub use native::NativeOptions;
-pub use options::{MongoStoreBuilder, MongoStoreOptions, RetryPolicy};
+pub use options::{MongoStoreBuilder, MongoStoreOptions};
 pub use store::MongoStore;
 
 /// The driver, re-exported so that callers can name its types (e.g. a

@@ -58,9 +58,9 @@ impl fmt::Display for Command {
 
 /// A snapshot of a store's command counters, from [`MongoStore::metrics`](crate::MongoStore::metrics).
 ///
-/// Every attempt counts: a command repeated after a transient error counts
-/// once per time it was sent (and once in `retries` for each repeat). Clones
-/// of a store share their counters.
+/// Every command sent counts once, whether it succeeded or not (the store
+/// never repeats a command; the coordinator's repeats are commands of their
+/// own). Clones of a store share their counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CommandCounts {
@@ -88,9 +88,7 @@ pub struct CommandCounts {
     pub create_indexes: u64,
     /// All commands above.
     pub total: u64,
-    /// Attempts that repeated a command after a transient error (included in the counts above).
-    pub retries: u64,
-    /// Attempts that failed, for any reason (included in the counts above).
+    /// Commands that failed, for any reason (included in the counts above).
     pub failures: u64,
 }
 
@@ -127,7 +125,6 @@ pub(crate) struct Counters {
     find: AtomicU64,
     create_indexes: AtomicU64,
     total: AtomicU64,
-    retries: AtomicU64,
     failures: AtomicU64,
 }
 
@@ -148,12 +145,9 @@ impl Counters {
         }
     }
 
-    pub(crate) fn sent(&self, command: Command, retry: bool) {
+    pub(crate) fn sent(&self, command: Command) {
         self.slot(command).fetch_add(1, Ordering::Relaxed);
         self.total.fetch_add(1, Ordering::Relaxed);
-        if retry {
-            self.retries.fetch_add(1, Ordering::Relaxed);
-        }
     }
 
     pub(crate) fn failed(&self) {
@@ -175,7 +169,6 @@ impl Counters {
             find: get(&self.find),
             create_indexes: get(&self.create_indexes),
             total: get(&self.total),
-            retries: get(&self.retries),
             failures: get(&self.failures),
         }
     }

@@ -3,12 +3,13 @@
 //! Retries follow the drivers' convenient transaction API: the whole
 //! transaction is run again on `TransientTransactionError`, the commit alone on
 //! `UnknownTransactionCommitResult`, with jittered backoff, within a budget
-//! ([`NativeOptions::budget`], 120 s by default); `MaxTimeMSExpired` is never
-//! retried. Guards are checked inside the transaction, and a refusal is
+//! (the coordinator's [`RetryPolicy`], passed to
+//! [`Store::run_native`](tandem::Store::run_native)); `MaxTimeMSExpired` is
+//! never retried. Guards are checked inside the transaction, and a refusal is
 //! explained with [`DocumentChange::explain`], so the errors are the ones the
 //! two-phase strategy reports.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bson::{doc, Document};
 use mongodb::error::{
@@ -17,28 +18,9 @@ use mongodb::error::{
 use mongodb::options::{Acknowledgment, ReadConcern, TransactionOptions, WriteConcern};
 use mongodb::{Client, ClientSession, Collection};
 use tandem::store::{StoreError, StoreErrorKind};
-use tandem::{DocumentChange, NativeCommand, StepError};
+use tandem::{DocumentChange, NativeCommand, RetryPolicy, StepError};
 
 use crate::error::map_driver_error;
-
-/// Settings of native transactions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NativeOptions {
-    /// How long retries of one transaction may go on, in all.
-    pub budget: Duration,
-    /// The first backoff between retries (doubled each time, with jitter, up to 1 s).
-    pub base_delay: Duration,
-}
-
-impl Default for NativeOptions {
-    /// A 120-second budget, as the drivers' convenient transaction API; 10 ms first backoff.
-    fn default() -> Self {
-        NativeOptions {
-            budget: Duration::from_secs(120),
-            base_delay: Duration::from_millis(10),
-        }
-    }
-}
 
 /// The MongoDB code of `MaxTimeMSExpired`, which is never retried.
 const MAX_TIME_MS_EXPIRED: i32 = 50;
@@ -73,7 +55,7 @@ fn retryable(e: &DriverError, label: &str) -> bool {
 /// Runs `changes` in one transaction on `client`; `secrets` are redacted from messages.
 pub(crate) async fn run(
     client: &Client,
-    options: NativeOptions,
+    retry: RetryPolicy,
     secrets: &[String],
     changes: &[DocumentChange],
 ) -> Result<(), StepError> {
@@ -109,9 +91,11 @@ pub(crate) async fn run(
             }
             Err(Stop::Driver(e)) => {
                 let _ = session.abort_transaction().await;
-                if retryable(&e, TRANSIENT_TRANSACTION_ERROR) && within(started, options, attempt) {
-                    tokio::time::sleep(backoff(options, attempt)).await;
-                    continue 'transaction;
+                if retryable(&e, TRANSIENT_TRANSACTION_ERROR) {
+                    if let Some(d) = retry.next_delay(attempt, started.elapsed()) {
+                        tokio::time::sleep(d).await;
+                        continue 'transaction;
+                    }
                 }
                 return Err(failed(&e));
             }
@@ -121,16 +105,16 @@ pub(crate) async fn run(
                 Ok(()) => return Ok(()),
                 Err(e)
                     if retryable(&e, UNKNOWN_TRANSACTION_COMMIT_RESULT)
-                        && within(started, options, attempt) =>
+                        && retry.next_delay(attempt, started.elapsed()).is_some() =>
                 {
                     attempt += 1;
-                    tokio::time::sleep(backoff(options, attempt)).await;
+                    tokio::time::sleep(retry.jittered_backoff(attempt - 1)).await;
                 }
                 Err(e)
                     if retryable(&e, TRANSIENT_TRANSACTION_ERROR)
-                        && within(started, options, attempt) =>
+                        && retry.next_delay(attempt, started.elapsed()).is_some() =>
                 {
-                    tokio::time::sleep(backoff(options, attempt)).await;
+                    tokio::time::sleep(retry.jittered_backoff(attempt)).await;
                     continue 'transaction;
                 }
                 Err(e) => {
@@ -147,23 +131,6 @@ pub(crate) async fn run(
             }
         }
     }
-}
-
-fn within(started: Instant, options: NativeOptions, attempt: u32) -> bool {
-    started.elapsed() + backoff(options, attempt) < options.budget
-}
-
-fn backoff(options: NativeOptions, attempt: u32) -> Duration {
-    let exp = options
-        .base_delay
-        .saturating_mul(1 << attempt.saturating_sub(1).min(7))
-        .min(Duration::from_secs(1));
-    // Jitter between half and all of the delay.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    exp.mul_f64(0.5 + f64::from(nanos % 1000) / 2000.0)
 }
 
 /// The changes, one command each, inside the session's transaction.

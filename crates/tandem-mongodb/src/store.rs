@@ -23,8 +23,9 @@ use crate::options::{MongoStoreBuilder, MongoStoreOptions};
 
 /// A [`Store`] on a MongoDB deployment, through the official driver.
 ///
-/// Each [`Store`] method sends exactly one command (repeated only after a
-/// transient error, see [`RetryPolicy`](crate::RetryPolicy)):
+/// Each [`Store`] method sends exactly one command, once (a transient error
+/// is returned, and the coordinator repeats as its
+/// [`RetryPolicy`](tandem::RetryPolicy) allows):
 ///
 /// | method | command |
 /// | --- | --- |
@@ -177,65 +178,47 @@ impl MongoStore {
         .await
     }
 
-    /// Runs one command, repeating it after transient errors as the retry policy allows.
+    /// Sends one command once, counting it and logging its outcome. A
+    /// transient error is returned as it is: the coordinator decides whether
+    /// to repeat it ([`RetryPolicy`](tandem::RetryPolicy)), because only it
+    /// knows what an unanswered request means for the protocol.
     async fn run<T, F, Fut>(
         &self,
         command: Command,
         namespace: &str,
-        mut op: F,
+        op: F,
     ) -> Result<T, StoreError>
     where
-        F: FnMut() -> Fut + Send,
+        F: FnOnce() -> Fut + Send,
         Fut: Future<Output = mongodb::error::Result<T>> + Send,
         T: Send,
     {
-        let policy = self.inner.options.retry;
-        let started = Instant::now();
-        let mut attempt: u32 = 0;
-        loop {
-            attempt += 1;
-            self.inner.counters.sent(command, attempt > 1);
-            let t0 = Instant::now();
-            let result = op().await;
-            let duration_ms = duration_ms(t0.elapsed());
-            match result {
-                Ok(value) => {
-                    tracing::debug!(
-                        command = command.name(),
-                        namespace,
-                        attempt,
-                        duration_ms,
-                        "mongodb command succeeded"
-                    );
-                    return Ok(value);
-                }
-                Err(e) => {
-                    self.inner.counters.failed();
-                    let mut err = map_driver_error(&e, &self.inner.secrets);
-                    tracing::debug!(
-                        command = command.name(),
-                        namespace,
-                        attempt,
-                        duration_ms,
-                        error_kind = ?err.kind,
-                        error = %err.message,
-                        "mongodb command failed"
-                    );
-                    if err.kind == StoreErrorKind::Transient && attempt < policy.max_attempts {
-                        let delay = policy.jittered_backoff(attempt);
-                        if started.elapsed() + delay <= policy.budget {
-                            tokio::time::sleep(delay).await;
-                            continue;
-                        }
-                    }
-                    if attempt > 1 {
-                        err.message.push_str(&format!(
-                            " (gave up after {attempt} attempts in {} ms)",
-                            duration_ms_of(started)
-                        ));
-                    }
-                    return Err(err);
-                }
+        self.inner.counters.sent(command);
+        let t0 = Instant::now();
+        let result = op().await;
+        let duration_ms = duration_ms(t0.elapsed());
+        match result {
+            Ok(value) => {
+                tracing::debug!(
+                    command = command.name(),
+                    namespace,
+                    duration_ms,
+                    "mongodb command succeeded"
+                );
+                Ok(value)
+            }
+            Err(e) => {
+                self.inner.counters.failed();
+                let err = map_driver_error(&e, &self.inner.secrets);
+                tracing::debug!(
+                    command = command.name(),
+                    namespace,
+                    duration_ms,
+                    error_kind = ?err.kind,
+                    error = %err.message,
+                    "mongodb command failed"
+                );
+                Err(err)
             }
         }
     }
@@ -243,10 +226,6 @@ impl MongoStore {
 
 fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn duration_ms_of(start: Instant) -> u64 {
-    duration_ms(start.elapsed())
 }
 
 /// [`MongoStoreBuilder::connect`].
@@ -343,14 +322,12 @@ impl Store for MongoStore {
         true
     }
 
-    async fn run_native(&self, changes: &[DocumentChange]) -> Result<(), StepError> {
-        crate::native::run(
-            &self.inner.client,
-            self.inner.options.native,
-            &self.inner.secrets,
-            changes,
-        )
-        .await
+    async fn run_native(
+        &self,
+        changes: &[DocumentChange],
+        retry: tandem::RetryPolicy,
+    ) -> Result<(), StepError> {
+        crate::native::run(&self.inner.client, retry, &self.inner.secrets, changes).await
     }
 
     async fn count(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {

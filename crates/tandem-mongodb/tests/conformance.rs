@@ -308,28 +308,24 @@ fn shopping_documents(db: &str) -> Vec<(Namespace, Document)> {
 /// recovery, and after recovery the invariants hold.
 #[tokio::test]
 async fn protocol_runs_under_faults_end_with_the_invariants_holding() {
-    // Faults the store's retries absorb.
-    faults_case(None, 1).await;
+    // Faults the coordinator's retries absorb.
+    faults_case(tandem::RetryPolicy::default(), 1).await;
 }
 
-/// With the store's retries off and a fault that outlasts the coordinator's own
-/// retries, steps really fail: transactions are canceled or left to recovery.
+/// With the coordinator's retries off and a fault that lasts, steps really
+/// fail: transactions are canceled or left to recovery.
 #[tokio::test]
 async fn protocol_runs_under_lasting_faults_end_with_the_invariants_holding() {
-    faults_case(Some(tandem_mongodb::RetryPolicy::NONE), 10).await;
+    faults_case(tandem::RetryPolicy::NONE, 10).await;
 }
 
-async fn faults_case(retry: Option<tandem_mongodb::RetryPolicy>, times: i32) {
+async fn faults_case(retry: tandem::RetryPolicy, times: i32) {
     let app = unique_name("faults");
     let Some(uri) = mongodb_uri() else { return };
-    let mut builder = MongoStore::builder()
+    let store = MongoStore::builder()
         .server_selection_timeout(Duration::from_secs(10))
-        .app_name(&app);
-    if let Some(retry) = retry {
-        builder = builder.retry_policy(retry);
-    }
-    let store = builder
-        // The driver's own single retry off too, so every fault reaches the store.
+        .app_name(&app)
+        // The driver's own single retry off, so every fault reaches the coordinator.
         .connect(&fast_uri(&with_option(
             &uri,
             "retryWrites=false&retryReads=false",
@@ -371,6 +367,7 @@ async fn faults_case(retry: Option<tandem_mongodb::RetryPolicy>, times: i32) {
                 .commit_point(CommitPoint::Done)
                 .lease(lease)
                 .clock_margin(Duration::ZERO)
+                .retry(retry)
                 .build();
             fail_times(&admin, &app, &[command], fault.clone(), times).await;
             let result = coordinator.run(shopping(&db)).await;
@@ -432,8 +429,8 @@ async fn faults_case(retry: Option<tandem_mongodb::RetryPolicy>, times: i32) {
         }
     }
     println!(
-        "fault cases on MongoDB (store retries {}, fault {times}x): {cases}, outcomes {outcomes:?}",
-        if retry.is_some() { "off" } else { "on" }
+        "fault cases on MongoDB (at most {} attempts, fault {times}x): {cases}, outcomes {outcomes:?}",
+        retry.max_attempts
     );
     assert_eq!(cases, 5 * faults.len());
 }

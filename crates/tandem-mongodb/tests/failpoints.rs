@@ -1,4 +1,6 @@
-//! Retries of transient errors, provoked with the server's `failCommand` failpoint.
+//! Transient errors, provoked with the server's `failCommand` failpoint: the
+//! store sends each command once and says what failed; the coordinator
+//! repeats as its [`RetryPolicy`] allows.
 //!
 //! Failpoints are global to the server, so every case runs in order inside one
 //! test, and each failpoint only hits commands from this test's own
@@ -13,13 +15,14 @@ use std::time::{Duration, Instant};
 use bson::{doc, Document};
 use futures::FutureExt;
 use tandem::store::{FindOptions, Namespace, ReturnDocument, Store, StoreErrorKind};
-use tandem_mongodb::{MongoStore, RetryPolicy};
+use tandem::{CommitPoint, Coordinator, DocumentChange, RetryPolicy, Transaction, TxState};
+use tandem_mongodb::MongoStore;
 
 struct Fixture {
     /// Configures failpoints; has no application name, so failpoints never hit it.
     admin: mongodb::Client,
     /// The store under test, with its own application name. Its client has the
-    /// driver's own retries off, so every repeat counted is the store's.
+    /// driver's own retries off, so every fault reaches the store.
     store: MongoStore,
     /// A store with the same application name whose client keeps the driver's
     /// retryable reads and writes (the default).
@@ -120,7 +123,7 @@ fn policy() -> RetryPolicy {
 }
 
 #[tokio::test]
-async fn transient_errors_are_retried_and_others_are_not() {
+async fn transient_errors_are_reported_once_and_repeated_by_the_coordinator() {
     let Some(uri) = common::mongodb_uri() else {
         return;
     };
@@ -130,15 +133,13 @@ async fn transient_errors_are_retried_and_others_are_not() {
     let store = MongoStore::builder()
         .app_name(app_name.clone())
         .server_selection_timeout(Duration::from_secs(10))
-        .retry_policy(policy())
         .connect(&with_options(&uri, "retryWrites=false&retryReads=false"))
         .await
         .unwrap();
     let driver_retrying = MongoStore::builder()
         .app_name(app_name.clone())
         .server_selection_timeout(Duration::from_secs(10))
-        .retry_policy(policy())
-        .connect(&uri)
+        .connect(&with_options(&uri, "retryWrites=true"))
         .await
         .unwrap();
     let fx = Fixture {
@@ -155,25 +156,31 @@ async fn transient_errors_are_retried_and_others_are_not() {
         ("failpoints_are_scoped_by_app_name", |fx| {
             Box::pin(scoped_by_app_name(fx))
         }),
-        ("close_connection_on_update_is_retried", |fx| {
-            Box::pin(close_connection_on_update(fx))
-        }),
-        ("shutdown_in_progress_without_label_is_retried", |fx| {
+        (
+            "close_connection_on_update_is_transient_and_sent_once",
+            |fx| Box::pin(close_connection_on_update(fx)),
+        ),
+        ("shutdown_in_progress_without_label_is_transient", |fx| {
             Box::pin(shutdown_without_label(fx))
         }),
-        ("shutdown_in_progress_with_label_is_retried", |fx| {
-            Box::pin(shutdown_with_label(fx))
-        }),
-        ("transient_codes_on_every_command_are_retried", |fx| {
+        (
+            "shutdown_in_progress_with_label_is_repeated_by_the_driver",
+            |fx| Box::pin(shutdown_with_label(fx)),
+        ),
+        ("transient_codes_on_every_command_are_transient", |fx| {
             Box::pin(every_command(fx))
         }),
-        ("write_concern_error_is_retried", |fx| {
-            Box::pin(write_concern_error(fx))
-        }),
-        ("non_retryable_code_is_not_retried", |fx| {
+        (
+            "write_concern_error_is_transient_though_the_write_landed",
+            |fx| Box::pin(write_concern_error(fx)),
+        ),
+        ("non_retryable_code_keeps_its_kind", |fx| {
             Box::pin(non_retryable(fx))
         }),
-        ("exhausted_budget_returns_the_transient_error", |fx| {
+        ("the_coordinator_repeats_what_failed_transiently", |fx| {
+            Box::pin(coordinator_repeats(fx))
+        }),
+        ("the_coordinator_gives_up_as_its_policy_says", |fx| {
             Box::pin(exhausted(fx))
         }),
     ];
@@ -244,22 +251,23 @@ async fn scoped_by_app_name(fx: &Fixture) {
 
 async fn close_connection_on_update(fx: &Fixture) {
     fx.fail_times(
-        2,
+        1,
         doc! { "failCommands": ["update"], "closeConnection": true },
     )
     .await;
     let before = fx.store.metrics();
-    fx.inc().await.unwrap();
+    let err = fx.inc().await.unwrap_err();
     let after = fx.store.metrics();
-    assert_eq!(after.retries - before.retries, 2, "{before:?} -> {after:?}");
-    assert_eq!(after.update_one - before.update_one, 3);
-    // The connection closed before the command ran: applied exactly once.
-    assert_eq!(fx.n().await, 1);
+    assert_eq!(err.kind, StoreErrorKind::Transient, "{err}");
+    assert_eq!(after.update_one - before.update_one, 1, "sent once");
+    assert_eq!(after.failures - before.failures, 1);
+    // The connection closed before the command ran.
+    assert_eq!(fx.n().await, 0);
 
-    // With the driver's retryable writes on, the driver repeats once itself
-    // (exactly once, by transaction number) and the store repeats the rest.
+    // With the driver's retryable writes on, the driver repeats once itself,
+    // exactly once by transaction number, inside the one command counted.
     fx.fail_times(
-        3,
+        1,
         doc! { "failCommands": ["update"], "closeConnection": true },
     )
     .await;
@@ -268,42 +276,27 @@ async fn close_connection_on_update(fx: &Fixture) {
         .await
         .unwrap();
     let after = fx.driver_retrying.metrics();
-    assert!(after.retries > before.retries, "{before:?} -> {after:?}");
-    assert_eq!(fx.n().await, 2);
+    assert_eq!(after.update_one - before.update_one, 1);
+    assert_eq!(fx.n().await, 1);
 }
 
 async fn shutdown_without_label(fx: &Fixture) {
     // The store's client sends no transaction number (retryWrites=false), so
     // the server adds no RetryableWriteError label, and the driver does not retry.
-    fx.fail_times(2, doc! { "failCommands": ["update"], "errorCode": 91 })
+    fx.fail_times(1, doc! { "failCommands": ["update"], "errorCode": 91 })
         .await;
     let before = fx.store.metrics();
-    fx.inc().await.unwrap();
+    let err = fx.inc().await.unwrap_err();
     let after = fx.store.metrics();
-    assert_eq!(after.retries - before.retries, 2, "{before:?} -> {after:?}");
-    assert_eq!(after.update_one - before.update_one, 3);
-    assert_eq!(fx.n().await, 1);
+    assert_eq!(err.kind, StoreErrorKind::Transient, "{err}");
+    assert_eq!(err.code, Some(91));
+    assert_eq!(after.update_one - before.update_one, 1);
+    assert_eq!(fx.n().await, 0);
 }
 
 async fn shutdown_with_label(fx: &Fixture) {
     fx.fail_times(
-        3,
-        doc! {
-            "failCommands": ["update"],
-            "errorCode": 91,
-            "errorLabels": ["RetryableWriteError"],
-        },
-    )
-    .await;
-    let before = fx.store.metrics();
-    fx.inc().await.unwrap();
-    let after = fx.store.metrics();
-    assert_eq!(after.retries - before.retries, 3, "{before:?} -> {after:?}");
-    assert_eq!(fx.n().await, 1);
-
-    // The same through a client with the driver's retryable writes.
-    fx.fail_times(
-        3,
+        1,
         doc! {
             "failCommands": ["update"],
             "errorCode": 91,
@@ -316,8 +309,12 @@ async fn shutdown_with_label(fx: &Fixture) {
         .await
         .unwrap();
     let after = fx.driver_retrying.metrics();
-    assert!(after.retries > before.retries, "{before:?} -> {after:?}");
-    assert_eq!(fx.n().await, 2);
+    assert_eq!(after.update_one - before.update_one, 1);
+    assert_eq!(
+        after.failures, before.failures,
+        "the driver's repeat succeeded"
+    );
+    assert_eq!(fx.n().await, 1);
 }
 
 async fn every_command(fx: &Fixture) {
@@ -325,21 +322,35 @@ async fn every_command(fx: &Fixture) {
     let codes = [
         11600, 10107, 112, 189, 11602, 13435, 13436, 9001, 89, 262, 6, 7,
     ];
+    let transient = |what: &str, code: i32, e: tandem::store::StoreError| {
+        assert_eq!(
+            e.kind,
+            StoreErrorKind::Transient,
+            "{what} after {code}: {e}"
+        );
+    };
+    let before = fx.store.metrics();
     for (i, code) in codes.into_iter().enumerate() {
         let id = format!("doc{i}");
         fx.fail_times(1, doc! { "failCommands": ["insert"], "errorCode": code })
             .await;
+        let e = fx
+            .store
+            .insert_one(&ns, doc! { "_id": &id, "v": 0 })
+            .await
+            .unwrap_err();
+        transient("insert", code, e);
         fx.store
             .insert_one(&ns, doc! { "_id": &id, "v": 0 })
             .await
-            .unwrap_or_else(|e| panic!("insert after {code}: {e}"));
+            .unwrap();
 
         fx.fail_times(
             1,
             doc! { "failCommands": ["findAndModify"], "errorCode": code },
         )
         .await;
-        let after = fx
+        let e = fx
             .store
             .find_one_and_update(
                 &ns,
@@ -349,44 +360,51 @@ async fn every_command(fx: &Fixture) {
                 false,
             )
             .await
-            .unwrap_or_else(|e| panic!("findAndModify after {code}: {e}"));
-        assert_eq!(after, Some(doc! { "_id": &id, "v": 1 }));
+            .unwrap_err();
+        transient("findAndModify", code, e);
 
         fx.fail_times(1, doc! { "failCommands": ["find"], "errorCode": code })
             .await;
-        let found = fx
+        let e = fx
             .store
             .find(&ns, doc! { "_id": &id }, FindOptions::default())
             .await
-            .unwrap_or_else(|e| panic!("find after {code}: {e}"));
-        assert_eq!(found.len(), 1);
+            .unwrap_err();
+        transient("find", code, e);
 
         fx.fail_times(1, doc! { "failCommands": ["delete"], "errorCode": code })
             .await;
-        let deleted = fx
+        let e = fx
             .store
             .delete_one(&ns, doc! { "_id": &id })
             .await
-            .unwrap_or_else(|e| panic!("delete after {code}: {e}"));
-        assert_eq!(deleted, 1);
+            .unwrap_err();
+        transient("delete", code, e);
+        // Nothing ran: the document is as inserted.
+        let found = fx.store.find_one(&ns, doc! { "_id": &id }).await.unwrap();
+        assert_eq!(found, Some(doc! { "_id": &id, "v": 0 }), "after {code}");
     }
     let m = fx.store.metrics();
-    assert!(m.retries >= codes.len() as u64, "{m:?}");
+    assert_eq!(
+        m.failures - before.failures,
+        4 * codes.len() as u64,
+        "each failed command sent once: {m:?}"
+    );
 }
 
 async fn write_concern_error(fx: &Fixture) {
-    // The write is applied but not acknowledged as asked: repeating the
-    // (idempotent) write is what the protocol relies on.
+    // The write is applied but not acknowledged as asked: the answer is an
+    // error whose outcome is unknown, and the write is there.
     fx.fail_times(
-        2,
+        1,
         doc! {
             "failCommands": ["update"],
             "writeConcernError": { "code": 91, "errmsg": "shutdown in progress" },
         },
     )
     .await;
-    let before = fx.store.metrics();
-    fx.store
+    let err = fx
+        .store
         .update_one(
             &fx.ns(),
             doc! { "_id": "counter" },
@@ -394,9 +412,9 @@ async fn write_concern_error(fx: &Fixture) {
             false,
         )
         .await
-        .unwrap();
-    let after = fx.store.metrics();
-    assert!(after.retries > before.retries, "{before:?} -> {after:?}");
+        .unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::Transient, "{err}");
+    assert!(err.kind.outcome_unknown());
     assert_eq!(fx.n().await, 42);
 }
 
@@ -409,10 +427,9 @@ async fn non_retryable(fx: &Fixture) {
     assert_eq!(err.kind, StoreErrorKind::BadRequest, "{err}");
     assert_eq!(err.code, Some(2));
     assert_eq!(after.update_one - before.update_one, 1, "sent once");
-    assert_eq!(after.retries, before.retries);
     assert_eq!(fx.n().await, 0);
 
-    // Another non-transient code keeps its code and is not retried either.
+    // Another non-transient code keeps its code too.
     fx.fail_times(
         1,
         doc! { "failCommands": ["findAndModify"], "errorCode": 14 },
@@ -431,51 +448,86 @@ async fn non_retryable(fx: &Fixture) {
         .unwrap_err();
     assert_eq!(err.kind, StoreErrorKind::TypeMismatch, "{err}");
     assert_eq!(err.code, Some(14));
-    assert_eq!(fx.store.metrics().retries, before.retries);
     assert_eq!(fx.n().await, 0);
 }
 
+/// A coordinator over the fixture's store, in its own database, with `retry`.
+fn coordinator(fx: &Fixture, retry: RetryPolicy) -> Coordinator {
+    Coordinator::builder(fx.store.clone())
+        .database(&fx.db)
+        .commit_point(CommitPoint::Done)
+        .lease(Duration::from_secs(2))
+        .clock_margin(Duration::from_millis(100))
+        .retry(retry)
+        .build()
+}
+
+/// Takes one from the counter, guarded: a debit, applied at the apply step.
+fn debit(fx: &Fixture) -> Transaction {
+    Transaction::new().change(
+        DocumentChange::update(fx.ns(), "counter")
+            .inc("n", -1_i64)
+            .require_gte("n", -100_i64),
+    )
+}
+
+async fn coordinator_repeats(fx: &Fixture) {
+    let run = coordinator(fx, policy());
+    // Two lost connections on the protocol's updates: the coordinator repeats
+    // them, and the debit lands once.
+    fx.fail_times(
+        2,
+        doc! { "failCommands": ["update"], "closeConnection": true },
+    )
+    .await;
+    let before = fx.store.metrics();
+    let receipt = run.run(debit(fx)).await.unwrap();
+    let after = fx.store.metrics();
+    // Done, or applied with its clearing left to recovery when a lost answer
+    // was the apply's (its first copy might still land until the deadline).
+    assert!(
+        matches!(receipt.state, TxState::Done | TxState::Applied),
+        "{receipt:?}"
+    );
+    assert_eq!(
+        after.failures - before.failures,
+        2,
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(fx.n().await, -1);
+    run.drain().await;
+}
 async fn exhausted(fx: &Fixture) {
     fx.fail(
         "alwaysOn".into(),
         doc! { "failCommands": ["update"], "errorCode": 112 },
     )
     .await;
-    let before = fx.store.metrics();
-    let err = fx.inc().await.unwrap_err();
-    let after = fx.store.metrics();
-    assert_eq!(err.kind, StoreErrorKind::Transient, "{err}");
-    assert_eq!(err.code, Some(112));
-    assert_eq!(
-        after.update_one - before.update_one,
-        u64::from(policy().max_attempts)
+    let run = coordinator(fx, policy());
+    let err = run.run(debit(fx)).await.unwrap_err();
+    let text = format!("{err:?}");
+    assert!(
+        text.contains(&format!("gave up after {} attempts", policy().max_attempts)),
+        "{text}"
     );
+    assert_eq!(fx.n().await, 0, "the debit never landed");
 
     // A short budget stops earlier than max_attempts.
-    let tight = MongoStore::builder()
-        .app_name(fx.app_name.clone())
-        .retry_policy(RetryPolicy {
+    let tight = coordinator(
+        fx,
+        RetryPolicy {
             max_attempts: 100,
             base_delay: Duration::from_millis(50),
             max_delay: Duration::from_millis(50),
             budget: Duration::from_millis(200),
-        })
-        .connect(&fx.uri)
-        .await
-        .unwrap();
+        },
+    );
+    let before = fx.store.metrics();
     let started = Instant::now();
-    let err = tight
-        .update_one(
-            &fx.ns(),
-            doc! { "_id": "counter" },
-            doc! { "$inc": { "n": 1 } },
-            false,
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind, StoreErrorKind::Transient, "{err}");
-    assert!(started.elapsed() < Duration::from_secs(5));
-    let m = tight.metrics();
-    assert!(m.update_one >= 2 && m.update_one < 100, "{m:?}");
+    let err = tight.run(debit(fx)).await.unwrap_err();
+    let after = fx.store.metrics();
+    assert!(format!("{err:?}").contains("gave up after"), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert!(after.failures - before.failures < 100, "{after:?}");
     assert_eq!(fx.n().await, 0);
 }

@@ -96,10 +96,10 @@ pub struct CoordinatorConfig {
     pub strategy: Strategy,
     /// The most participants one transaction may have.
     pub max_participants: usize,
-    /// How many times a step failing transiently is repeated.
-    pub step_retries: u32,
-    /// The first backoff delay between repeats.
-    pub retry_delay: Duration,
+    /// How a store request that failed transiently is repeated: the one retry
+    /// policy (stores never repeat a request themselves), also the backoff of
+    /// [`ConflictPolicy::Wait`].
+    pub retry: crate::RetryPolicy,
     /// With [`CommitPoint::Applied`]: how long the background finisher may
     /// hold a committed transaction, waiting for more to finish together with
     /// it (group commit). Zero, the default, finishes at once what is waiting.
@@ -125,8 +125,7 @@ impl Default for CoordinatorConfig {
             conflict: ConflictPolicy::default(),
             strategy: Strategy::default(),
             max_participants: 64,
-            step_retries: 3,
-            retry_delay: Duration::from_millis(20),
+            retry: crate::RetryPolicy::default(),
             finish_delay: Duration::ZERO,
         }
     }

@@ -110,18 +110,22 @@ impl Engine {
         }
     }
 
-    /// Runs a store call again while it fails transiently, within the configured attempts.
+    /// Runs a store call again while it fails transiently, as the retry policy allows.
     pub async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T, StoreError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, StoreError>>,
     {
+        let started = tokio::time::Instant::now();
         let mut attempt = 0;
         loop {
+            attempt += 1;
             match call().await {
-                Err(e) if e.kind.is_retryable() && attempt < self.config.step_retries => {
-                    attempt += 1;
-                    tokio::time::sleep(backoff(self.config.retry_delay, attempt)).await;
+                Err(e) if e.kind.is_retryable() => {
+                    match self.config.retry.next_delay(attempt, started.elapsed()) {
+                        Some(delay) => tokio::time::sleep(delay).await,
+                        None => return Err(gave_up(e, attempt, started)),
+                    }
                 }
                 other => return other,
             }
@@ -318,7 +322,7 @@ impl Engine {
         let mut attempt = 0;
         let started = tokio::time::Instant::now();
         loop {
-            let result = match step {
+            let mut result = match step {
                 Step::Apply => p.apply(ctx).await,
                 Step::Compensate => p.compensate(ctx).await,
                 Step::Clear => p.clear_marker(ctx).await,
@@ -334,16 +338,29 @@ impl Engine {
                 // The request may have landed, or may land later, until the deadline.
                 party.in_doubt.store(true, Ordering::SeqCst);
             }
-            let again = match (&result, self.config.conflict) {
+            let delay = match (&result, self.config.conflict) {
                 (Err(StepError::Store { source, .. }), _) if source.kind.is_retryable() => {
-                    attempt <= self.config.step_retries
+                    self.config.retry.next_delay(attempt, started.elapsed())
                 }
-                (Err(StepError::Conflict { .. }), ConflictPolicy::Wait { timeout }) => {
-                    matches!(step, Step::Apply) && started.elapsed() < timeout
+                (Err(StepError::Conflict { .. }), ConflictPolicy::Wait { timeout })
+                    if matches!(step, Step::Apply) && started.elapsed() < timeout =>
+                {
+                    // Never a busy loop, even under a policy without delays.
+                    Some(
+                        self.config
+                            .retry
+                            .jittered_backoff(attempt)
+                            .max(Duration::from_millis(1)),
+                    )
                 }
-                _ => false,
+                _ => None,
             };
-            if !again {
+            let Some(delay) = delay else {
+                if let Err(StepError::Store { source, .. }) = &mut result {
+                    if source.kind.is_retryable() && attempt > 1 {
+                        *source = gave_up(source.clone(), attempt, started);
+                    }
+                }
                 if let Err(e) = &result {
                     self.emit(TxEvent::StepFailed {
                         id: live.id.clone(),
@@ -352,8 +369,8 @@ impl Engine {
                     });
                 }
                 return result;
-            }
-            tokio::time::sleep(backoff(self.config.retry_delay, attempt)).await;
+            };
+            tokio::time::sleep(delay).await;
         }
     }
 
@@ -702,11 +719,15 @@ fn interrupted_by(
     }
 }
 
-/// Exponential backoff with jitter: `base * 2^(attempt-1)`, scaled by a random factor in [0.5, 1.5).
-pub(crate) fn backoff(base: Duration, attempt: u32) -> Duration {
-    let exp = base.saturating_mul(1 << attempt.saturating_sub(1).min(10));
-    let jitter = 0.5 + (random_u64() % 1000) as f64 / 1000.0;
-    exp.mul_f64(jitter).min(Duration::from_secs(5))
+/// The last transient error of a request the retry policy gave up on, saying so.
+fn gave_up(mut e: StoreError, attempts: u32, started: tokio::time::Instant) -> StoreError {
+    if attempts > 1 {
+        e.message.push_str(&format!(
+            " (gave up after {attempts} attempts in {} ms)",
+            started.elapsed().as_millis()
+        ));
+    }
+    e
 }
 
 /// 64 random bits: a fresh hasher keyed from the OS's randomness (std's

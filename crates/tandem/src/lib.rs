@@ -17,6 +17,7 @@ mod query;
 mod reads;
 pub mod record;
 mod recovery;
+mod retry;
 pub mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -37,6 +38,7 @@ pub use participant::{Participant, ParticipantKinds, StepContext, StepUpdate, St
 pub use reads::{ReadDocuments, ReadFuture};
 pub use record::{TxId, TxRecord, TxState};
 pub use recovery::{RecoveryReport, RecoveryWorker};
+pub use retry::RetryPolicy;
 pub use store::{Namespace, Store, StoreError, StoreErrorKind};
 pub use typed::{Embedded, Field, FieldPath, Numeric, ParticipantDocument};
 

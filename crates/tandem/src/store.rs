@@ -178,6 +178,12 @@ impl StoreError {
 /// Implementations must make every method atomic on the one document it
 /// touches, as MongoDB does. See the [module documentation](self) for the
 /// filter and update operators they must understand.
+///
+/// Each call sends its request once. A request whose outcome is unknown
+/// (network error, failover) is returned as
+/// [`Transient`](StoreErrorKind::Transient), never repeated inside the call:
+/// the coordinator repeats it ([`RetryPolicy`](crate::RetryPolicy)), and must
+/// know that an earlier copy may still land.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// A short name for logs and metrics, e.g. `"memory"` or `"mongodb"`.
@@ -286,7 +292,17 @@ pub trait Store: Send + Sync + 'static {
     /// nothing, with the same guards and typed refusals as the two-phase protocol
     /// (see [`DocumentChange::native_command`] and [`DocumentChange::explain`]).
     /// Stores without native transactions refuse.
-    async fn run_native(&self, changes: &[DocumentChange]) -> Result<(), StepError> {
+    ///
+    /// `retry` bounds how often the store runs the transaction again after a
+    /// transient transaction error, and repeats its commit after an unknown
+    /// commit result (the coordinator's [`RetryPolicy`](crate::RetryPolicy)):
+    /// only the store can repeat a commit within its session.
+    async fn run_native(
+        &self,
+        changes: &[DocumentChange],
+        retry: crate::RetryPolicy,
+    ) -> Result<(), StepError> {
+        let _ = retry;
         let participant = changes.first().map(|c| c.label()).unwrap_or_default();
         Err(StepError::Store {
             participant,
@@ -382,8 +398,12 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     fn supports_native(&self) -> bool {
         (**self).supports_native()
     }
-    async fn run_native(&self, changes: &[DocumentChange]) -> Result<(), StepError> {
-        (**self).run_native(changes).await
+    async fn run_native(
+        &self,
+        changes: &[DocumentChange],
+        retry: crate::RetryPolicy,
+    ) -> Result<(), StepError> {
+        (**self).run_native(changes, retry).await
     }
     async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {
         (**self).ensure_index(ns, index).await

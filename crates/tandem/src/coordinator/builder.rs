@@ -91,6 +91,14 @@ impl CoordinatorBuilder {
         self
     }
 
+    /// How store requests that failed transiently are repeated (see
+    /// [`RetryPolicy`](crate::RetryPolicy)); [`RetryPolicy::NONE`](crate::RetryPolicy::NONE)
+    /// returns the first error.
+    pub fn retry(mut self, policy: crate::RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
     /// The most participants per transaction.
     pub fn max_participants(mut self, n: usize) -> Self {
         self.config.max_participants = n;

@@ -127,7 +127,7 @@ impl Coordinator {
                 store.name()
             )));
         }
-        let result = match store.run_native(&changes).await {
+        let result = match store.run_native(&changes, self.engine.config.retry).await {
             Ok(()) => Ok(Receipt {
                 id,
                 strategy: Strategy::Native,

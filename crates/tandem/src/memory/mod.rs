@@ -393,7 +393,13 @@ impl Store for MemoryStore {
         true
     }
 
-    async fn run_native(&self, changes: &[DocumentChange]) -> Result<(), StepError> {
+    async fn run_native(
+        &self,
+        changes: &[DocumentChange],
+        retry: crate::RetryPolicy,
+    ) -> Result<(), StepError> {
+        // One call, under the store's lock: nothing can fail transiently.
+        let _ = retry;
         self.count();
         self.native(changes)
     }
