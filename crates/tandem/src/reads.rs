@@ -173,9 +173,25 @@ impl Coordinator {
     ///
     /// A document with a transaction in flight is left as it is, and the
     /// answer is [`StoreErrorKind::InFlight`]: replacing it would take away
-    /// the markers its transaction counts on. Meant for setting up and
-    /// resetting data (examples, fixtures), not as a way around transactions.
+    /// the markers its transaction counts on. A transaction this coordinator
+    /// committed and is still finishing in the background does not count:
+    /// `put` then waits for the finishing ([`drain`](Coordinator::drain)) and
+    /// tries once more. Meant for setting up and resetting data (examples,
+    /// fixtures), not as a way around transactions.
     pub async fn put<D>(&self, doc: &D) -> Result<(), StoreError>
+    where
+        D: ParticipantDocument + Serialize,
+    {
+        match self.put_once(doc).await {
+            Err(e) if e.kind == StoreErrorKind::InFlight => {
+                self.drain().await;
+                self.put_once(doc).await
+            }
+            other => other,
+        }
+    }
+
+    async fn put_once<D>(&self, doc: &D) -> Result<(), StoreError>
     where
         D: ParticipantDocument + Serialize,
     {

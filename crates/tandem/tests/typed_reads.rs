@@ -70,7 +70,7 @@ async fn typed_reads_skip_placeholders_and_see_transactions_in_flight() {
             &ns,
             doc! { "_id": "o-1" },
             doc! { "$push": { "pendingTransactions": "t-7#0123456789ab" } },
-            false,
+            tandem::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -161,7 +161,7 @@ async fn the_generated_functions_read_and_write_typed_documents() {
             &ns,
             doc! { "_id": "o-2" },
             doc! { "$push": { "pendingTransactions": "t-7#0123456789ab" } },
-            false,
+            tandem::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -188,4 +188,44 @@ async fn the_generated_functions_read_and_write_typed_documents() {
         .unwrap()
         .unwrap();
     assert!(raw.get("amount").is_none(), "{raw}");
+}
+
+/// Right after `run` answers at the commit point, the background finisher may
+/// not have cleared the markers yet: `put` waits for it rather than refusing
+/// a document whose transaction is already committed.
+#[tokio::test]
+async fn put_waits_for_this_coordinators_finishing() {
+    let store = MemoryStore::new();
+    let coordinator = Coordinator::builder(store.clone()).database("shop").build();
+    coordinator.insert(&order("o-1", 30)).await.unwrap();
+    coordinator
+        .run(Transaction::new().change(Order::change("o-1").set_state("paid".to_owned())))
+        .await
+        .unwrap();
+    // Nothing has yielded to the finisher yet: the marker is still there.
+    assert!(coordinator.in_flight::<Order, _>("o-1").await.unwrap());
+    coordinator.put(&order("o-1", 45)).await.unwrap();
+    assert_eq!(
+        coordinator.get::<Order, _>("o-1").await.unwrap(),
+        Some(order("o-1", 45))
+    );
+
+    // A transaction in flight that is not this coordinator's to finish is
+    // still refused, and the document is left as it is.
+    let ns = coordinator.namespace_of::<Order>();
+    store
+        .update_one(
+            &ns,
+            doc! { "_id": "o-1" },
+            doc! { "$push": { "pendingTransactions": "t-7#0123456789ab" } },
+            tandem::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let err = coordinator.put(&order("o-1", 99)).await.unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::InFlight, "{err}");
+    assert_eq!(
+        coordinator.get::<Order, _>("o-1").await.unwrap(),
+        Some(order("o-1", 45))
+    );
 }
