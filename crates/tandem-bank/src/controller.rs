@@ -796,7 +796,7 @@ async fn sabotage(store: &MongoStore, ns: &BankNs) {
             &ns.accounts(),
             doc! { "_id": &id },
             doc! { "$inc": { "balance": 7_i64 } },
-            false,
+            tandem::store::UpdateOptions::default(),
         )
         .await
     {

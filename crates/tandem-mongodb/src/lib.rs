@@ -15,7 +15,7 @@
 //!
 //! ```no_run
 //! use bson::doc;
-//! use tandem::store::{Namespace, Store};
+//! use tandem::store::{Namespace, Store, UpdateOptions};
 //! use tandem_mongodb::MongoStore;
 //!
 //! # async fn example() -> Result<(), tandem::store::StoreError> {
@@ -23,7 +23,7 @@
 //! let accounts = Namespace::new("bank", "accounts");
 //! store.insert_one(&accounts, doc! { "_id": "alice", "balance": 100 }).await?;
 //! let outcome = store
-//!     .update_one(&accounts, doc! { "_id": "alice" }, doc! { "$inc": { "balance": -30 } }, false)
+//!     .update_one(&accounts, doc! { "_id": "alice" }, doc! { "$inc": { "balance": -30 } }, UpdateOptions::default())
 //!     .await?;
 //! assert_eq!(outcome.modified, 1);
 //! println!("server time: {}, commands sent: {}", store.now().await?, store.metrics().total);

@@ -4,7 +4,7 @@
 //! transaction is run again on `TransientTransactionError`, the commit alone on
 //! `UnknownTransactionCommitResult`, with jittered backoff, within a budget
 //! (the coordinator's [`RetryPolicy`], passed to
-//! [`Store::run_native`](tandem::Store::run_native)); `MaxTimeMSExpired` is
+//! [`NativeTransactions::run_native`](tandem::NativeTransactions::run_native)); `MaxTimeMSExpired` is
 //! never retried. Guards are checked inside the transaction, and a refusal is
 //! explained with [`DocumentChange::explain`], so the errors are the ones the
 //! two-phase strategy reports.

@@ -318,16 +318,8 @@ impl Store for MongoStore {
         "mongodb"
     }
 
-    fn supports_native(&self) -> bool {
-        true
-    }
-
-    async fn run_native(
-        &self,
-        changes: &[DocumentChange],
-        retry: tandem::RetryPolicy,
-    ) -> Result<(), StepError> {
-        crate::native::run(&self.inner.client, retry, &self.inner.secrets, changes).await
+    fn native(&self) -> Option<&dyn tandem::NativeTransactions> {
+        Some(self)
     }
 
     async fn count(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
@@ -399,7 +391,7 @@ impl Store for MongoStore {
         ns: &Namespace,
         filter: Document,
         update: Document,
-        upsert: bool,
+        options: tandem::store::UpdateOptions,
     ) -> Result<UpdateOutcome, StoreError> {
         let coll = self.collection(ns);
         let ns_name = ns.to_string();
@@ -407,7 +399,7 @@ impl Store for MongoStore {
             let coll = coll.clone();
             let filter = filter.clone();
             let update = update.clone();
-            async move { coll.update_one(filter, update).upsert(upsert).await }
+            async move { coll.update_one(filter, update).upsert(options.upsert).await }
         })
         .await
         .map(outcome)
@@ -459,12 +451,11 @@ impl Store for MongoStore {
         ns: &Namespace,
         filter: Document,
         update: Document,
-        ret: ReturnDocument,
-        upsert: bool,
+        options: tandem::store::FindOneAndUpdateOptions,
     ) -> Result<Option<Document>, StoreError> {
         let coll = self.collection(ns);
         let ns_name = ns.to_string();
-        let ret = match ret {
+        let ret = match options.return_document {
             ReturnDocument::Before => mongodb::options::ReturnDocument::Before,
             ReturnDocument::After => mongodb::options::ReturnDocument::After,
         };
@@ -476,7 +467,7 @@ impl Store for MongoStore {
             async move {
                 coll.find_one_and_update(filter, update)
                     .return_document(ret)
-                    .upsert(upsert)
+                    .upsert(options.upsert)
                     .await
             }
         })
@@ -570,5 +561,16 @@ impl Store for MongoStore {
             async move { coll.create_index(model).await.map(|_| ()) }
         })
         .await
+    }
+}
+
+#[async_trait]
+impl tandem::NativeTransactions for MongoStore {
+    async fn run_native(
+        &self,
+        changes: &[DocumentChange],
+        retry: tandem::RetryPolicy,
+    ) -> Result<(), StepError> {
+        crate::native::run(&self.inner.client, retry, &self.inner.secrets, changes).await
     }
 }

@@ -629,7 +629,7 @@ async fn native_and_two_phase_agree_on_outcomes_and_errors() {
             &accounts,
             doc! { "_id": "A" },
             doc! { "$set": { "balance": "90" } },
-            false,
+            tandem::store::UpdateOptions::default(),
         )
         .await
         .unwrap();

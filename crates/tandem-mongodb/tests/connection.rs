@@ -254,7 +254,7 @@ async fn typed_reads_on_the_server() {
             &t.ns("orders"),
             doc! { "_id": "o-2" },
             doc! { "$push": { "pendingTransactions": "t-1#0123456789ab" } },
-            false,
+            tandem::store::UpdateOptions::default(),
         )
         .await
         .unwrap();

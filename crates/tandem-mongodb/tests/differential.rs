@@ -459,7 +459,12 @@ async fn run_op(store: &dyn Store, ns: &Namespace, op: &Op) -> Answer {
             update,
             upsert,
         } => store
-            .update_one(ns, with_id(*id, guard), update.clone(), *upsert)
+            .update_one(
+                ns,
+                with_id(*id, guard),
+                update.clone(),
+                tandem::store::UpdateOptions::default().with_upsert(*upsert),
+            )
             .await
             .map(Answer::Outcome),
         Op::FindAndModify {
@@ -475,7 +480,12 @@ async fn run_op(store: &dyn Store, ns: &Namespace, op: &Op) -> Answer {
                 ReturnDocument::Before
             };
             store
-                .find_one_and_update(ns, with_id(*id, guard), update.clone(), ret, *upsert)
+                .find_one_and_update(
+                    ns,
+                    with_id(*id, guard),
+                    update.clone(),
+                    tandem::store::FindOneAndUpdateOptions::returning(ret).with_upsert(*upsert),
+                )
                 .await
                 .map(Answer::Returned)
         }

@@ -106,7 +106,7 @@ impl Fixture {
                 ns,
                 doc! { "_id": "counter" },
                 doc! { "$inc": { "n": 1 } },
-                false,
+                tandem::store::UpdateOptions::default(),
             )
             .await
             .map(|_| ())
@@ -192,7 +192,7 @@ async fn transient_errors_are_reported_once_and_repeated_by_the_coordinator() {
                 &fx.ns(),
                 doc! { "_id": "counter" },
                 doc! { "$set": { "n": 0_i64 } },
-                true,
+                tandem::store::UpdateOptions::upsert(),
             )
             .await
             .unwrap();
@@ -356,8 +356,7 @@ async fn every_command(fx: &Fixture) {
                 &ns,
                 doc! { "_id": &id, "v": 0 },
                 doc! { "$set": { "v": 1 } },
-                ReturnDocument::After,
-                false,
+                tandem::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
             )
             .await
             .unwrap_err();
@@ -409,7 +408,7 @@ async fn write_concern_error(fx: &Fixture) {
             &fx.ns(),
             doc! { "_id": "counter" },
             doc! { "$set": { "n": 42_i64 } },
-            false,
+            tandem::store::UpdateOptions::default(),
         )
         .await
         .unwrap_err();
@@ -441,8 +440,7 @@ async fn non_retryable(fx: &Fixture) {
             &fx.ns(),
             doc! { "_id": "counter" },
             doc! { "$inc": { "n": 1 } },
-            ReturnDocument::After,
-            false,
+            tandem::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
         )
         .await
         .unwrap_err();

@@ -72,7 +72,12 @@ async fn matched_by_every_call(store: &dyn Store, ns: &Namespace, filter: &Docum
         .len();
     let counted = store.count(ns, filter.clone()).await.unwrap();
     let updated = store
-        .update_one(ns, filter.clone(), no_op.clone(), false)
+        .update_one(
+            ns,
+            filter.clone(),
+            no_op.clone(),
+            tandem::store::UpdateOptions::default(),
+        )
         .await
         .unwrap()
         .matched;
@@ -81,8 +86,7 @@ async fn matched_by_every_call(store: &dyn Store, ns: &Namespace, filter: &Docum
             ns,
             filter.clone(),
             no_op.clone(),
-            ReturnDocument::After,
-            false,
+            tandem::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
         )
         .await
         .unwrap()
@@ -173,7 +177,7 @@ async fn to_long_now_fences_steps_by_deadline() {
                 &ns,
                 doc! { "_id": "A", "$expr": before(FUTURE_MS) },
                 doc! { "$inc": { "n": 1 } },
-                false,
+                tandem::store::UpdateOptions::default(),
             )
             .await
             .unwrap();
@@ -188,7 +192,7 @@ async fn to_long_now_fences_steps_by_deadline() {
                 &ns,
                 doc! { "_id": "A", "$expr": before(PAST_MS) },
                 doc! { "$inc": { "n": 1 } },
-                false,
+                tandem::store::UpdateOptions::default(),
             )
             .await
             .unwrap();
@@ -226,7 +230,7 @@ async fn upsert_ignores_expr_when_inserting() {
                 &ns,
                 doc! { "_id": "new", "state": "s", "$expr": before(PAST_MS) },
                 doc! { "$set": { "n": 1 } },
-                true,
+                tandem::store::UpdateOptions::upsert(),
             )
             .await
             .unwrap();

@@ -93,7 +93,7 @@ async fn new_fields_order_differs_between_servers() {
             &ns,
             doc! { "_id": 1 },
             doc! { "$set": { "z": 1, "c": 1 }, "$inc": { "b": 1 } },
-            false,
+            tandem::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -128,7 +128,7 @@ async fn upsert_with_prefix_equalities_differs_between_servers() {
             &ns,
             doc! { "_id": 9, "sub": 0, "sub.x": 0 },
             doc! { "$set": { "a": 0 } },
-            true,
+            tandem::store::UpdateOptions::upsert(),
         )
         .await;
     match secantus_version(&t.store).await {
@@ -166,8 +166,7 @@ async fn malformed_updates_without_a_match_differ_between_servers() {
             &ns,
             doc! { "_id": 1 },
             doc! { "$push": { "a": "x" }, "$pull": { "a": "x" } },
-            ReturnDocument::After,
-            false,
+            tandem::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
         )
         .await;
     let inc_by_a_string = t
@@ -176,7 +175,7 @@ async fn malformed_updates_without_a_match_differ_between_servers() {
             &ns,
             doc! { "_id": 1 },
             doc! { "$inc": { "n": "one" } },
-            false,
+            tandem::store::UpdateOptions::default(),
         )
         .await;
     // Conflicting paths in an updateOne are refused by both.
@@ -186,7 +185,7 @@ async fn malformed_updates_without_a_match_differ_between_servers() {
             &ns,
             doc! { "_id": 1 },
             doc! { "$push": { "a": "x" }, "$pull": { "a": "x" } },
-            false,
+            tandem::store::UpdateOptions::default(),
         )
         .await
         .expect_err("conflicting paths");
@@ -289,7 +288,12 @@ async fn metrics_count_commands_per_kind() {
     t.store.insert_one(&ns, doc! { "_id": 1 }).await.unwrap();
     let _ = t.store.insert_one(&ns, doc! { "_id": 1 }).await;
     t.store
-        .update_one(&ns, doc! { "_id": 1 }, doc! { "$set": { "a": 1 } }, false)
+        .update_one(
+            &ns,
+            doc! { "_id": 1 },
+            doc! { "$set": { "a": 1 } },
+            tandem::store::UpdateOptions::default(),
+        )
         .await
         .unwrap();
     t.store
@@ -297,8 +301,7 @@ async fn metrics_count_commands_per_kind() {
             &ns,
             doc! { "_id": 1 },
             doc! { "$set": { "a": 2 } },
-            ReturnDocument::After,
-            false,
+            tandem::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
         )
         .await
         .unwrap();

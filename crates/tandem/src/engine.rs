@@ -232,7 +232,12 @@ impl Engine {
         let outcome = self
             .retry(|| {
                 let (filter, update) = statement();
-                self.records().update_one(&ns, filter, update, false)
+                self.records().update_one(
+                    &ns,
+                    filter,
+                    update,
+                    crate::store::UpdateOptions::default(),
+                )
             })
             .await
             .map_err(interrupted)?;

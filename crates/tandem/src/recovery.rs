@@ -353,8 +353,7 @@ impl RecoveryWorker {
                     &ns,
                     filter,
                     update,
-                    ReturnDocument::After,
-                    false,
+                    crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
                 )
             })
             .await?;
@@ -634,9 +633,12 @@ impl RecoveryWorker {
                         doc! { "$set": { "participants": [], "history": [], "stubUntil": until } };
                     removed += engine
                         .retry(|| {
-                            engine
-                                .records()
-                                .update_one(&ns, filter.clone(), stub.clone(), false)
+                            engine.records().update_one(
+                                &ns,
+                                filter.clone(),
+                                stub.clone(),
+                                crate::store::UpdateOptions::default(),
+                            )
                         })
                         .await?
                         .matched as usize;

@@ -7,7 +7,7 @@
 //! apply's deadline has passed (a store that retried on its own would hide
 //! that first attempt and answer as if only the last one had been sent). The
 //! same policy bounds the repeats of a native transaction
-//! ([`Store::run_native`](crate::Store::run_native)) and the backoff of
+//! ([`NativeTransactions::run_native`](crate::NativeTransactions::run_native)) and the backoff of
 //! [`ConflictPolicy::Wait`](crate::ConflictPolicy::Wait).
 
 use std::time::Duration;

@@ -21,8 +21,7 @@ use async_trait::async_trait;
 use bson::Document;
 use serde::{Deserialize, Serialize};
 
-use crate::change::DocumentChange;
-use crate::error::StepError;
+use crate::native::NativeTransactions;
 
 /// A database and collection name: where a document lives in a [`Store`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -67,6 +66,70 @@ pub enum ReturnDocument {
     Before,
     /// The document as it is after the update.
     After,
+}
+
+/// Options of [`Store::update_one`].
+///
+/// ```
+/// use tandem::store::UpdateOptions;
+///
+/// assert!(!UpdateOptions::default().upsert);
+/// assert!(UpdateOptions::upsert().upsert);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UpdateOptions {
+    /// When nothing matches, insert a document made of the filter's
+    /// equalities with the update applied. Default: `false`.
+    pub upsert: bool,
+}
+
+impl UpdateOptions {
+    /// Options that upsert.
+    pub fn upsert() -> Self {
+        UpdateOptions { upsert: true }
+    }
+
+    /// These options, upserting or not.
+    pub fn with_upsert(mut self, upsert: bool) -> Self {
+        self.upsert = upsert;
+        self
+    }
+}
+
+/// Options of [`Store::find_one_and_update`].
+///
+/// ```
+/// use tandem::store::{FindOneAndUpdateOptions, ReturnDocument};
+///
+/// let options = FindOneAndUpdateOptions::returning(ReturnDocument::After).with_upsert(true);
+/// assert_eq!(options.return_document, ReturnDocument::After);
+/// assert!(options.upsert);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FindOneAndUpdateOptions {
+    /// Which version of the document to return.
+    pub return_document: ReturnDocument,
+    /// When nothing matches, insert a document made of the filter's
+    /// equalities with the update applied.
+    pub upsert: bool,
+}
+
+impl FindOneAndUpdateOptions {
+    /// Options returning `return_document`, without upsert.
+    pub fn returning(return_document: ReturnDocument) -> Self {
+        FindOneAndUpdateOptions {
+            return_document,
+            upsert: false,
+        }
+    }
+
+    /// These options, upserting or not.
+    pub fn with_upsert(mut self, upsert: bool) -> Self {
+        self.upsert = upsert;
+        self
+    }
 }
 
 /// Options of [`Store::find`].
@@ -218,7 +281,7 @@ pub trait Store: Send + Sync + 'static {
         ns: &Namespace,
         filter: Document,
         update: Document,
-        upsert: bool,
+        options: UpdateOptions,
     ) -> Result<UpdateOutcome, StoreError>;
 
     /// `findAndModify`: updates the first match and returns it as it was before or after.
@@ -227,8 +290,7 @@ pub trait Store: Send + Sync + 'static {
         ns: &Namespace,
         filter: Document,
         update: Document,
-        ret: ReturnDocument,
-        upsert: bool,
+        options: FindOneAndUpdateOptions,
     ) -> Result<Option<Document>, StoreError>;
 
     /// `replaceOne`: replaces the first match by `replacement` (which keeps the `_id`).
@@ -273,7 +335,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<u64, StoreError> {
         let mut matched = 0;
         for (filter, update) in statements {
-            matched += self.update_one(ns, filter, update, false).await?.matched;
+            matched += self
+                .update_one(ns, filter, update, UpdateOptions::default())
+                .await?
+                .matched;
         }
         Ok(matched)
     }
@@ -283,34 +348,10 @@ pub trait Store: Send + Sync + 'static {
         Ok(self.find(ns, filter, FindOptions::default()).await?.len() as u64)
     }
 
-    /// Whether [`run_native`](Store::run_native) is supported.
-    fn supports_native(&self) -> bool {
-        false
-    }
-
-    /// Makes every change inside one native multi-document transaction: all or
-    /// nothing, with the same guards and typed refusals as the two-phase protocol
-    /// (see [`DocumentChange::native_command`] and [`DocumentChange::explain`]).
-    /// Stores without native transactions refuse.
-    ///
-    /// `retry` bounds how often the store runs the transaction again after a
-    /// transient transaction error, and repeats its commit after an unknown
-    /// commit result (the coordinator's [`RetryPolicy`](crate::RetryPolicy)):
-    /// only the store can repeat a commit within its session.
-    async fn run_native(
-        &self,
-        changes: &[DocumentChange],
-        retry: crate::RetryPolicy,
-    ) -> Result<(), StepError> {
-        let _ = retry;
-        let participant = changes.first().map(|c| c.label()).unwrap_or_default();
-        Err(StepError::Store {
-            participant,
-            source: StoreError::new(
-                StoreErrorKind::BadRequest,
-                format!("the {} store has no native transactions", self.name()),
-            ),
-        })
+    /// The store's native multi-document transactions, if it has them (the
+    /// second, optional contract: [`NativeTransactions`]). The default: none.
+    fn native(&self) -> Option<&dyn NativeTransactions> {
+        None
     }
 
     /// `createIndexes`, idempotently. Stores without indexes may do nothing.
@@ -343,9 +384,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         ns: &Namespace,
         filter: Document,
         update: Document,
-        upsert: bool,
+        options: UpdateOptions,
     ) -> Result<UpdateOutcome, StoreError> {
-        (**self).update_one(ns, filter, update, upsert).await
+        (**self).update_one(ns, filter, update, options).await
     }
     async fn update_each(
         &self,
@@ -359,11 +400,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         ns: &Namespace,
         filter: Document,
         update: Document,
-        ret: ReturnDocument,
-        upsert: bool,
+        options: FindOneAndUpdateOptions,
     ) -> Result<Option<Document>, StoreError> {
         (**self)
-            .find_one_and_update(ns, filter, update, ret, upsert)
+            .find_one_and_update(ns, filter, update, options)
             .await
     }
     async fn replace_one(
@@ -395,15 +435,8 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     async fn count(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
         (**self).count(ns, filter).await
     }
-    fn supports_native(&self) -> bool {
-        (**self).supports_native()
-    }
-    async fn run_native(
-        &self,
-        changes: &[DocumentChange],
-        retry: crate::RetryPolicy,
-    ) -> Result<(), StepError> {
-        (**self).run_native(changes, retry).await
+    fn native(&self) -> Option<&dyn NativeTransactions> {
+        (**self).native()
     }
     async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {
         (**self).ensure_index(ns, index).await

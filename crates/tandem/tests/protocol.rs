@@ -58,7 +58,7 @@ async fn round_trips_count_a_before_image_read_only_when_it_is_read() {
                 &accounts(),
                 doc! { "_id": "A" },
                 doc! { "$set": { "status": "open" } },
-                false,
+                tandem::store::UpdateOptions::default(),
             )
             .await
             .unwrap();
@@ -599,7 +599,7 @@ async fn recovery_removes_a_stale_initial_record() {
             &records(),
             doc! { "_id": id.as_str(), "state": "pending" },
             doc! { "$set": { "state": "initial" } },
-            false,
+            tandem::store::UpdateOptions::default(),
         )
         .await
         .unwrap();

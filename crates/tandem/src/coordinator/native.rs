@@ -49,7 +49,7 @@ impl Coordinator {
         };
         let name = name.as_deref();
         match self.engine.stores.get(name) {
-            Some(s) if s.supports_native() => {}
+            Some(s) if s.native().is_some() => {}
             Some(s) => {
                 return two_phase(format!(
                     "the {} store ({}) has no native transactions",
@@ -121,13 +121,13 @@ impl Coordinator {
             .stores
             .get(name.as_deref())
             .ok_or_else(|| unavailable(format!("unknown store {name:?}")))?;
-        if !store.supports_native() {
+        let Some(native) = store.native() else {
             return Err(unavailable(format!(
                 "the {} store has no native transactions",
                 store.name()
             )));
-        }
-        let result = match store.run_native(&changes, self.engine.config.retry).await {
+        };
+        let result = match native.run_native(&changes, self.engine.config.retry).await {
             Ok(()) => Ok(Receipt {
                 id,
                 strategy: Strategy::Native,

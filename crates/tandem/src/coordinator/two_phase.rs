@@ -268,7 +268,13 @@ impl Coordinator {
                         .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
                     engine
                         .records()
-                        .find_one_and_update(ns, filter, update, ReturnDocument::After, true)
+                        .find_one_and_update(
+                            ns,
+                            filter,
+                            update,
+                            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
+                                .with_upsert(true),
+                        )
                         .await
                 }
             })

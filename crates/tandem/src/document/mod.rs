@@ -275,7 +275,7 @@ impl Participant for DocumentChange {
                             &self.namespace,
                             self.fill_filter(&ctx),
                             self.fill_update(&ctx, fields),
-                            false,
+                            crate::store::UpdateOptions::default(),
                         )
                         .await
                         .map_err(|e| self.store_err(e))?;

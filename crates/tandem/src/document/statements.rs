@@ -227,7 +227,7 @@ impl DocumentChange {
                 &self.namespace,
                 doc! { "_id": self.id.clone() },
                 doc! { "$setOnInsert": { META_FIELD: { "ghost": true } } },
-                true,
+                crate::store::UpdateOptions::upsert(),
             )
             .await
             .map(|_| ())
@@ -329,7 +329,12 @@ impl DocumentChange {
         merge_conditions(&mut filter, expect.clone());
         let matched = match update {
             Some(update) => store
-                .update_one(&self.namespace, filter, update, false)
+                .update_one(
+                    &self.namespace,
+                    filter,
+                    update,
+                    crate::store::UpdateOptions::default(),
+                )
                 .await
                 .map(|o| o.matched),
             None => store.delete_one(&self.namespace, filter).await,
@@ -586,7 +591,12 @@ impl DocumentChange {
         update: Document,
     ) -> Result<(), StepError> {
         let outcome = store
-            .update_one(&self.namespace, self.apply_filter(ctx), update, false)
+            .update_one(
+                &self.namespace,
+                self.apply_filter(ctx),
+                update,
+                crate::store::UpdateOptions::default(),
+            )
             .await
             .map_err(|e| self.store_err(e))?;
         if outcome.matched == 1 {

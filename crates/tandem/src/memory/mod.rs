@@ -81,7 +81,7 @@ const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 ///
 /// ```
 /// use bson::doc;
-/// use tandem::store::{Namespace, Store};
+/// use tandem::store::{Namespace, Store, UpdateOptions};
 /// use tandem::MemoryStore;
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
@@ -90,7 +90,7 @@ const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 /// store.insert_one(&accounts, doc! { "_id": "alice", "balance": 100 }).await.unwrap();
 /// let outcome = store
 ///     .update_one(&accounts, doc! { "_id": "alice", "balance": { "$gte": 30 } },
-///                 doc! { "$inc": { "balance": -30 } }, false)
+///                 doc! { "$inc": { "balance": -30 } }, UpdateOptions::default())
 ///     .await
 ///     .unwrap();
 /// assert_eq!(outcome.modified, 1);
@@ -293,11 +293,11 @@ impl Store for MemoryStore {
         ns: &Namespace,
         filter: Document,
         update: Document,
-        upsert: bool,
+        options: crate::store::UpdateOptions,
     ) -> Result<UpdateOutcome, StoreError> {
         self.count();
         let now = self.inner.clock.now();
-        self.update(ns, &filter, update, upsert, None, now)
+        self.update(ns, &filter, update, options.upsert, None, now)
             .map(|(outcome, _)| outcome)
     }
 
@@ -332,12 +332,18 @@ impl Store for MemoryStore {
         ns: &Namespace,
         filter: Document,
         update: Document,
-        ret: ReturnDocument,
-        upsert: bool,
+        options: crate::store::FindOneAndUpdateOptions,
     ) -> Result<Option<Document>, StoreError> {
         self.count();
         let now = self.inner.clock.now();
-        let (_, returned) = self.update(ns, &filter, update, upsert, Some(ret), now)?;
+        let (_, returned) = self.update(
+            ns,
+            &filter,
+            update,
+            options.upsert,
+            Some(options.return_document),
+            now,
+        )?;
         Ok(returned)
     }
 
@@ -389,19 +395,8 @@ impl Store for MemoryStore {
         })
     }
 
-    fn supports_native(&self) -> bool {
-        true
-    }
-
-    async fn run_native(
-        &self,
-        changes: &[DocumentChange],
-        retry: crate::RetryPolicy,
-    ) -> Result<(), StepError> {
-        // One call, under the store's lock: nothing can fail transiently.
-        let _ = retry;
-        self.count();
-        self.native(changes)
+    fn native(&self) -> Option<&dyn crate::NativeTransactions> {
+        Some(self)
     }
 
     async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
@@ -607,3 +602,17 @@ fn sort_keys(spec: &Document) -> Result<Vec<(&str, bool)>, StoreError> {
 
 #[cfg(test)]
 mod tests;
+
+#[async_trait]
+impl crate::NativeTransactions for MemoryStore {
+    async fn run_native(
+        &self,
+        changes: &[DocumentChange],
+        retry: crate::RetryPolicy,
+    ) -> Result<(), StepError> {
+        // One call, under the store's lock: nothing can fail transiently.
+        let _ = retry;
+        self.count();
+        self.run_locked(changes)
+    }
+}

@@ -13,7 +13,7 @@ use crate::store::{Namespace, StoreError, StoreErrorKind};
 
 impl MemoryStore {
     /// A native transaction: every change under one lock, undone on the first refusal.
-    pub(super) fn native(&self, changes: &[DocumentChange]) -> Result<(), StepError> {
+    pub(super) fn run_locked(&self, changes: &[DocumentChange]) -> Result<(), StepError> {
         let now = self.inner.clock.now();
         let cx = Ctx::at(Some(now));
         let mut data = self.lock();

@@ -176,7 +176,7 @@ async fn update_one_and_outcomes() {
             &ns(),
             doc! { "tag": "x" },
             doc! { "$inc": { "n": 1 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -198,7 +198,12 @@ async fn update_one_and_outcomes() {
     );
     // A no-op update matches without modifying.
     let o = s
-        .update_one(&ns(), doc! { "_id": 2 }, doc! { "$set": { "n": 1 } }, false)
+        .update_one(
+            &ns(),
+            doc! { "_id": 2 },
+            doc! { "$set": { "n": 1 } },
+            crate::store::UpdateOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -215,13 +220,18 @@ async fn update_one_and_outcomes() {
             &ns(),
             doc! { "_id": 2, "n": 5 },
             doc! { "$set": { "n": 9 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
     assert_eq!(o, UpdateOutcome::default());
     let o = s
-        .update_one(&ns(), doc! { "_id": 3 }, doc! { "$set": { "n": 9 } }, false)
+        .update_one(
+            &ns(),
+            doc! { "_id": 3 },
+            doc! { "$set": { "n": 9 } },
+            crate::store::UpdateOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(o, UpdateOutcome::default());
@@ -230,7 +240,7 @@ async fn update_one_and_outcomes() {
             &Namespace::new("x", "y"),
             doc! {},
             doc! { "$set": { "n": 9 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -241,7 +251,7 @@ async fn update_one_and_outcomes() {
             &ns(),
             doc! { "_id": { "$eq": 2 } },
             doc! { "$set": { "n": 7 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -256,7 +266,7 @@ async fn update_one_and_outcomes() {
             &ns(),
             doc! { "_id": { "$gt": 1 } },
             doc! { "$set": { "n": 8 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -282,7 +292,7 @@ async fn failed_updates_leave_the_document_untouched() {
             &ns(),
             doc! { "_id": 1 },
             doc! { "$set": { "a": 2 }, "$inc": { "s": 1 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap_err();
@@ -294,8 +304,7 @@ async fn failed_updates_leave_the_document_untouched() {
             &ns(),
             doc! { "_id": 1 },
             doc! { "$set": { "a": 2 }, "$push": { "s": 1 } },
-            ReturnDocument::After,
-            false,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
         )
         .await
         .unwrap_err();
@@ -306,7 +315,7 @@ async fn failed_updates_leave_the_document_untouched() {
             &ns(),
             doc! { "_id": 1 },
             doc! { "$set": { "_id": 2 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap_err();
@@ -316,7 +325,7 @@ async fn failed_updates_leave_the_document_untouched() {
             &ns(),
             doc! { "a": { "$bogus": 1 } },
             doc! { "$set": { "a": 2 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap_err();
@@ -333,8 +342,7 @@ async fn upserts() {
             &ns(),
             doc! { "_id": "t1", "state": { "$ne": "done" }, "meta.kind": "transfer" },
             doc! { "$set": { "state": "initial" }, "$setOnInsert": { "created": true }, "$currentDate": { "at": true } },
-            true,
-        )
+            crate::store::UpdateOptions::upsert(),)
         .await
         .unwrap();
     assert_eq!(
@@ -358,7 +366,7 @@ async fn upserts() {
             &ns(),
             doc! { "_id": "t1" },
             doc! { "$set": { "state": "pending" }, "$setOnInsert": { "created": false } },
-            true,
+            crate::store::UpdateOptions::upsert(),
         )
         .await
         .unwrap();
@@ -383,7 +391,7 @@ async fn upserts() {
             &ns(),
             doc! { "_id": "t1", "state": "initial" },
             doc! { "$set": { "x": 1 } },
-            true,
+            crate::store::UpdateOptions::upsert(),
         )
         .await
         .unwrap_err();
@@ -394,8 +402,8 @@ async fn upserts() {
             &ns(),
             doc! { "k": 1 },
             doc! { "$inc": { "n": 1 } },
-            ReturnDocument::After,
-            true,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
+                .with_upsert(true),
         )
         .await
         .unwrap()
@@ -408,8 +416,8 @@ async fn upserts() {
             &ns(),
             doc! { "k": 2 },
             doc! { "$inc": { "n": 1 } },
-            ReturnDocument::Before,
-            true,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::Before)
+                .with_upsert(true),
         )
         .await
         .unwrap();
@@ -421,7 +429,7 @@ async fn upserts() {
             &ns(),
             doc! { "_id": "u", "s": "x" },
             doc! { "$inc": { "s": 1 } },
-            true,
+            crate::store::UpdateOptions::upsert(),
         )
         .await
         .unwrap_err();
@@ -433,8 +441,7 @@ async fn upserts() {
             &ns(),
             doc! { "k": 3 },
             doc! { "$inc": { "n": 1 } },
-            ReturnDocument::After,
-            false,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
         )
         .await
         .unwrap();
@@ -580,15 +587,19 @@ async fn clock_and_counters() {
     s.find(&ns(), doc! {}, FindOptions::default())
         .await
         .unwrap();
-    s.update_one(&ns(), doc! {}, doc! { "$set": { "a": 1 } }, false)
-        .await
-        .unwrap();
+    s.update_one(
+        &ns(),
+        doc! {},
+        doc! { "$set": { "a": 1 } },
+        crate::store::UpdateOptions::default(),
+    )
+    .await
+    .unwrap();
     s.find_one_and_update(
         &ns(),
         doc! {},
         doc! { "$set": { "a": 2 } },
-        ReturnDocument::After,
-        false,
+        crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
     )
     .await
     .unwrap();

@@ -124,8 +124,8 @@ impl FaultStore {
                 &upsert.ns,
                 upsert.filter.clone(),
                 upsert.update.clone(),
-                ReturnDocument::After,
-                true,
+                crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
+                    .with_upsert(true),
             )
             .await
     }
@@ -193,21 +193,20 @@ impl Store for FaultStore {
         ns: &Namespace,
         filter: Document,
         update: Document,
-        upsert: bool,
+        options: crate::store::UpdateOptions,
     ) -> Result<UpdateOutcome, StoreError> {
         self.gate().await?;
-        self.inner.update_one(ns, filter, update, upsert).await
+        self.inner.update_one(ns, filter, update, options).await
     }
     async fn find_one_and_update(
         &self,
         ns: &Namespace,
         filter: Document,
         update: Document,
-        ret: ReturnDocument,
-        upsert: bool,
+        options: crate::store::FindOneAndUpdateOptions,
     ) -> Result<Option<Document>, StoreError> {
         self.gate().await?;
-        if upsert {
+        if options.upsert {
             if let Some(kept) = &mut self.lock().upserts {
                 kept.push(Upsert {
                     ns: ns.clone(),
@@ -217,7 +216,7 @@ impl Store for FaultStore {
             }
         }
         self.inner
-            .find_one_and_update(ns, filter, update, ret, upsert)
+            .find_one_and_update(ns, filter, update, options)
             .await
     }
     async fn replace_one(

@@ -679,7 +679,7 @@ pub async fn credits_near_the_limit_are_counted_together<F: StoreFactory + ?Size
         ),
         "the second credit does not fit with the first: {second:?}"
     );
-    if store.supports_native() {
+    if store.native().is_some() {
         let native = other
             .run(credit("Q").strategy(crate::Strategy::Native))
             .await;
@@ -763,7 +763,7 @@ pub async fn undo_keeps_writes_made_outside_tandem<F: StoreFactory + ?Sized>(
             &orders,
             doc! { "_id": "o-1" },
             doc! { "$set": { "state": "Shipped" } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .expect("a plain write");

@@ -316,7 +316,7 @@ pub async fn ids_equal_across_numeric_types<F: StoreFactory + ?Sized>(factory: &
             &ns,
             doc! { "_id": 5_i64 },
             doc! { "$set": { "x": 2 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -394,7 +394,7 @@ pub async fn numbers_equal_across_types_in_filters<F: StoreFactory + ?Sized>(
             &ns,
             doc! { "_id": 2, "n": 7.0 },
             doc! { "$inc": { "n": 1 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -418,12 +418,22 @@ pub async fn update_outcomes<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
     )
     .await;
     let out = store
-        .update_one(&ns, doc! { "_id": 1 }, doc! { "$inc": { "n": 1 } }, false)
+        .update_one(
+            &ns,
+            doc! { "_id": 1 },
+            doc! { "$inc": { "n": 1 } },
+            crate::store::UpdateOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(out, outcome(1, 1, false), "an $inc");
     let out = store
-        .update_one(&ns, doc! { "_id": 1 }, doc! { "$set": { "n": 2 } }, false)
+        .update_one(
+            &ns,
+            doc! { "_id": 1 },
+            doc! { "$set": { "n": 2 } },
+            crate::store::UpdateOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(out, outcome(1, 0, false), "a $set to the same value");
@@ -432,7 +442,7 @@ pub async fn update_outcomes<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "_id": "missing" },
             doc! { "$set": { "n": 9 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -444,7 +454,7 @@ pub async fn update_outcomes<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "tag": "x" },
             doc! { "$set": { "tag": "y" } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -480,10 +490,16 @@ pub async fn guarded_updates<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
         )
     };
     let (filter, update) = debit();
-    let out = store.update_one(&ns, filter, update, false).await.unwrap();
+    let out = store
+        .update_one(&ns, filter, update, crate::store::UpdateOptions::default())
+        .await
+        .unwrap();
     assert_eq!(out, outcome(1, 1, false), "the first debit");
     let (filter, update) = debit();
-    let out = store.update_one(&ns, filter, update, false).await.unwrap();
+    let out = store
+        .update_one(&ns, filter, update, crate::store::UpdateOptions::default())
+        .await
+        .unwrap();
     assert_eq!(
         out,
         UpdateOutcome::default(),
@@ -494,7 +510,7 @@ pub async fn guarded_updates<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "_id": "A", "state": "closed" },
             doc! { "$set": { "balance": 0_i64 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -506,7 +522,12 @@ pub async fn guarded_updates<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
     // The same guard through findAndModify.
     let (filter, update) = debit();
     let returned = store
-        .find_one_and_update(&ns, filter, update, ReturnDocument::After, false)
+        .find_one_and_update(
+            &ns,
+            filter,
+            update,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
+        )
         .await
         .unwrap();
     assert_eq!(returned, None);
@@ -525,7 +546,7 @@ pub async fn upsert_and_set_on_insert<F: StoreFactory + ?Sized>(factory: &F, db:
             &ns,
             doc! { "_id": "t1", "state": { "$ne": "done" }, "meta.kind": "transfer" },
             doc! { "$set": { "state": "initial" }, "$setOnInsert": { "created": true } },
-            true,
+            crate::store::UpdateOptions::upsert(),
         )
         .await
         .unwrap();
@@ -541,7 +562,7 @@ pub async fn upsert_and_set_on_insert<F: StoreFactory + ?Sized>(factory: &F, db:
             &ns,
             doc! { "_id": "t1" },
             doc! { "$set": { "state": "pending" }, "$setOnInsert": { "created": false } },
-            true,
+            crate::store::UpdateOptions::upsert(),
         )
         .await
         .unwrap();
@@ -559,7 +580,7 @@ pub async fn upsert_and_set_on_insert<F: StoreFactory + ?Sized>(factory: &F, db:
                 &ns,
                 doc! { "_id": "t1", "state": "initial" },
                 doc! { "$set": { "x": 1 } },
-                true,
+                crate::store::UpdateOptions::upsert(),
             )
             .await,
         StoreErrorKind::DuplicateKey,
@@ -568,7 +589,12 @@ pub async fn upsert_and_set_on_insert<F: StoreFactory + ?Sized>(factory: &F, db:
     assert_eq!(err.code, Some(11000), "{err}");
     // No _id in the filter: one is generated, and put first.
     let out = store
-        .update_one(&ns, doc! { "k": 1 }, doc! { "$inc": { "n": 1 } }, true)
+        .update_one(
+            &ns,
+            doc! { "k": 1 },
+            doc! { "$inc": { "n": 1 } },
+            crate::store::UpdateOptions::upsert(),
+        )
         .await
         .unwrap();
     assert_eq!(out, outcome(0, 0, true));
@@ -586,7 +612,7 @@ pub async fn upsert_and_set_on_insert<F: StoreFactory + ?Sized>(factory: &F, db:
                 &ns,
                 doc! { "_id": "u", "s": "text" },
                 doc! { "$inc": { "s": 1 } },
-                true,
+                crate::store::UpdateOptions::upsert(),
             )
             .await,
         StoreErrorKind::TypeMismatch,
@@ -617,7 +643,7 @@ pub async fn upserts_build_documents_in_path_order<F: StoreFactory + ?Sized>(
                 "$set": { "c": 1, "a": 1 },
                 "$inc": { "ab": 1 },
             },
-            true,
+            crate::store::UpdateOptions::upsert(),
         )
         .await
         .unwrap();
@@ -645,7 +671,7 @@ pub async fn upserts_build_documents_in_path_order<F: StoreFactory + ?Sized>(
                 &ns,
                 doc! { "_id": 2, "$and": [ { "b": 0 }, { "b": 0 } ] },
                 doc! { "$set": { "a": 1 } },
-                true,
+                crate::store::UpdateOptions::upsert(),
             )
             .await,
         StoreErrorKind::BadRequest,
@@ -667,7 +693,7 @@ pub async fn current_date_stamps_the_store_clock<F: StoreFactory + ?Sized>(facto
             &ns,
             doc! { "_id": 1 },
             doc! { "$currentDate": { "lastModified": true } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -698,12 +724,22 @@ pub async fn find_one_and_update_before_and_after<F: StoreFactory + ?Sized>(fact
     seed(store.as_ref(), &ns, vec![doc! { "_id": 1, "n": 1 }]).await;
     let inc = || doc! { "$inc": { "n": 1 } };
     let before = store
-        .find_one_and_update(&ns, doc! { "_id": 1 }, inc(), ReturnDocument::Before, false)
+        .find_one_and_update(
+            &ns,
+            doc! { "_id": 1 },
+            inc(),
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::Before),
+        )
         .await
         .unwrap();
     assert_eq!(before, Some(doc! { "_id": 1, "n": 1 }));
     let after = store
-        .find_one_and_update(&ns, doc! { "_id": 1 }, inc(), ReturnDocument::After, false)
+        .find_one_and_update(
+            &ns,
+            doc! { "_id": 1 },
+            inc(),
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
+        )
         .await
         .unwrap();
     assert_eq!(after, Some(doc! { "_id": 1, "n": 3 }));
@@ -712,14 +748,18 @@ pub async fn find_one_and_update_before_and_after<F: StoreFactory + ?Sized>(fact
             &ns,
             doc! { "_id": 1, "n": 0 },
             inc(),
-            ReturnDocument::After,
-            false,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
         )
         .await
         .unwrap();
     assert_eq!(none, None, "no match");
     let none = store
-        .find_one_and_update(&ns, doc! { "k": 3 }, inc(), ReturnDocument::After, false)
+        .find_one_and_update(
+            &ns,
+            doc! { "k": 3 },
+            inc(),
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
+        )
         .await
         .unwrap();
     assert_eq!(none, None, "no match, no upsert");
@@ -730,8 +770,8 @@ pub async fn find_one_and_update_before_and_after<F: StoreFactory + ?Sized>(fact
             &ns,
             doc! { "_id": 2 },
             doc! { "$set": { "n": 1 } },
-            ReturnDocument::Before,
-            true,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::Before)
+                .with_upsert(true),
         )
         .await
         .unwrap();
@@ -745,8 +785,8 @@ pub async fn find_one_and_update_before_and_after<F: StoreFactory + ?Sized>(fact
             &ns,
             doc! { "_id": 3 },
             doc! { "$set": { "n": 1 }, "$setOnInsert": { "new": true } },
-            ReturnDocument::After,
-            true,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
+                .with_upsert(true),
         )
         .await
         .unwrap();
@@ -949,7 +989,12 @@ pub async fn missing_collections_are_empty<F: StoreFactory + ?Sized>(factory: &F
     assert_eq!(store.count(&ns, doc! {}).await.unwrap(), 0);
     assert_eq!(store.delete_one(&ns, doc! {}).await.unwrap(), 0);
     let out = store
-        .update_one(&ns, doc! {}, doc! { "$set": { "a": 1 } }, false)
+        .update_one(
+            &ns,
+            doc! {},
+            doc! { "$set": { "a": 1 } },
+            crate::store::UpdateOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(out, UpdateOutcome::default());
@@ -1072,7 +1117,12 @@ pub async fn inc_of_a_string_is_a_type_mismatch<F: StoreFactory + ?Sized>(factor
     seed(store.as_ref(), &ns, vec![original.clone()]).await;
     let err = fails(
         store
-            .update_one(&ns, doc! { "_id": 1 }, doc! { "$inc": { "s": 1 } }, false)
+            .update_one(
+                &ns,
+                doc! { "_id": 1 },
+                doc! { "$inc": { "s": 1 } },
+                crate::store::UpdateOptions::default(),
+            )
             .await,
         StoreErrorKind::TypeMismatch,
         "updateOne $inc of a string",
@@ -1085,8 +1135,7 @@ pub async fn inc_of_a_string_is_a_type_mismatch<F: StoreFactory + ?Sized>(factor
                 &ns,
                 doc! { "_id": 1 },
                 doc! { "$inc": { "s": 1 } },
-                ReturnDocument::After,
-                false,
+                crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
             )
             .await,
         StoreErrorKind::TypeMismatch,
@@ -1098,7 +1147,7 @@ pub async fn inc_of_a_string_is_a_type_mismatch<F: StoreFactory + ?Sized>(factor
                 &ns,
                 doc! { "_id": 1 },
                 doc! { "$inc": { "n": "one" } },
-                false,
+                crate::store::UpdateOptions::default(),
             )
             .await,
         StoreErrorKind::TypeMismatch,
@@ -1123,7 +1172,7 @@ pub async fn push_to_a_non_array_is_a_type_mismatch<F: StoreFactory + ?Sized>(
                 &ns,
                 doc! { "_id": 1 },
                 doc! { "$push": { "s": "x" } },
-                false,
+                crate::store::UpdateOptions::default(),
             )
             .await,
         StoreErrorKind::TypeMismatch,
@@ -1150,7 +1199,7 @@ pub async fn inc_promotes_and_overflows<F: StoreFactory + ?Sized>(factory: &F, d
             &ns,
             doc! { "_id": 1 },
             doc! { "$inc": { "a": 1_i64, "b": 0.5, "c": 1, "new": 2 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -1167,7 +1216,7 @@ pub async fn inc_promotes_and_overflows<F: StoreFactory + ?Sized>(factory: &F, d
                 &ns,
                 doc! { "_id": 1 },
                 doc! { "$inc": { "big": 1_i64 } },
-                false,
+                crate::store::UpdateOptions::default(),
             )
             .await,
         StoreErrorKind::Overflow,
@@ -1200,7 +1249,7 @@ pub async fn failed_updates_change_nothing<F: StoreFactory + ?Sized>(factory: &F
                     "$push": { "list": "y" },
                     "$inc": { "s": 1 },
                 },
-                false,
+                crate::store::UpdateOptions::default(),
             )
             .await,
         StoreErrorKind::TypeMismatch,
@@ -1212,8 +1261,7 @@ pub async fn failed_updates_change_nothing<F: StoreFactory + ?Sized>(factory: &F
                 &ns,
                 doc! { "_id": 1 },
                 doc! { "$set": { "a": 2 }, "$push": { "s": 1 } },
-                ReturnDocument::Before,
-                false,
+                crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::Before),
             )
             .await,
         StoreErrorKind::TypeMismatch,
@@ -1250,7 +1298,7 @@ pub async fn documents_over_16_mib_are_too_large<F: StoreFactory + ?Sized>(facto
                 &ns,
                 doc! { "_id": 2 },
                 doc! { "$set": { "more": "y".repeat(5 * mib) } },
-                false,
+                crate::store::UpdateOptions::default(),
             )
             .await,
         StoreErrorKind::DocumentTooLarge,
@@ -1262,8 +1310,7 @@ pub async fn documents_over_16_mib_are_too_large<F: StoreFactory + ?Sized>(facto
             &ns,
             doc! { "_id": 2 },
             doc! { "$set": { "more": "y".repeat(5 * mib) } },
-            ReturnDocument::After,
-            false,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
         )
         .await
         .expect_err("findAndModify growing a document over the limit");
@@ -1293,7 +1340,11 @@ pub async fn malformed_requests_are_bad_requests<F: StoreFactory + ?Sized>(facto
     let update = |filter: Document, update: Document| {
         let store = store.clone();
         let ns = ns.clone();
-        async move { store.update_one(&ns, filter, update, false).await }
+        async move {
+            store
+                .update_one(&ns, filter, update, crate::store::UpdateOptions::default())
+                .await
+        }
     };
     let bad = StoreErrorKind::BadRequest;
     let err = fails(
@@ -1401,7 +1452,12 @@ pub async fn expr_now_fences_by_the_store_clock<F: StoreFactory + ?Sized>(factor
     for open in [before(now + hour), from(now - hour)] {
         let filter = doc! { "_id": "A", "$expr": open.clone() };
         let out = store
-            .update_one(&ns, filter.clone(), doc! { "$inc": { "n": 1 } }, false)
+            .update_one(
+                &ns,
+                filter.clone(),
+                doc! { "$inc": { "n": 1 } },
+                crate::store::UpdateOptions::default(),
+            )
             .await
             .unwrap();
         assert_eq!(out, outcome(1, 1, false), "{open}");
@@ -1418,7 +1474,12 @@ pub async fn expr_now_fences_by_the_store_clock<F: StoreFactory + ?Sized>(factor
     for closed in [before(now - hour), from(now + hour)] {
         let filter = doc! { "_id": "A", "$expr": closed.clone() };
         let out = store
-            .update_one(&ns, filter.clone(), doc! { "$inc": { "n": 1 } }, false)
+            .update_one(
+                &ns,
+                filter.clone(),
+                doc! { "$inc": { "n": 1 } },
+                crate::store::UpdateOptions::default(),
+            )
             .await
             .unwrap();
         assert_eq!(out, UpdateOutcome::default(), "{closed}");
@@ -1428,8 +1489,7 @@ pub async fn expr_now_fences_by_the_store_clock<F: StoreFactory + ?Sized>(factor
                     &ns,
                     filter.clone(),
                     doc! { "$inc": { "n": 1 } },
-                    ReturnDocument::After,
-                    false
+                    crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
                 )
                 .await
                 .unwrap(),
@@ -1530,10 +1590,16 @@ pub async fn array_markers<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
     };
     for _ in 0..2 {
         let (filter, update) = mark(2);
-        store.update_one(&ns, filter, update, false).await.unwrap();
+        store
+            .update_one(&ns, filter, update, crate::store::UpdateOptions::default())
+            .await
+            .unwrap();
     }
     let (filter, update) = mark(4);
-    let out = store.update_one(&ns, filter, update, false).await.unwrap();
+    let out = store
+        .update_one(&ns, filter, update, crate::store::UpdateOptions::default())
+        .await
+        .unwrap();
     assert_eq!(out, outcome(1, 1, false), "$push creates the array");
     assert_eq!(
         get(s, &ns, 2).await,
@@ -1548,7 +1614,7 @@ pub async fn array_markers<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "_id": 2, "list": "tx" },
             doc! { "$pull": { "list": "tx" } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -1558,7 +1624,7 @@ pub async fn array_markers<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "_id": 2 },
             doc! { "$pull": { "list": "tx" } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -1568,7 +1634,7 @@ pub async fn array_markers<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "_id": 3 },
             doc! { "$pull": { "missing": "tx" } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -1582,7 +1648,7 @@ pub async fn array_markers<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "_id": 1 },
             doc! { "$set": { "nums": [1, 2_i64, 1.0, 3, 1_i64] } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -1591,7 +1657,7 @@ pub async fn array_markers<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "_id": 1 },
             doc! { "$pull": { "nums": 1 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -1607,7 +1673,7 @@ pub async fn array_markers<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
                 &ns,
                 doc! { "_id": 1, "_tandem.tombstones": { "$ne": "tx1" } },
                 doc! { "$addToSet": { "_tandem.tombstones": "tx1" } },
-                false,
+                crate::store::UpdateOptions::default(),
             )
             .await
             .unwrap();
@@ -1617,7 +1683,7 @@ pub async fn array_markers<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "_id": 1 },
             doc! { "$addToSet": { "_tandem.tombstones": "tx1" } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -1647,7 +1713,7 @@ pub async fn push_with_slice_keeps_the_newest<F: StoreFactory + ?Sized>(factory:
                 &ns,
                 doc! { "_id": 1 },
                 doc! { "$push": { "history": { "$each": [n], "$slice": -3 } } },
-                false,
+                crate::store::UpdateOptions::default(),
             )
             .await
             .unwrap();
@@ -1704,7 +1770,7 @@ pub async fn dotted_paths<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "_id": 2 },
             doc! { "$set": { "a.d.e": true }, "$inc": { "a.n": 3, "z.n": 1 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -1719,7 +1785,7 @@ pub async fn dotted_paths<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "_id": 1 },
             doc! { "$unset": { "a.c": "" } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -1733,7 +1799,7 @@ pub async fn dotted_paths<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
             &ns,
             doc! { "_id": 4, "a.0.b": 1 },
             doc! { "$set": { "a.0.b": 10 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -1744,7 +1810,12 @@ pub async fn dotted_paths<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
     // Through a scalar, $set cannot create a field.
     let err = fails(
         store
-            .update_one(&ns, doc! { "_id": 3 }, doc! { "$set": { "a.b": 1 } }, false)
+            .update_one(
+                &ns,
+                doc! { "_id": 3 },
+                doc! { "$set": { "a.b": 1 } },
+                crate::store::UpdateOptions::default(),
+            )
             .await,
         StoreErrorKind::TypeMismatch,
         "$set through a scalar",
@@ -1869,7 +1940,12 @@ pub async fn unset_and_set_outcomes<F: StoreFactory + ?Sized>(factory: &F, db: &
         let ns = ns.clone();
         async move {
             store
-                .update_one(&ns, doc! { "_id": 1 }, u.clone(), false)
+                .update_one(
+                    &ns,
+                    doc! { "_id": 1 },
+                    u.clone(),
+                    crate::store::UpdateOptions::default(),
+                )
                 .await
                 .unwrap_or_else(|e| panic!("{u}: {e}"))
         }

@@ -15,7 +15,7 @@ async fn concurrent_increments_are_atomic() {
                         &ns(),
                         doc! { "_id": "counter" },
                         doc! { "$inc": { "n": 1 } },
-                        false,
+                        crate::store::UpdateOptions::default(),
                     )
                     .await
                     .unwrap();
@@ -24,8 +24,7 @@ async fn concurrent_increments_are_atomic() {
                         &ns(),
                         doc! { "_id": "counter" },
                         doc! { "$inc": { "n": 1 } },
-                        ReturnDocument::After,
-                        false,
+                        crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
                     )
                     .await
                     .unwrap();
@@ -62,7 +61,7 @@ async fn concurrent_guarded_claims_succeed_once() {
                         &ns(),
                         doc! { "_id": "lock", "round": round, "owner": Bson::Null },
                         doc! { "$set": { "owner": t } },
-                        false,
+                        crate::store::UpdateOptions::default(),
                     )
                     .await
                     .unwrap();
@@ -72,7 +71,7 @@ async fn concurrent_guarded_claims_succeed_once() {
                     &ns(),
                     doc! { "_id": "lock", "round": round, "owner": t },
                     doc! { "$set": { "owner": Bson::Null }, "$inc": { "round": 1 } },
-                    false,
+                    crate::store::UpdateOptions::default(),
                 )
                 .await
                 .unwrap();

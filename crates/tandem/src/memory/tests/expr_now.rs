@@ -30,20 +30,35 @@ async fn expr_now_fences_update_one_before_a_deadline() {
     let fenced = doc! { "_id": "A", "$expr": before(deadline) };
     let inc = doc! { "$inc": { "n": 1 } };
     let o = s
-        .update_one(&ns(), fenced.clone(), inc.clone(), false)
+        .update_one(
+            &ns(),
+            fenced.clone(),
+            inc.clone(),
+            crate::store::UpdateOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!((o.matched, o.modified), (1, 1));
     clock.advance(Duration::from_millis(999));
     let o = s
-        .update_one(&ns(), fenced.clone(), inc.clone(), false)
+        .update_one(
+            &ns(),
+            fenced.clone(),
+            inc.clone(),
+            crate::store::UpdateOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(o.matched, 1);
     // At the deadline the step no longer applies.
     clock.advance(Duration::from_millis(1));
     let o = s
-        .update_one(&ns(), fenced.clone(), inc.clone(), false)
+        .update_one(
+            &ns(),
+            fenced.clone(),
+            inc.clone(),
+            crate::store::UpdateOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(o, UpdateOutcome::default());
@@ -52,8 +67,7 @@ async fn expr_now_fences_update_one_before_a_deadline() {
             &ns(),
             fenced.clone(),
             inc.clone(),
-            ReturnDocument::After,
-            false,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
         )
         .await
         .unwrap();
@@ -68,7 +82,12 @@ async fn expr_now_fences_update_one_before_a_deadline() {
     // A filter without `_id` (a scan) is fenced the same way.
     let scan = doc! { "n": 2, "$expr": before(deadline + 10) };
     let o = s
-        .update_one(&ns(), scan.clone(), inc.clone(), false)
+        .update_one(
+            &ns(),
+            scan.clone(),
+            inc.clone(),
+            crate::store::UpdateOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(o.matched, 1);
@@ -78,7 +97,7 @@ async fn expr_now_fences_update_one_before_a_deadline() {
             &ns(),
             doc! { "n": 3, "$expr": before(deadline + 10) },
             inc,
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -178,28 +197,43 @@ async fn expr_now_opens_a_step_at_a_time() {
     let pull = doc! { "$pull": { "pendingTransactions": "T" } };
     assert!(s.find_one(&ns(), filter.clone()).await.unwrap().is_none());
     assert_eq!(
-        s.update_one(&ns(), filter.clone(), pull.clone(), false)
-            .await
-            .unwrap()
-            .matched,
+        s.update_one(
+            &ns(),
+            filter.clone(),
+            pull.clone(),
+            crate::store::UpdateOptions::default()
+        )
+        .await
+        .unwrap()
+        .matched,
         0
     );
     assert_eq!(s.delete_one(&ns(), filter.clone()).await.unwrap(), 0);
     clock.advance(Duration::from_millis(4999));
     assert_eq!(
-        s.update_one(&ns(), filter.clone(), pull.clone(), false)
-            .await
-            .unwrap()
-            .matched,
+        s.update_one(
+            &ns(),
+            filter.clone(),
+            pull.clone(),
+            crate::store::UpdateOptions::default()
+        )
+        .await
+        .unwrap()
+        .matched,
         0
     );
     clock.advance(Duration::from_millis(1));
     assert!(s.find_one(&ns(), filter.clone()).await.unwrap().is_some());
     assert_eq!(
-        s.update_one(&ns(), filter.clone(), pull, false)
-            .await
-            .unwrap()
-            .modified,
+        s.update_one(
+            &ns(),
+            filter.clone(),
+            pull,
+            crate::store::UpdateOptions::default()
+        )
+        .await
+        .unwrap()
+        .modified,
         1
     );
     assert_eq!(
@@ -226,7 +260,12 @@ async fn expr_compares_now_with_a_field() {
     for f in [&by_millis, &by_date] {
         assert!(s.find_one(&ns(), f.clone()).await.unwrap().is_none(), "{f}");
         let o = s
-            .update_one(&ns(), f.clone(), doc! { "$set": { "x": 1 } }, false)
+            .update_one(
+                &ns(),
+                f.clone(),
+                doc! { "$set": { "x": 1 } },
+                crate::store::UpdateOptions::default(),
+            )
             .await
             .unwrap();
         assert_eq!(o.matched, 0);
@@ -248,7 +287,12 @@ async fn unsupported_expr_is_a_bad_request_and_changes_nothing() {
         ),
     ] {
         let e = s
-            .update_one(&ns(), filter.clone(), inc.clone(), true)
+            .update_one(
+                &ns(),
+                filter.clone(),
+                inc.clone(),
+                crate::store::UpdateOptions::upsert(),
+            )
             .await
             .unwrap_err();
         assert_eq!(e.kind, StoreErrorKind::BadRequest, "{filter}");
@@ -265,8 +309,8 @@ async fn unsupported_expr_is_a_bad_request_and_changes_nothing() {
                 &ns(),
                 filter.clone(),
                 inc.clone(),
-                ReturnDocument::After,
-                true,
+                crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
+                    .with_upsert(true),
             )
             .await
             .unwrap_err();
@@ -278,7 +322,7 @@ async fn unsupported_expr_is_a_bad_request_and_changes_nothing() {
             &ns(),
             doc! { "_id": "A" },
             doc! { "$pull": { "l": { "$expr": true } } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap_err();
@@ -289,7 +333,7 @@ async fn unsupported_expr_is_a_bad_request_and_changes_nothing() {
             &ns(),
             doc! { "$expr": { "$lt": [ { "$toLong": "$s" }, 5 ] } },
             inc.clone(),
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap_err();
@@ -309,7 +353,7 @@ async fn unsupported_expr_is_a_bad_request_and_changes_nothing() {
             &ns(),
             doc! { "_id": "B", "$expr": { "$toLong": "$s" } },
             inc,
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap();
@@ -325,7 +369,7 @@ async fn upsert_with_expr_that_matches_nothing_inserts() {
             &ns(),
             doc! { "_id": "A", "state": "new", "$expr": before(t0) },
             doc! { "$set": { "n": 1 } },
-            true,
+            crate::store::UpdateOptions::upsert(),
         )
         .await
         .unwrap();
@@ -339,8 +383,8 @@ async fn upsert_with_expr_that_matches_nothing_inserts() {
             &ns(),
             doc! { "_id": "B", "$and": [ { "$expr": from(t0 + 1) } ] },
             doc! { "$setOnInsert": { "n": 0 } },
-            ReturnDocument::After,
-            true,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
+                .with_upsert(true),
         )
         .await
         .unwrap();
@@ -351,7 +395,7 @@ async fn upsert_with_expr_that_matches_nothing_inserts() {
             &ns(),
             doc! { "_id": "A", "$expr": before(t0 + 1) },
             doc! { "$set": { "n": 2 } },
-            true,
+            crate::store::UpdateOptions::upsert(),
         )
         .await
         .unwrap();

@@ -12,7 +12,7 @@ async fn documents_over_16_mib_are_refused() {
         &ns(),
         doc! { "_id": 1 },
         doc! { "$set": { "a": half.clone() } },
-        false,
+        crate::store::UpdateOptions::default(),
     )
     .await
     .unwrap();
@@ -22,7 +22,7 @@ async fn documents_over_16_mib_are_refused() {
             &ns(),
             doc! { "_id": 1 },
             doc! { "$set": { "b": half.clone() } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap_err();
@@ -34,8 +34,7 @@ async fn documents_over_16_mib_are_refused() {
             &ns(),
             doc! { "_id": 1 },
             doc! { "$push": { "l": half.clone() } },
-            ReturnDocument::After,
-            false,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
         )
         .await
         .unwrap_err();
@@ -64,7 +63,7 @@ async fn documents_over_16_mib_are_refused() {
             &ns(),
             doc! { "_id": 3 },
             doc! { "$set": { "a": half.clone(), "b": half } },
-            true,
+            crate::store::UpdateOptions::upsert(),
         )
         .await
         .unwrap_err();
@@ -118,9 +117,14 @@ async fn stored_sizes_follow_updates() {
         doc! { "$unset": { "m": "", "n": "" }, "$currentDate": { "at": true } },
         doc! { "$set": { "l.20": { "k": "v" } }, "$pull": { "_tandem.tombstones": "tx1" } },
     ] {
-        s.update_one(&ns(), doc! { "_id": "a" }, u.clone(), false)
-            .await
-            .unwrap();
+        s.update_one(
+            &ns(),
+            doc! { "_id": "a" },
+            u.clone(),
+            crate::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
         sizes_match(&s);
         // A refused update leaves the size as it was.
         let e = s
@@ -128,7 +132,7 @@ async fn stored_sizes_follow_updates() {
                 &ns(),
                 doc! { "_id": "a" },
                 doc! { "$set": { "z": 1 }, "$inc": { "l": 1 } },
-                false,
+                crate::store::UpdateOptions::default(),
             )
             .await
             .unwrap_err();
@@ -139,7 +143,7 @@ async fn stored_sizes_follow_updates() {
         &ns(),
         doc! { "_id": "b" },
         doc! { "$setOnInsert": { "p": [1, 2] } },
-        true,
+        crate::store::UpdateOptions::upsert(),
     )
     .await
     .unwrap();

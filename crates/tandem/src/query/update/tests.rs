@@ -194,7 +194,7 @@ async fn a_failed_update_with_slice_leaves_the_array_as_it_was() {
             &ns,
             doc! { "_id": 1 },
             doc! { "$push": { "l": { "$each": [4], "$slice": -2 } }, "$inc": { "n": 1 } },
-            false,
+            crate::store::UpdateOptions::default(),
         )
         .await
         .unwrap_err();
