@@ -61,16 +61,8 @@ fn every_example_runs_on_the_embedded_store() {
 
 #[test]
 fn every_example_runs_on_mongodb() {
-    let uri = match std::env::var("MONGODB_URI") {
-        Ok(u) if !u.is_empty() => u,
-        _ => {
-            assert!(
-                std::env::var("TANDEM_REQUIRE_MONGODB").as_deref() != Ok("1"),
-                "MONGODB_URI is required"
-            );
-            println!("skipped: MONGODB_URI not set");
-            return;
-        }
+    let Some(uri) = tandem::testing::server::mongodb_uri() else {
+        return;
     };
     let db = format!("tandem_examples_{}", std::process::id());
     for (name, expected) in EXAMPLES {

@@ -104,16 +104,10 @@ fn a_new_project_builds_on_the_public_api_and_runs_on_both_stores() {
     );
     assert!(embedded.contains("checkout: all or nothing"), "{embedded}");
 
-    match std::env::var("MONGODB_URI") {
-        Ok(uri) if !uri.is_empty() => {
-            let server = run(&binary, Some(&uri));
-            assert_eq!(server, embedded.replace("memory", "mongodb"));
-            // A second run on the same data: `put` resets the shop.
-            assert_eq!(run(&binary, Some(&uri)), server);
-        }
-        _ => assert!(
-            std::env::var_os("TANDEM_REQUIRE_MONGODB").is_none(),
-            "TANDEM_REQUIRE_MONGODB is set but MONGODB_URI is not"
-        ),
+    if let Some(uri) = tandem::testing::server::mongodb_uri() {
+        let server = run(&binary, Some(&uri));
+        assert_eq!(server, embedded.replace("memory", "mongodb"));
+        // A second run on the same data: `put` resets the shop.
+        assert_eq!(run(&binary, Some(&uri)), server);
     }
 }

@@ -11,16 +11,7 @@
 use std::process::{Command, Output};
 
 fn server() -> Option<String> {
-    match std::env::var("MONGODB_URI") {
-        Ok(uri) if !uri.trim().is_empty() => Some(uri),
-        _ => {
-            if std::env::var("TANDEM_REQUIRE_MONGODB").as_deref() == Ok("1") {
-                panic!("MONGODB_URI is not set but TANDEM_REQUIRE_MONGODB=1 requires a server");
-            }
-            println!("skipped: MONGODB_URI not set");
-            None
-        }
-    }
+    tandem::testing::server::mongodb_uri()
 }
 
 /// Runs the bank test with `args`, its run directory under a directory of test `name`'s own.

@@ -14,17 +14,7 @@ use tandem::{
 use tandem_mongodb::MongoStore;
 
 fn uri() -> Option<String> {
-    match std::env::var("MONGODB_URI") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            assert!(
-                std::env::var("TANDEM_REQUIRE_MONGODB").as_deref() != Ok("1"),
-                "MONGODB_URI is required"
-            );
-            println!("skipped: MONGODB_URI not set");
-            None
-        }
-    }
+    tandem::testing::server::mongodb_uri()
 }
 
 /// Runs the CLI with the test's timing: a lease of one second and no clock margin

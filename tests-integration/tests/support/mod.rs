@@ -14,9 +14,8 @@ use std::future::Future;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bson::{doc, Bson, Document};
 use tandem::store::FindOptions;
@@ -26,43 +25,7 @@ use tandem::{
 };
 use tandem_mongodb::MongoStore;
 
-/// Whether `TANDEM_REQUIRE_MONGODB=1`: a missing server is then a failure, not a skip.
-pub fn mongodb_required() -> bool {
-    std::env::var("TANDEM_REQUIRE_MONGODB").as_deref() == Ok("1")
-}
-
-/// The URI of the shared test server, from `MONGODB_URI`.
-///
-/// `None` (after printing `skipped: MONGODB_URI not set`) when it is unset,
-/// unless `TANDEM_REQUIRE_MONGODB=1`, in which case this panics.
-pub fn mongodb_uri() -> Option<String> {
-    match std::env::var("MONGODB_URI") {
-        Ok(uri) if !uri.trim().is_empty() => Some(uri),
-        _ => {
-            assert!(
-                !mongodb_required(),
-                "MONGODB_URI is not set but TANDEM_REQUIRE_MONGODB=1 requires a server"
-            );
-            println!("skipped: MONGODB_URI not set");
-            None
-        }
-    }
-}
-
-/// A name no other test uses: `prefix`, the process id, a counter and the time.
-pub fn unique_name(prefix: &str) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let prefix: String = prefix.chars().take(24).collect();
-    format!(
-        "tsuite_{prefix}_{}_{}_{nanos:x}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
+pub use tandem::testing::server::{mongodb_required, mongodb_uri, unique_name};
 
 /// Where a case runs: the [`StoreFactory`](tandem::testing::StoreFactory) of
 /// these tests, which also hands out the database name and cleans up after.

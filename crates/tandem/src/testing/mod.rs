@@ -31,6 +31,7 @@ mod crash;
 mod fault;
 pub mod safety;
 pub mod scenarios;
+pub mod server;
 pub mod store_contract;
 
 pub use audit::{audit, Audit, FieldKey};
