@@ -252,10 +252,20 @@
 //!   apply (lock and marker, effect at clear).
 //! * **Store errors other than lost answers**: a failed request either did
 //!   not land (the same as a step not taken yet, or a worker that stalls or
-//!   gives up) or may have landed (a lost answer). Retries are new attempts.
+//!   gives up) or may have landed (a lost answer). Retries are new attempts,
+//!   each seen by the coordinator: in the code only the coordinator repeats
+//!   a request (its `RetryPolicy`); stores send each request once, so each
+//!   request of the model is one request of the code. (A store that
+//!   repeated inside one call would hide a lost answer from the coordinator:
+//!   the mutation "a successful retry clearing the doubt" is what that
+//!   costs, and `tandem-mongodb/tests/lost_answers.rs` shows it on a server.)
 //!   Batched requests (`update_each`) are several single-document
 //!   statements: each is atomic on its own, and a lost batch answer is
 //!   several lost answers.
+//! * **The record's `initial` state**: the coordinator writes a record
+//!   `pending` from the start, so no state of the model stands for it
+//!   (`tests/states_match_the_record.rs` pins the other five against the
+//!   record's).
 //! * **The native strategy** (MongoDB's multi-document transactions) uses
 //!   neither records nor markers: it is not this protocol.
 //! * **Reads for guards on other documents, read-only participants, more

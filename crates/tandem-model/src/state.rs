@@ -19,6 +19,18 @@ pub enum TxState {
 }
 
 impl TxState {
+    /// Every state of the model. The record's `initial` is not among them:
+    /// the coordinator writes a record `pending` from the start (see the
+    /// crate's top comment), so the model has no state that would stand for
+    /// it. `tests/states_match_the_record.rs` pins these against the record's.
+    pub const ALL: [TxState; 5] = [
+        TxState::Pending,
+        TxState::Applied,
+        TxState::Done,
+        TxState::Canceling,
+        TxState::Canceled,
+    ];
+
     /// `done` or `canceled`.
     pub fn is_terminal(self) -> bool {
         matches!(self, TxState::Done | TxState::Canceled)
