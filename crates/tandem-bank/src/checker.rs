@@ -20,6 +20,10 @@
 //! (conservation, each balance against the ledger, the fee count, the
 //! vouchers) need no record at all: the ledger entry is a participant of its
 //! transaction, so it stands and falls with the transaction's other changes.
+//!
+//! The file is long because it holds one concern only: the invariants of a
+//! finished run, one check each, with the tests that feed each of them a
+//! fabricated state that breaks it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

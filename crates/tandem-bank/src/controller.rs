@@ -14,6 +14,10 @@
 //!   touches) every [`SAMPLE_EVERY`], and once more at the end, and keeps the
 //!   peak of its BSON size, which must stay within
 //!   [`hot_bound`].
+//!
+//! The file is long because it holds one concern only: the run's timeline,
+//! from setup through the nemesis and the garbage collector to quiescence,
+//! which reads best in order in one place.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -10,6 +10,9 @@
 //! When the input has errors, the same items are generated with bodies that
 //! do nothing (`unimplemented!()`), so that code using them reports no
 //! further errors; only the input's own errors are shown.
+//!
+//! The file is long because it holds one concern only: the generated items,
+//! each a `quote!` template next to the others it must agree with.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, ToTokens};

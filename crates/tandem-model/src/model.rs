@@ -1,4 +1,9 @@
 //! The model's configuration, its actions, and the protocol's steps.
+//!
+//! The file is long because it holds one concern only: the transition
+//! relation of the model (which actions are enabled in a state, and what
+//! each does), every step of the protocol beside the others so that they
+//! can be compared with the code's steps one by one.
 
 use std::fmt;
 

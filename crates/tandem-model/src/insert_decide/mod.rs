@@ -266,6 +266,10 @@
 //!   harder case for late steps.
 //! * **Time**: bounded (see above); in reality time goes on, and every
 //!   fence the model waits for is reached.
+//!
+//! The file is long because it is the proposal's whole argument in one place:
+//! this description, the rules the model forced, and the transition relation
+//! (state and properties live in their own modules).
 
 mod properties;
 mod state;

@@ -22,6 +22,10 @@
 //! A case asserts only what MongoDB does. Where the test server (SecantusDB)
 //! answers otherwise, the case says so next to the assertion, and the
 //! difference is listed in the guide's chapter on stores.
+//!
+//! The file is long because it holds one concern only: the contract's cases,
+//! each a short independent `async fn` read on its own, in the order the
+//! trait lists its methods. Splitting it would only scatter one list.
 
 use std::future::Future;
 use std::pin::Pin;
