@@ -23,6 +23,8 @@ pub enum Command {
     ReplaceOne,
     /// `delete` of one document.
     DeleteOne,
+    /// `delete` of every match.
+    DeleteMany,
     /// `find` with limit 1.
     FindOne,
     /// `find`.
@@ -43,6 +45,7 @@ impl Command {
             Command::FindOneAndUpdate => "find_one_and_update",
             Command::ReplaceOne => "replace_one",
             Command::DeleteOne => "delete_one",
+            Command::DeleteMany => "delete_many",
             Command::FindOne => "find_one",
             Command::Find => "find",
             Command::CreateIndexes => "ensure_index",
@@ -80,6 +83,8 @@ pub struct CommandCounts {
     pub replace_one: u64,
     /// `delete` commands of `delete_one`.
     pub delete_one: u64,
+    /// `delete` commands of `delete_many`.
+    pub delete_many: u64,
     /// `find` commands of `find_one`.
     pub find_one: u64,
     /// `find` commands of `find` (further `getMore` batches are not counted).
@@ -104,6 +109,7 @@ impl CommandCounts {
             Command::FindOneAndUpdate => self.find_one_and_update,
             Command::ReplaceOne => self.replace_one,
             Command::DeleteOne => self.delete_one,
+            Command::DeleteMany => self.delete_many,
             Command::FindOne => self.find_one,
             Command::Find => self.find,
             Command::CreateIndexes => self.create_indexes,
@@ -121,6 +127,7 @@ pub(crate) struct Counters {
     find_one_and_update: AtomicU64,
     replace_one: AtomicU64,
     delete_one: AtomicU64,
+    delete_many: AtomicU64,
     find_one: AtomicU64,
     find: AtomicU64,
     create_indexes: AtomicU64,
@@ -139,6 +146,7 @@ impl Counters {
             Command::FindOneAndUpdate => &self.find_one_and_update,
             Command::ReplaceOne => &self.replace_one,
             Command::DeleteOne => &self.delete_one,
+            Command::DeleteMany => &self.delete_many,
             Command::FindOne => &self.find_one,
             Command::Find => &self.find,
             Command::CreateIndexes => &self.create_indexes,
@@ -165,6 +173,7 @@ impl Counters {
             find_one_and_update: get(&self.find_one_and_update),
             replace_one: get(&self.replace_one),
             delete_one: get(&self.delete_one),
+            delete_many: get(&self.delete_many),
             find_one: get(&self.find_one),
             find: get(&self.find),
             create_indexes: get(&self.create_indexes),

@@ -36,6 +36,7 @@ use crate::options::{MongoStoreBuilder, MongoStoreOptions};
 /// | [`find_one_and_update`](Store::find_one_and_update) | `findAndModify` |
 /// | [`replace_one`](Store::replace_one) | `update` with a replacement document |
 /// | [`delete_one`](Store::delete_one) | `delete` (`limit: 1`) |
+/// | [`delete_many`](Store::delete_many) | `delete` (`limit: 0`) |
 /// | [`find_one`](Store::find_one) | `find` (`limit: 1`) |
 /// | [`find`](Store::find) | `find` (and `getMore` for further batches) |
 /// | [`ensure_index`](Store::ensure_index) | `createIndexes` |
@@ -499,6 +500,15 @@ impl Store for MongoStore {
             let coll = coll.clone();
             let filter = filter.clone();
             async move { coll.delete_one(filter).await.map(|r| r.deleted_count) }
+        })
+        .await
+    }
+
+    async fn delete_many(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        self.run(Command::DeleteMany, &ns_name, || async move {
+            coll.delete_many(filter).await.map(|r| r.deleted_count)
         })
         .await
     }

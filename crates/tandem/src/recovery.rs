@@ -18,7 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bson::doc;
+use bson::{doc, Bson};
 use futures::stream::{self, StreamExt};
 
 use crate::config::{PendingPolicy, RecoveryConfig};
@@ -26,6 +26,12 @@ use crate::engine::{history, is_not_yet, Engine, Step, HISTORY_KEPT};
 use crate::error::TxError;
 use crate::event::TxEvent;
 use crate::record::{TxRecord, TxState};
+
+/// How many records garbage collection removes with one `delete` request
+/// (`_id: {$in: [...]}`): large enough that a pass costs few round trips, small
+/// enough that the request stays far below the server's 16 MiB message limit
+/// (transaction ids are short strings).
+const GC_BATCH: usize = 500;
 use crate::store::{FindOptions, ReturnDocument, StoreError, StoreErrorKind};
 use crate::TxId;
 
@@ -614,7 +620,11 @@ impl RecoveryWorker {
                 }
             })
             .await?;
+        // Records to remove go in batches of one `delete` each, by `_id` under
+        // the scan's own conditions: a record written again under the same id
+        // since the scan (young, or not finished) is not among them.
         let mut removed = 0;
+        let mut ids = Vec::new();
         for (record, live, keep_until) in due {
             if let Some(live) = live {
                 if engine
@@ -626,9 +636,9 @@ impl RecoveryWorker {
                     continue;
                 }
             }
-            let filter = doc! { "_id": record.id.as_str(), "state": record.state };
             match keep_until {
                 Some(until) => {
+                    let filter = doc! { "_id": record.id.as_str(), "state": record.state };
                     let stub =
                         doc! { "$set": { "participants": [], "history": [], "stubUntil": until } };
                     removed += engine
@@ -643,25 +653,28 @@ impl RecoveryWorker {
                         .await?
                         .matched as usize;
                 }
-                None => {
-                    removed += engine
-                        .retry(|| engine.records().delete_one(&ns, filter.clone()))
-                        .await? as usize;
-                }
+                None => ids.push(Bson::String(record.id.as_str().to_owned())),
             }
         }
-        // Stubs whose idempotency window has passed.
-        let (stale, _) = self
-            .scan(&ns, doc! { "stubUntil": { "$lte": now } }, |d| {
-                d.get("_id").cloned()
-            })
-            .await?;
-        for id in stale {
-            let filter = doc! { "_id": id, "stubUntil": { "$lte": now } };
+        for batch in ids.chunks(GC_BATCH) {
+            let filter = doc! {
+                "_id": { "$in": batch },
+                "state": { "$in": [TxState::Done, TxState::Canceled] },
+                "lastModified": { "$lte": cutoff },
+                "stubUntil": { "$exists": false },
+            };
             removed += engine
-                .retry(|| engine.records().delete_one(&ns, filter.clone()))
+                .retry(|| engine.records().delete_many(&ns, filter.clone()))
                 .await? as usize;
         }
+        // Stubs whose idempotency window has passed, in one request.
+        removed += engine
+            .retry(|| {
+                engine
+                    .records()
+                    .delete_many(&ns, doc! { "stubUntil": { "$lte": now } })
+            })
+            .await? as usize;
         Ok(removed)
     }
 }

@@ -304,6 +304,27 @@ pub trait Store: Send + Sync + 'static {
     /// `deleteOne`: deletes the first match; returns how many were deleted (0 or 1).
     async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError>;
 
+    /// `deleteMany`: deletes every match in one request; returns how many
+    /// were deleted. Each deletion is atomic on its own document; together
+    /// they are not (a document may start or stop matching while the request
+    /// runs, as on MongoDB), and after an error any of them may have landed.
+    /// The default deletes the matches [`find`](Store::find) returns one by
+    /// one, each still under `filter`.
+    async fn delete_many(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        let mut deleted = 0;
+        for doc in self
+            .find(ns, filter.clone(), FindOptions::default())
+            .await?
+        {
+            let Some(id) = doc.get("_id").cloned() else {
+                continue;
+            };
+            let one = bson::doc! { "$and": [filter.clone(), { "_id": id }] };
+            deleted += self.delete_one(ns, one).await?;
+        }
+        Ok(deleted)
+    }
+
     /// `findOne`: the first match, if any.
     async fn find_one(
         &self,
@@ -416,6 +437,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
         (**self).delete_one(ns, filter).await
+    }
+    async fn delete_many(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        (**self).delete_many(ns, filter).await
     }
     async fn find_one(
         &self,

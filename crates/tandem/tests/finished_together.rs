@@ -133,3 +133,48 @@ async fn a_full_round_does_not_wait_for_the_finish_delay() {
     audit.assert_clean();
     assert_eq!(audit.count(TxState::Done), ROUND);
 }
+
+/// Garbage collection removes finished records in bulk: one `delete` request
+/// for a whole batch, not one per record, and it removes nothing younger than
+/// the age it was given.
+#[tokio::test]
+async fn garbage_collection_removes_a_batch_of_records_with_one_request() {
+    let (store, clock, names) = {
+        let names: Vec<String> = (0..40).map(|i| format!("acct-{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (store, clock, _) = bank(&refs, 1000).await;
+        (store, clock, names)
+    };
+    let coordinator = Coordinator::new(store.clone());
+    for i in 0..20 {
+        coordinator
+            .run(transfer(&names[2 * i], &names[2 * i + 1], 10))
+            .await
+            .expect("commits");
+    }
+    coordinator.drain().await;
+    let worker = coordinator.recovery(tandem::config::RecoveryConfig::default());
+    let age = Duration::from_secs(3600);
+
+    // Too young: nothing goes.
+    assert_eq!(worker.collect_garbage(age).await.unwrap(), 0);
+    assert_eq!(
+        tandem::Store::count(&store, &records(), bson::doc! {})
+            .await
+            .unwrap(),
+        20
+    );
+
+    clock.advance(age + Duration::from_secs(1));
+    let before = store.command_count();
+    assert_eq!(worker.collect_garbage(age).await.unwrap(), 20);
+    let commands = store.command_count() - before;
+    // The clock, the scan, one delete of the batch, one delete of stale stubs.
+    assert_eq!(commands, 4, "{commands} commands for 20 records");
+    assert_eq!(
+        tandem::Store::count(&store, &records(), bson::doc! {})
+            .await
+            .unwrap(),
+        0
+    );
+}

@@ -416,6 +416,26 @@ impl Store for MemoryStore {
         Ok(u64::from(coll.remove(&id).is_some()))
     }
 
+    async fn delete_many(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        self.count();
+        query::validate(&filter)?;
+        let cx = Ctx::clock(&*self.inner.clock);
+        let mut data = self.lock();
+        let Some(coll) = data.get_mut(ns) else {
+            return Ok(0);
+        };
+        let ids: Vec<Bson> = coll
+            .matching(&filter, &cx)
+            .map(|doc| doc.get("_id").cloned().unwrap_or(Bson::Null))
+            .collect();
+        cx.check()?;
+        let mut deleted = 0;
+        for id in ids {
+            deleted += u64::from(coll.remove(&id).is_some());
+        }
+        Ok(deleted)
+    }
+
     async fn find_one(
         &self,
         ns: &Namespace,

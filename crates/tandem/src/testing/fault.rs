@@ -232,6 +232,10 @@ impl Store for FaultStore {
         self.gate().await?;
         self.inner.delete_one(ns, filter).await
     }
+    async fn delete_many(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        self.gate().await?;
+        self.inner.delete_many(ns, filter).await
+    }
     async fn find_one(
         &self,
         ns: &Namespace,

@@ -77,6 +77,7 @@ macro_rules! __store_contract_list {
             find_one_and_update_before_and_after,
             replace_keeps_the_id,
             delete_counts,
+            delete_many_deletes_every_match,
             find_sorts_and_limits,
             count_counts_matches,
             missing_collections_are_empty,
@@ -875,6 +876,49 @@ pub async fn delete_counts<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
     assert_eq!(store.delete_one(&ns, doc! { "_id": 3 }).await.unwrap(), 0);
     assert_eq!(get(store.as_ref(), &ns, 3).await, None);
     assert_eq!(store.count(&ns, doc! {}).await.unwrap(), 1);
+}
+
+/// `deleteMany` deletes every match in one request and says how many: an
+/// `$in` of ids with a guard on other fields deletes only the documents that
+/// pass the guard, and nothing matching deletes nothing.
+pub async fn delete_many_deletes_every_match<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = docs(db);
+    seed(
+        store.as_ref(),
+        &ns,
+        vec![
+            doc! { "_id": 1, "state": "done", "age": 10 },
+            doc! { "_id": 2, "state": "done", "age": 1 },
+            doc! { "_id": 3, "state": "pending", "age": 10 },
+            doc! { "_id": 4, "state": "canceled", "age": 10 },
+            doc! { "_id": 5, "state": "done", "age": 10 },
+        ],
+    )
+    .await;
+    let filter = doc! {
+        "_id": { "$in": [1, 2, 3, 4, 9] },
+        "state": { "$in": ["done", "canceled"] },
+        "age": { "$gte": 5 },
+    };
+    assert_eq!(store.delete_many(&ns, filter.clone()).await.unwrap(), 2);
+    for (id, left) in [(1, false), (2, true), (3, true), (4, false), (5, true)] {
+        assert_eq!(
+            get(store.as_ref(), &ns, id).await.is_some(),
+            left,
+            "document {id}"
+        );
+    }
+    assert_eq!(store.delete_many(&ns, filter).await.unwrap(), 0, "again");
+    assert_eq!(
+        store
+            .delete_many(&Namespace::new(db, "nothing_here"), doc! {})
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(store.delete_many(&ns, doc! {}).await.unwrap(), 3);
+    assert_eq!(store.count(&ns, doc! {}).await.unwrap(), 0);
 }
 
 /// `find` returns every match, sorted by one or more keys in either
