@@ -59,7 +59,8 @@ flags:
   --lease D              lease of each transaction                       [2s]
   --nemesis-interval D   mean time between two nemesis rounds            [3s]
   --nemesis LIST         all, none, or a comma-separated list of kill-worker,
-                         kill-server, failpoint, pause, slow-write       [all]
+                         kill-server, failpoint, pause, slow-write,
+                         lose-answer                                     [all]
   --clock-skew D         run server 2 under libfaketime, its clock off from
                          server 1's by an offset drawn from [-D, +D] at every
                          (re)start, so a restart may step it back           [0: off]

@@ -41,6 +41,7 @@ use crate::nemesis::{
 };
 use crate::outcome_log::{LogSummary, LogTail, Logged};
 use crate::procs::{locate_libfaketime, locate_secantusd, ClockSkew, Server, Worker};
+use crate::proxy::LosingProxy;
 use crate::rng::Rng;
 use crate::worker::WorkerArgs;
 
@@ -383,6 +384,26 @@ async fn run_in(
             }
         }
     }
+    // The workers reach each server through a proxy that can lose answers.
+    let mut proxies = Vec::new();
+    let mut worker_uris = uris.clone();
+    if nemeses.contains(&Nemesis::LoseAnswer) {
+        match losing_proxies(&uris).await {
+            Ok((started, via)) => {
+                say(format!(
+                    "lose-answer: the workers reach server 1 through 127.0.0.1:{} and server 2 through 127.0.0.1:{}, proxies that can lose the answers of write commands and deliver the requests later",
+                    started[0].port(),
+                    started[1].port()
+                ));
+                proxies = started;
+                worker_uris = via;
+            }
+            Err(why) => {
+                say(format!("nemesis lose-answer skipped: {why}"));
+                nemeses.remove(&Nemesis::LoseAnswer);
+            }
+        }
+    }
     let nemeses: Vec<Nemesis> = nemeses.into_iter().collect();
     say(format!(
         "nemesis: every ~{:?}, one of: {}",
@@ -418,8 +439,8 @@ async fn run_in(
         let log = logs_dir.join(format!("worker-{index}.log"));
         tail.follow(log.clone());
         let args = WorkerArgs {
-            uri: uris[0].clone(),
-            uri2: uris[1].clone(),
+            uri: worker_uris[0].clone(),
+            uri2: worker_uris[1].clone(),
             db: db.clone(),
             index,
             incarnation: 0,
@@ -566,6 +587,7 @@ async fn run_in(
         }
         let target = Target {
             stores: &stores,
+            proxies: &proxies,
             ns: &ns,
             token: &token,
             app_name: &app_name,
@@ -643,6 +665,27 @@ async fn run_in(
     }
     let logs = tail.lock().unwrap_or_else(|e| e.into_inner()).finish();
     let collected = gc.collected.load(Ordering::SeqCst);
+    // Every request whose answer was lost reaches its server before the
+    // final recovery: after that nothing of the workers is still on its way.
+    if !proxies.is_empty() {
+        for p in &proxies {
+            p.disarm();
+        }
+        for p in &proxies {
+            bounded(LONG, "delivering the held requests", async {
+                p.all_delivered().await;
+                Ok::<(), String>(())
+            })
+            .await?;
+        }
+        let (held, delivered) = proxies
+            .iter()
+            .map(LosingProxy::counts)
+            .fold((0, 0), |(h, d), (h2, d2)| (h + h2, d + d2));
+        say(format!(
+            "lose-answer: {held} answers lost in all, {delivered} of their requests delivered late"
+        ));
+    }
 
     // Recovery to quiescence, then the checks.
     let (passes, recovered, quiescent) =
@@ -922,6 +965,9 @@ fn restart_exited(fleet: &mut Fleet) -> Result<u64, String> {
 struct Target<'a> {
     /// The stores of server 1 and server 2.
     stores: &'a [MongoStore; 2],
+    /// The proxies the workers reach the servers through (none without the
+    /// `lose-answer` nemesis).
+    proxies: &'a [LosingProxy],
     ns: &'a BankNs,
     token: &'a str,
     app_name: &'a str,
@@ -938,6 +984,7 @@ async fn strike(
 ) -> Result<(), String> {
     let Target {
         stores,
+        proxies,
         ns,
         token,
         app_name,
@@ -1027,6 +1074,30 @@ async fn strike(
                 hold.as_secs_f64()
             ));
         }
+        Nemesis::LoseAnswer => {
+            if proxies.is_empty() {
+                return Err("no proxy".into());
+            }
+            let i = rng.index(proxies.len());
+            let count = u32::try_from(rng.range(1, 3)).unwrap_or(1);
+            // From at once to past the lease: some copies land while their
+            // worker still waits, others after recovery took over.
+            let delay = Duration::from_millis(rng.range(0, 1500))
+                + options.lease.mul_f64(rng.below(100) as f64 / 100.0);
+            let (held_before, _) = proxies[i].counts();
+            proxies[i].arm(count, delay);
+            let hold = Duration::from_millis(rng.range(500, 2000)).min(left);
+            tokio::time::sleep(hold).await;
+            proxies[i].disarm();
+            let (held, _) = proxies[i].counts();
+            say(format!(
+                "nemesis: server {}: the next {count} write commands lose their answers, each landing {} ms later; {} held in {:.1} s",
+                i + 1,
+                delay.as_millis(),
+                held - held_before,
+                hold.as_secs_f64()
+            ));
+        }
         Nemesis::Pause => {
             let i = rng.index(fleet.workers.len());
             let w = &mut fleet.workers[i];
@@ -1046,6 +1117,54 @@ async fn strike(
         }
     }
     Ok(())
+}
+
+/// Starts a [`LosingProxy`] in front of each server and returns the proxies
+/// and the URIs the workers use to reach the servers through them. Needs a
+/// single loopback host per URI (a proxy stands for one server).
+async fn losing_proxies(uris: &[String; 2]) -> Result<(Vec<LosingProxy>, [String; 2]), String> {
+    let mut proxies = Vec::new();
+    let mut via = uris.clone();
+    for (n, uri) in uris.iter().enumerate() {
+        if !is_loopback(uri).await {
+            return Err(format!("server {} is not on 127.0.0.1", n + 1));
+        }
+        let options = mongodb::options::ClientOptions::parse(uri)
+            .await
+            .map_err(|e| e.to_string())?;
+        let [mongodb::options::ServerAddress::Tcp { host, port }] = options.hosts.as_slice() else {
+            return Err(format!("server {} is not a single host", n + 1));
+        };
+        let upstream = format!("{host}:{}", port.unwrap_or(27017));
+        let proxy = LosingProxy::start(upstream.clone())
+            .await
+            .map_err(|e| format!("starting a proxy: {e}"))?;
+        via[n] = through(uri, proxy.port())?;
+        proxies.push(proxy);
+    }
+    Ok((proxies, via))
+}
+
+/// `uri` with its one host replaced by the proxy's, and `directConnection=true`.
+fn through(uri: &str, port: u16) -> Result<String, String> {
+    let (scheme, rest) = uri
+        .split_once("://")
+        .ok_or_else(|| format!("not a URI: {uri:?}"))?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let userinfo = authority.rsplit_once('@').map(|(u, _)| format!("{u}@"));
+    let tail = if tail.is_empty() { "/" } else { tail };
+    let sep = if tail.contains('?') {
+        "&"
+    } else if tail.ends_with('/') {
+        "?"
+    } else {
+        "/?"
+    };
+    Ok(format!(
+        "{scheme}://{}127.0.0.1:{port}{tail}{sep}directConnection=true",
+        userinfo.unwrap_or_default()
+    ))
 }
 
 /// Runs recovery passes until no record is in flight, waiting for leases to
@@ -1214,6 +1333,27 @@ fn print_summary(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn workers_reach_a_server_through_its_proxy() {
+        assert_eq!(
+            through("mongodb://127.0.0.1:27017/", 4000).unwrap(),
+            "mongodb://127.0.0.1:4000/?directConnection=true"
+        );
+        assert_eq!(
+            through(
+                "mongodb://alice:pw@localhost:27017/bank?authSource=admin",
+                4000
+            )
+            .unwrap(),
+            "mongodb://alice:pw@127.0.0.1:4000/bank?authSource=admin&directConnection=true"
+        );
+        assert_eq!(
+            through("mongodb://127.0.0.1:27017", 4000).unwrap(),
+            "mongodb://127.0.0.1:4000/?directConnection=true"
+        );
+        assert!(through("127.0.0.1:27017", 4000).is_err());
+    }
 
     #[test]
     fn the_last_line_keeps_its_prefix_and_appends_the_new_fields() {

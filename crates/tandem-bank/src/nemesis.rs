@@ -24,16 +24,23 @@ pub enum Nemesis {
     /// Arm `failCommand` with `blockConnection` on write commands for longer
     /// than the lease: a write that lands after recovery took its transaction over.
     SlowWrite,
+    /// Lose the answers of the next few write commands a worker sends to one
+    /// server while their requests are still on their way (the workers talk
+    /// to each server through a [`LosingProxy`](crate::proxy::LosingProxy)):
+    /// the worker sees a network error, repeats or gives up, and the first
+    /// copy lands later, up to past the lease.
+    LoseAnswer,
 }
 
 impl Nemesis {
     /// Every nemesis.
-    pub const ALL: [Nemesis; 5] = [
+    pub const ALL: [Nemesis; 6] = [
         Nemesis::KillWorker,
         Nemesis::KillServer,
         Nemesis::Failpoint,
         Nemesis::Pause,
         Nemesis::SlowWrite,
+        Nemesis::LoseAnswer,
     ];
 
     /// Its name on the command line and in the output.
@@ -44,6 +51,7 @@ impl Nemesis {
             Nemesis::Failpoint => "failpoint",
             Nemesis::Pause => "pause",
             Nemesis::SlowWrite => "slow-write",
+            Nemesis::LoseAnswer => "lose-answer",
         }
     }
 
@@ -62,7 +70,7 @@ impl Nemesis {
                     .find(|n| n.name() == name)
                     .ok_or_else(|| {
                         format!(
-                            "unknown nemesis {name:?} (choose from kill-worker, kill-server, failpoint, pause, slow-write)"
+                            "unknown nemesis {name:?} (choose from kill-worker, kill-server, failpoint, pause, slow-write, lose-answer)"
                         )
                     })
             })
@@ -280,7 +288,7 @@ mod tests {
 
     #[test]
     fn lists() {
-        assert_eq!(Nemesis::parse_list("all").unwrap().len(), 5);
+        assert_eq!(Nemesis::parse_list("all").unwrap().len(), 6);
         assert!(Nemesis::parse_list("none").unwrap().is_empty());
         assert_eq!(
             Nemesis::parse_list("pause, kill-worker").unwrap(),
