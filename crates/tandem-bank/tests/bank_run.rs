@@ -42,7 +42,7 @@ fn final_line(out: &Output) -> String {
 }
 
 #[test]
-fn a_run_with_killed_and_paused_workers_keeps_every_invariant() {
+fn a_run_with_killed_and_paused_workers_and_lost_answers_keeps_every_invariant() {
     if server().is_none() {
         return;
     }
@@ -58,7 +58,7 @@ fn a_run_with_killed_and_paused_workers_keeps_every_invariant() {
             "--seed",
             "11",
             "--nemesis",
-            "kill-worker,pause",
+            "kill-worker,pause,lose-answer",
             "--nemesis-interval",
             "2s",
         ],
@@ -84,6 +84,11 @@ fn a_run_with_killed_and_paused_workers_keeps_every_invariant() {
     assert!(committed > 0 && faults > 0 && peak > 0, "{last}");
     assert!(committed + canceled <= transfers, "{last}");
     assert!(text.contains("nemesis kill-server skipped"), "{text}");
+    // The workers reached the server through the answer-losing proxies.
+    assert!(
+        text.contains("lose-answer: the workers reach server 1 through"),
+        "{text}"
+    );
 }
 
 #[test]
