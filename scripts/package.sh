@@ -31,6 +31,14 @@ if [[ $status -ne 0 ]]; then
     exit "$status"
 fi
 
+# cargo package unpacks the packages it has just made into
+# $CARGO_HOME/registry/src/-<hash>/ (a local registry named after this
+# checkout's path) to verify the ones that depend on them, and never unpacks
+# the same version there again: a second run from the same path would verify
+# against the first run's sources. Remove earlier copies first.
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+rm -rf "$cargo_home"/registry/src/-*/tandem-2pc-* "$cargo_home"/registry/cache/-*/tandem-2pc-*
+
 # --allow-dirty: what is checked is the packages, not whether the work tree
 # is committed (a developer runs this before committing).
 cargo package --allow-dirty "${packages[@]}" "$@"
