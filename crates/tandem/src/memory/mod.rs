@@ -151,7 +151,7 @@ impl MemoryStore {
         self.inner.commands.load(AtomicOrdering::Relaxed)
     }
 
-    fn count(&self) {
+    fn count_command(&self) {
         self.inner.commands.fetch_add(1, AtomicOrdering::Relaxed);
     }
 
@@ -270,7 +270,7 @@ impl Store for MemoryStore {
     }
 
     async fn now(&self) -> Result<bson::DateTime, StoreError> {
-        self.count();
+        self.count_command();
         Ok(self.inner.clock.now())
     }
 
@@ -280,7 +280,7 @@ impl Store for MemoryStore {
     }
 
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
-        self.count();
+        self.count_command();
         let doc = with_id_first(doc);
         check_id(&doc)?;
         let doc = checked(doc)?;
@@ -295,7 +295,7 @@ impl Store for MemoryStore {
         update: Document,
         options: crate::store::UpdateOptions,
     ) -> Result<UpdateOutcome, StoreError> {
-        self.count();
+        self.count_command();
         let now = self.inner.clock.now();
         self.update(ns, &filter, update, options.upsert, None, now)
             .map(|(outcome, _)| outcome)
@@ -309,7 +309,7 @@ impl Store for MemoryStore {
         ns: &Namespace,
         statements: Vec<(Document, Document)>,
     ) -> Result<u64, StoreError> {
-        self.count();
+        self.count_command();
         let now = self.inner.clock.now();
         let mut matched = 0;
         let mut first_error = None;
@@ -334,7 +334,7 @@ impl Store for MemoryStore {
         update: Document,
         options: crate::store::FindOneAndUpdateOptions,
     ) -> Result<Option<Document>, StoreError> {
-        self.count();
+        self.count_command();
         let now = self.inner.clock.now();
         let (_, returned) = self.update(
             ns,
@@ -353,7 +353,7 @@ impl Store for MemoryStore {
         filter: Document,
         replacement: Document,
     ) -> Result<UpdateOutcome, StoreError> {
-        self.count();
+        self.count_command();
         query::validate(&filter)?;
         validate_replacement(&replacement)?;
         let cx = Ctx::clock(&*self.inner.clock);
@@ -400,7 +400,7 @@ impl Store for MemoryStore {
     }
 
     async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
-        self.count();
+        self.count_command();
         query::validate(&filter)?;
         let cx = Ctx::clock(&*self.inner.clock);
         let mut data = self.lock();
@@ -417,7 +417,7 @@ impl Store for MemoryStore {
     }
 
     async fn delete_many(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
-        self.count();
+        self.count_command();
         query::validate(&filter)?;
         let cx = Ctx::clock(&*self.inner.clock);
         let mut data = self.lock();
@@ -441,7 +441,7 @@ impl Store for MemoryStore {
         ns: &Namespace,
         filter: Document,
     ) -> Result<Option<Document>, StoreError> {
-        self.count();
+        self.count_command();
         query::validate(&filter)?;
         let cx = Ctx::clock(&*self.inner.clock);
         let data = self.lock();
@@ -459,7 +459,7 @@ impl Store for MemoryStore {
         filter: Document,
         options: FindOptions,
     ) -> Result<Vec<Document>, StoreError> {
-        self.count();
+        self.count_command();
         query::validate(&filter)?;
         let sort = match &options.sort {
             Some(spec) => sort_keys(spec)?,
@@ -501,7 +501,7 @@ impl Store for MemoryStore {
 
     /// There are no indexes: does nothing (but counts as a call).
     async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {
-        self.count();
+        self.count_command();
         let _ = (ns, index);
         Ok(())
     }
@@ -632,7 +632,7 @@ impl crate::NativeTransactions for MemoryStore {
     ) -> Result<(), StepError> {
         // One call, under the store's lock: nothing can fail transiently.
         let _ = retry;
-        self.count();
+        self.count_command();
         self.run_locked(changes)
     }
 }
