@@ -41,9 +41,9 @@ use crate::nemesis::{
 };
 use crate::outcome_log::{LogSummary, LogTail, Logged};
 use crate::procs::{locate_libfaketime, locate_secantusd, ClockSkew, Server, Worker};
-use crate::proxy::LosingProxy;
 use crate::rng::Rng;
 use crate::worker::WorkerArgs;
+use tandem::testing::LosingProxy;
 
 /// How long the managed server may take to answer after a (re)start.
 const SERVER_START: Duration = Duration::from_secs(60);

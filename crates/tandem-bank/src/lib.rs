@@ -50,6 +50,5 @@ pub mod controller;
 pub mod nemesis;
 pub mod outcome_log;
 pub mod procs;
-pub mod proxy;
 pub mod rng;
 pub mod worker;

@@ -26,7 +26,7 @@ pub enum Nemesis {
     SlowWrite,
     /// Lose the answers of the next few write commands a worker sends to one
     /// server while their requests are still on their way (the workers talk
-    /// to each server through a [`LosingProxy`](crate::proxy::LosingProxy)):
+    /// to each server through a [`LosingProxy`](tandem::testing::LosingProxy)):
     /// the worker sees a network error, repeats or gives up, and the first
     /// copy lands later, up to past the lease.
     LoseAnswer,

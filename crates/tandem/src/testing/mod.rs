@@ -29,6 +29,7 @@ use crate::store::Store;
 mod audit;
 mod crash;
 mod fault;
+mod proxy;
 pub mod safety;
 pub mod scenarios;
 pub mod server;
@@ -37,6 +38,7 @@ pub mod store_contract;
 pub use audit::{audit, Audit, FieldKey};
 pub use crash::{CrashHarness, CrashReport};
 pub use fault::{FaultStore, Pause, Upsert};
+pub use proxy::LosingProxy;
 
 /// Makes a fresh store for each run of a scenario, and lets time pass on it.
 ///

@@ -1,13 +1,14 @@
-//! A loopback TCP proxy between the workers and a server that can lose the
-//! answers of write commands while their requests are still on their way.
+//! A loopback TCP proxy between clients and a MongoDB server that can lose
+//! the answers of write commands while their requests are still on their way.
 //!
-//! Armed by the `lose-answer` nemesis, it takes the next few write commands
-//! (`insert`, `update`, `delete`, `findAndModify`) a worker sends, closes that
-//! worker's connection at once (the worker sees a network error: an unknown
-//! outcome), and delivers the request to the server later, on the connection
-//! it came on, throwing the server's answer away. That is what a network
+//! Armed, it takes the next few write commands (`insert`, `update`,
+//! `delete`, `findAndModify`) a client sends, closes that client's
+//! connection at once (the client sees a network error: an unknown outcome),
+//! and delivers the request to the server later, on the connection it came
+//! on, throwing the server's answer away. The bank test's `lose-answer`
+//! nemesis and `tandem-mongodb`'s `tests/lost_answers.rs` use it. That is what a network
 //! partition or a failover does to a request in flight, and what the
-//! protocol's apply deadlines and the coordinator's doubt are for: a worker
+//! protocol's apply deadlines and the coordinator's doubt are for: a client
 //! that repeats a step while the first copy is still on its way must not have
 //! it land twice.
 //!
@@ -193,7 +194,7 @@ async fn connection(client: TcpStream, server: TcpStream, control: Arc<Control>)
             }
             continue;
         };
-        // The answer is lost: the worker's connection closes now...
+        // The answer is lost: the client's connection closes now...
         control.held.fetch_add(1, Ordering::SeqCst);
         let _ = stop.send(());
         drop(client_read);
