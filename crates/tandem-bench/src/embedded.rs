@@ -11,7 +11,7 @@ use tandem::store::{Namespace, Store};
 use tandem::testing::FaultStore;
 use tandem::{
     CommitPoint, Coordinator, DocumentChange, ManualClock, MemoryStore, RecoveryConfig, Strategy,
-    Transaction, TxError, TxState,
+    Transaction, TxState,
 };
 
 use crate::workload::{account_doc, account_id, pair};
@@ -23,9 +23,10 @@ pub const DB: &str = "bench";
 pub const POOL: usize = 256;
 
 /// The store operations a transfer makes before the crash that leaves it in
-/// flight: create the record (`pending`), apply both accounts. The next one
-/// (moving to `applied`) fails, so the record stays `pending` with both
-/// markers set.
+/// flight: create the record (`pending`), apply both accounts. It has
+/// committed at its applies; the next operation (moving the record to
+/// `applied`) fails, so the record stays `pending` with both markers set,
+/// and recovery finds every apply landed and commits it.
 pub const OPS_BEFORE_CRASH: u64 = 3;
 
 /// The accounts collection.
@@ -150,7 +151,7 @@ pub struct InFlight {
 
 /// Leaves `count` transfers in `pending`: each runs on a coordinator whose store
 /// crashes after [`OPS_BEFORE_CRASH`] operations, i.e. after both accounts are
-/// applied and before the commit point. With `prefilled: None` a new store on a
+/// applied (the commit point) and before the record moves on. With `prefilled: None` a new store on a
 /// manual clock is made and the account pool inserted; the caller may pass an
 /// already-filled store and its clock instead.
 pub async fn leave_in_flight(
@@ -176,12 +177,11 @@ pub async fn leave_in_flight(
             .build();
         let (from, to) = pair(k, POOL);
         match crashed.run(transfer(&ns, from, to)).await {
-            Err(TxError::Interrupted {
-                state: Some(TxState::Pending),
-                ..
-            }) => {}
-            other => panic!("expected a transfer interrupted in pending, got {other:?}"),
+            // Committed at its applies; its move to `applied` fails.
+            Ok(receipt) if receipt.state == TxState::Applied => {}
+            other => panic!("expected a transfer committed at its applies, got {other:?}"),
         }
+        crashed.drain().await;
     }
     let coordinator = Coordinator::builder(store.clone()).database(DB).build();
     InFlight {
@@ -194,7 +194,8 @@ pub async fn leave_in_flight(
 
 /// Moves the clock past every lease and recovers everything in one pass of
 /// `RecoveryWorker::run_once` with a batch of `count`. Returns the time the
-/// pass took, and checks that every transaction was rolled back.
+/// pass took, and checks that every transaction was committed (asked of
+/// both accounts, then moved to `applied`, cleared, `done`).
 pub async fn recover_all(in_flight: &InFlight) -> Duration {
     in_flight.clock.advance(Duration::from_secs(3600));
     let worker = in_flight.coordinator.recovery(RecoveryConfig {
@@ -205,8 +206,8 @@ pub async fn recover_all(in_flight: &InFlight) -> Duration {
     let report = worker.run_once().await.expect("a recovery pass");
     let took = t0.elapsed();
     assert_eq!(
-        report.canceled, in_flight.count,
-        "every in-flight transfer is rolled back: {report:?}"
+        report.committed, in_flight.count,
+        "every in-flight transfer had committed at its applies: {report:?}"
     );
     took
 }
@@ -326,7 +327,7 @@ mod tests {
             let records = in_flight
                 .store
                 .documents(&Namespace::new(DB, "transactions"));
-            assert!(records.iter().all(|r| r.get_str("state") == Ok("canceled")));
+            assert!(records.iter().all(|r| r.get_str("state") == Ok("done")));
         });
     }
 }

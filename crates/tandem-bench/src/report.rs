@@ -111,10 +111,10 @@ pub struct Report {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Summary {
     /// Sequential round trips of a two-phase transfer (b) run alone, until the
-    /// call returned at its commit point (`applied`): commands the client sent
+    /// call returned at its commit point (its applies): commands the client sent
     /// with none of its other commands in flight.
     pub rt_commit: Option<u64>,
-    /// Write commands per transfer of (b), as its `MongoStore::metrics()`
+    /// Write statements per transfer of (b), as its `MongoStore::metrics()`
     /// counted them over the whole run, background finishing included.
     pub writes_per_transfer: Option<f64>,
     /// Median sequential latency of (b) over that of (c), tandem native.
@@ -465,8 +465,8 @@ Client CPU: user+system time of the client process (`getrusage`) over the sequen
         let _ = writeln!(s, "## Summary\n\n`{line}`\n");
         let _ = writeln!(
             s,
-            "- `rt_commit`: sequential round trips of one two-phase transfer (b) run alone, until the call returned at `applied`: commands sent while no other command of the client was in flight, counted on the wire.\n\
-- `writes_per_transfer`: write commands per transfer of (b) — inserts, updates (one `update` carrying both accounts' statements counts once), deletes — as its `MongoStore::metrics()` counted them over the whole run, warm-up and concurrent batches and background finishing included, over the transfers that did not fail.\n\
+            "- `rt_commit`: sequential round trips of one two-phase transfer (b) run alone, until the call returned at its commit point (its applies): commands sent while no other command of the client was in flight, counted on the wire.\n\
+- `writes_per_transfer`: write statements per transfer of (b) — each insert, update, delete and `findAndModify`, and each statement of an `update` carrying several (both accounts' applies are two) — as its `MongoStore::metrics().write_statements` counted them over the whole run, warm-up and concurrent batches and background finishing included, over the transfers that did not fail.\n\
 - `latency_vs_native`: median sequential latency of (b), transfers back to back, over that of (c); below 1 means the two-phase strategy answers sooner.\n\
 - `throughput_vs_fawn@16`, `throughput_vs_handwritten@16`: transfers per second of (b) over those of (d) and (a), 16 concurrent.\n\
 - `embedded_2pc_per_s`: two-phase transfers per second on the embedded store, one core, `CommitPoint::Applied`.\n\

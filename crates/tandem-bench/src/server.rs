@@ -17,7 +17,7 @@ use mongodb::{Client, Collection};
 use tandem::store::Namespace;
 use tandem::{CommitPoint, Coordinator, CoordinatorConfig, Strategy};
 use tandem_mongodb::options::MongoStoreOptions;
-use tandem_mongodb::{CommandCounts, MongoStore};
+use tandem_mongodb::MongoStore;
 
 use crate::cpu::process_cpu;
 use crate::embedded::transfer;
@@ -202,25 +202,15 @@ impl RustVariant {
         }
     }
 
-    /// Write commands the variant's own [`MongoStore`] counted (tandem only):
-    /// inserts, updates (one per `update_each`, whatever its statements),
-    /// replacements, deletes and `findAndModify`.
+    /// Write statements the variant's own [`MongoStore`] counted (tandem
+    /// only): one per insert, update, replacement, delete and
+    /// `findAndModify`, and one per statement of an `update_each` request.
     pub fn store_writes(&self) -> Option<u64> {
         match self {
-            RustVariant::Tandem { store, .. } => Some(write_commands(&store.metrics())),
+            RustVariant::Tandem { store, .. } => Some(store.metrics().write_statements),
             _ => None,
         }
     }
-}
-
-/// The write commands among a store's counts.
-pub fn write_commands(m: &CommandCounts) -> u64 {
-    m.insert_one
-        + m.update_one
-        + m.update_each
-        + m.find_one_and_update
-        + m.replace_one
-        + m.delete_one
 }
 
 /// The tutorial's steps, in order, each one command: record `initial`; `pending`;

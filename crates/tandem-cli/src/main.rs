@@ -378,6 +378,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     println!("{id}: removed (nothing had been applied)");
                     Ok(())
                 }
+                Ok(TxState::Pending) => {
+                    let record = find(store.as_ref(), &ns, &id).await?;
+                    let after = record
+                        .not_before
+                        .map(|t| t.try_to_rfc3339_string().unwrap_or_else(|_| t.to_string()))
+                        .unwrap_or_else(|| "its owner's deadline".into());
+                    Err(Failure::Incomplete(format!(
+                        "{id}: pending: undecided while its owner's applies may still land (until {after}, by the stores' clocks): it commits if every apply lands; run `tandem cancel` again after that to roll back what did not"
+                    )))
+                }
                 Ok(state) => Err(Failure::Refused(format!(
                     "{id} is {state}: a transaction past its commit point cannot be canceled"
                 ))),
@@ -580,6 +590,9 @@ async fn participant_document(
         .map(|m| m.iter().any(|v| v.as_str() == Some(marker.as_str())))
         .unwrap_or(false);
     Ok(match (record.state, marked) {
+        (TxState::Pending, true) if record.early_commit => {
+            "applied (marked); committed if every participant is".into()
+        }
         (TxState::Pending, true) => "applied, not committed yet (marked)".into(),
         (TxState::Pending | TxState::Initial, false) => "not applied (no marker)".into(),
         (TxState::Applied, true) => "applied and committed; marker not cleared yet".into(),

@@ -25,6 +25,8 @@ pub enum Command {
     DeleteOne,
     /// `delete` of every match.
     DeleteMany,
+    /// `update` of every match.
+    UpdateMany,
     /// `find` with limit 1.
     FindOne,
     /// `find`.
@@ -46,6 +48,7 @@ impl Command {
             Command::ReplaceOne => "replace_one",
             Command::DeleteOne => "delete_one",
             Command::DeleteMany => "delete_many",
+            Command::UpdateMany => "update_many",
             Command::FindOne => "find_one",
             Command::Find => "find",
             Command::CreateIndexes => "ensure_index",
@@ -85,6 +88,8 @@ pub struct CommandCounts {
     pub delete_one: u64,
     /// `delete` commands of `delete_many`.
     pub delete_many: u64,
+    /// `update` commands of `update_many`.
+    pub update_many: u64,
     /// `find` commands of `find_one`.
     pub find_one: u64,
     /// `find` commands of `find` (further `getMore` batches are not counted).
@@ -93,6 +98,10 @@ pub struct CommandCounts {
     pub create_indexes: u64,
     /// All commands above.
     pub total: u64,
+    /// Write statements sent: one per write command, and one per statement
+    /// of an `update_each` request (the unit a server executes and logs one
+    /// by one; what a protocol's cost is counted in).
+    pub write_statements: u64,
     /// Commands that failed, for any reason (included in the counts above).
     pub failures: u64,
 }
@@ -110,6 +119,7 @@ impl CommandCounts {
             Command::ReplaceOne => self.replace_one,
             Command::DeleteOne => self.delete_one,
             Command::DeleteMany => self.delete_many,
+            Command::UpdateMany => self.update_many,
             Command::FindOne => self.find_one,
             Command::Find => self.find,
             Command::CreateIndexes => self.create_indexes,
@@ -128,10 +138,12 @@ pub(crate) struct Counters {
     replace_one: AtomicU64,
     delete_one: AtomicU64,
     delete_many: AtomicU64,
+    update_many: AtomicU64,
     find_one: AtomicU64,
     find: AtomicU64,
     create_indexes: AtomicU64,
     total: AtomicU64,
+    write_statements: AtomicU64,
     failures: AtomicU64,
 }
 
@@ -147,6 +159,7 @@ impl Counters {
             Command::ReplaceOne => &self.replace_one,
             Command::DeleteOne => &self.delete_one,
             Command::DeleteMany => &self.delete_many,
+            Command::UpdateMany => &self.update_many,
             Command::FindOne => &self.find_one,
             Command::Find => &self.find,
             Command::CreateIndexes => &self.create_indexes,
@@ -156,6 +169,24 @@ impl Counters {
     pub(crate) fn sent(&self, command: Command) {
         self.slot(command).fetch_add(1, Ordering::Relaxed);
         self.total.fetch_add(1, Ordering::Relaxed);
+        let writes = matches!(
+            command,
+            Command::InsertOne
+                | Command::UpdateOne
+                | Command::FindOneAndUpdate
+                | Command::ReplaceOne
+                | Command::DeleteOne
+                | Command::DeleteMany
+                | Command::UpdateMany
+        );
+        if writes {
+            self.write_statements.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts the `n` statements of an `update_each` request.
+    pub(crate) fn statements(&self, n: u64) {
+        self.write_statements.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(crate) fn failed(&self) {
@@ -174,10 +205,12 @@ impl Counters {
             replace_one: get(&self.replace_one),
             delete_one: get(&self.delete_one),
             delete_many: get(&self.delete_many),
+            update_many: get(&self.update_many),
             find_one: get(&self.find_one),
             find: get(&self.find),
             create_indexes: get(&self.create_indexes),
             total: get(&self.total),
+            write_statements: get(&self.write_statements),
             failures: get(&self.failures),
         }
     }

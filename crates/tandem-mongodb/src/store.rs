@@ -37,6 +37,7 @@ use crate::options::{MongoStoreBuilder, MongoStoreOptions};
 /// | [`replace_one`](Store::replace_one) | `update` with a replacement document |
 /// | [`delete_one`](Store::delete_one) | `delete` (`limit: 1`) |
 /// | [`delete_many`](Store::delete_many) | `delete` (`limit: 0`) |
+/// | [`update_many`](Store::update_many) | `update` (`multi: true`) |
 /// | [`find_one`](Store::find_one) | `find` (`limit: 1`) |
 /// | [`find`](Store::find) | `find` (and `getMore` for further batches) |
 /// | [`ensure_index`](Store::ensure_index) | `createIndexes` |
@@ -411,6 +412,7 @@ impl Store for MongoStore {
         ns: &Namespace,
         statements: Vec<(Document, Document)>,
     ) -> Result<u64, StoreError> {
+        let statements_sent = statements.len() as u64;
         let updates: Vec<Document> = statements
             .into_iter()
             .map(|(q, u)| doc! { "q": q, "u": u, "multi": false, "upsert": false })
@@ -431,6 +433,7 @@ impl Store for MongoStore {
         }
         let db = self.inner.client.database(&ns.db);
         let ns_name = ns.to_string();
+        self.inner.counters.statements(statements_sent);
         let reply = self
             .run(Command::UpdateEach, &ns_name, || {
                 let db = db.clone();
@@ -511,6 +514,21 @@ impl Store for MongoStore {
             coll.delete_many(filter).await.map(|r| r.deleted_count)
         })
         .await
+    }
+
+    async fn update_many(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+    ) -> Result<UpdateOutcome, StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        self.run(Command::UpdateMany, &ns_name, || async move {
+            coll.update_many(filter, update).await
+        })
+        .await
+        .map(outcome)
     }
 
     async fn find_one(

@@ -744,9 +744,10 @@ async fn native_transactions_retry_transient_faults_without_partial_effects() {
 }
 
 /// The cost of one two-document transfer on MongoDB, counted by the store: the
-/// commands sent, and the sequential round trips before the caller's answer.
+/// commands and write statements sent, and the sequential round trips before
+/// the caller's answer (it commits at its applies: two).
 #[tokio::test]
-async fn a_transfer_costs_five_commands_and_three_sequential_round_trips() {
+async fn a_transfer_costs_two_sequential_round_trips_and_seven_write_statements() {
     let Some(store) = store(&unique_name("cost")).await else {
         return;
     };
@@ -778,20 +779,30 @@ async fn a_transfer_costs_five_commands_and_three_sequential_round_trips() {
     let first = store.metrics();
     assert_eq!(first.total - before, 6, "{first:?}");
     assert_eq!(first.hello, 1, "{first:?}");
-    let before = store.metrics().total;
+    let before = store.metrics();
     let receipt = coordinator.run(transfer()).await.unwrap();
+    let answered = store.metrics();
     coordinator.drain().await;
-    let commands = store.metrics().total - before;
+    let m = store.metrics();
+    let commands = m.total - before.total;
+    let statements = m.write_statements - before.write_statements;
     println!(
-        "one transfer: {commands} commands, {} sequential round trips to the answer",
+        "one transfer: {commands} commands, {statements} write statements, {} sequential round trips to the answer",
         receipt.round_trips
     );
-    // create (pending), both applies in one `update`, applied | both clears in one, done.
-    let m = store.metrics();
+    // To the answer: create (pending), both applies in one `update`.
+    assert_eq!(receipt.round_trips, 2);
+    assert_eq!(answered.total - before.total, 2, "{answered:?}");
+    assert_eq!(
+        answered.write_statements - before.write_statements,
+        3,
+        "{answered:?}"
+    );
+    // Then, in the background: applied, both clears in one `update`, done.
     assert_eq!(commands, 5, "{m:?}");
+    assert_eq!(statements, 7, "{m:?}");
     assert_eq!(m.update_each, 4, "{m:?}");
     assert_eq!(m.hello, 1, "no second clock reading: {m:?}");
-    assert_eq!(receipt.round_trips, 3);
     // Both accounts changed, and nothing is left on them.
     for (id, balance) in [("A", 98_i64), ("B", 102)] {
         let d = store

@@ -5,7 +5,11 @@ use std::time::Duration;
 /// Where [`Coordinator::run`](crate::Coordinator::run) returns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CommitPoint {
-    /// Return at `applied` (the commit point); clearing markers and `done` finish in the background.
+    /// Return at the commit point: once every apply landed, for a
+    /// transaction that commits at its applies
+    /// ([`TxRecord::early_commit`](crate::TxRecord::early_commit)), else at
+    /// the record's move to `applied`. Moving the record on, clearing
+    /// markers and `done` finish in the background.
     #[default]
     Applied,
     /// Return only once the record is `done` and every marker is cleared.

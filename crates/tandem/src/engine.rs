@@ -55,6 +55,10 @@ pub(crate) struct Live {
     pub deadline: bson::DateTime,
     /// No marker may be removed before this time: see [`TxRecord::not_before`].
     pub not_before: Option<bson::DateTime>,
+    /// Committed at its applies while the record still says `pending`
+    /// ([`TxRecord::early_commit`]): finishing moves the record to
+    /// `applied` first, and clears no marker unless that move succeeds.
+    pub early: bool,
 }
 
 /// Which participant step to run.
@@ -517,6 +521,15 @@ impl Engine {
     /// From `pending`: apply everything, then commit or cancel.
     /// Returns `Ok(())` at the commit point (`applied`).
     pub async fn apply_or_cancel(&self, live: &Live) -> Result<(), TxError> {
+        self.apply_or_refuse(live).await?;
+        self.transition(live, TxState::Pending, TxState::Applied, None)
+            .await
+    }
+
+    /// From `pending`: apply everything. `Ok(())` once every apply landed
+    /// (for a transaction that commits at its applies, the commit point; the
+    /// record still says `pending`); on a refusal, cancels and answers why.
+    pub async fn apply_or_refuse(&self, live: &Live) -> Result<(), TxError> {
         let results = self.step_all(live, Step::Apply).await;
         let mut refusals = results
             .into_iter()
@@ -524,9 +537,7 @@ impl Engine {
             .filter_map(|(i, r)| r.err().map(|e| (i, e)))
             .collect::<Vec<_>>();
         if refusals.is_empty() {
-            return self
-                .transition(live, TxState::Pending, TxState::Applied, None)
-                .await;
+            return Ok(());
         }
         // A definite refusal explains the cancellation better than a store
         // failure; among equals, the first participant's.
@@ -597,8 +608,14 @@ impl Engine {
         .await
     }
 
-    /// From `applied`: clear every marker and move to `done`.
+    /// From `applied` (or, for a transaction that committed at its applies,
+    /// from `pending`: moving it to `applied` first): clear every marker and
+    /// move to `done`.
     pub async fn finish_applied(&self, live: &Live) -> Result<(), TxError> {
+        if live.early {
+            self.transition(live, TxState::Pending, TxState::Applied, None)
+                .await?;
+        }
         self.step_all_or_interrupt(live, Step::Clear, TxState::Applied)
             .await?;
         self.transition(live, TxState::Applied, TxState::Done, None)
@@ -615,41 +632,137 @@ impl Engine {
         if let [live] = lives {
             return vec![self.finish_applied(live).await];
         }
-        let mut results: Vec<Result<(), TxError>> = self
-            .step_all_of(lives, Step::Clear)
-            .await
+        // Those still `pending` move to `applied` first, in one request;
+        // only those that moved have their markers cleared.
+        let early: Vec<usize> = (0..lives.len()).filter(|&t| lives[t].early).collect();
+        let mut moved: Vec<Result<(), TxError>> = lives.iter().map(|_| Ok(())).collect();
+        if !early.is_empty() {
+            for (t, result) in self
+                .move_many(lives, &early, TxState::Pending, TxState::Applied)
+                .await
+            {
+                moved[t] = result;
+            }
+        }
+        let ready: Vec<&Live> = (0..lives.len())
+            .filter(|&t| moved[t].is_ok())
+            .map(|t| lives[t])
+            .collect();
+        let mut steps = self.step_all_of(&ready, Step::Clear).await.into_iter();
+        let mut results: Vec<Result<(), TxError>> = moved
             .into_iter()
             .zip(lives)
-            .map(|(steps, live)| interrupted_by(live, TxState::Applied, steps))
+            .map(|(moved, live)| {
+                moved?;
+                let cleared = steps.next().expect("one result list per ready transaction");
+                interrupted_by(live, TxState::Applied, cleared)
+            })
             .collect();
         let cleared: Vec<usize> = (0..lives.len()).filter(|&t| results[t].is_ok()).collect();
-        let statements: Vec<(Document, Document)> = cleared
-            .iter()
-            .map(|&t| self.transition_statement(lives[t], TxState::Applied, TxState::Done, None))
-            .collect();
-        let all_moved = match statements.len() {
-            0 | 1 => false,
-            n => {
-                let ns = self.records_ns();
-                matches!(self.records().update_each(&ns, statements).await, Ok(m) if m == n as u64)
+        for (t, result) in self
+            .move_many(lives, &cleared, TxState::Applied, TxState::Done)
+            .await
+        {
+            results[t] = result;
+        }
+        results
+    }
+
+    /// Moves the records of `lives[t]` for each `t` of `which` from `from`
+    /// to `to`. Several go in one statement ([`Store::update_many`]) per
+    /// epoch: the filter is the `$or` of each record's own guard (id, epoch,
+    /// token) under the state `from`, so each record is moved by exactly the
+    /// update its own compare-and-set would make. If fewer than all
+    /// matched, each record takes the one-by-one path, which accepts a move
+    /// that the shared statement made already and finds out why not
+    /// otherwise. One result per `t`, in order.
+    async fn move_many(
+        &self,
+        lives: &[&Live],
+        which: &[usize],
+        from: TxState,
+        to: TxState,
+    ) -> Vec<(usize, Result<(), TxError>)> {
+        let mut all_moved = which.len() > 1;
+        let mut epochs: Vec<i64> = which.iter().map(|&t| lives[t].epoch).collect();
+        epochs.sort_unstable();
+        epochs.dedup();
+        let ns = self.records_ns();
+        for epoch in epochs {
+            if !all_moved {
+                break;
             }
-        };
-        for t in cleared {
+            let group: Vec<&Live> = which
+                .iter()
+                .map(|&t| lives[t])
+                .filter(|live| live.epoch == epoch)
+                .collect();
+            let guards: Vec<Bson> = group
+                .iter()
+                .map(|live| {
+                    let (mut guard, _) = self.transition_statement(live, from, to, None);
+                    guard.remove("state");
+                    Bson::Document(guard)
+                })
+                .collect();
+            let (_, update) = self.transition_statement(group[0], from, to, None);
+            let filter = doc! { "state": from, "$or": guards };
+            all_moved = matches!(
+                self.records().update_many(&ns, filter, update).await,
+                Ok(outcome) if outcome.matched == group.len() as u64
+            );
+        }
+        let mut results = Vec::with_capacity(which.len());
+        for &t in which {
             let live = lives[t];
-            results[t] = if all_moved {
+            let result = if all_moved {
                 self.emit(TxEvent::StateChanged {
                     id: live.id.clone(),
-                    from: TxState::Applied,
-                    to: TxState::Done,
+                    from,
+                    to,
                 });
                 Ok(())
             } else {
-                // Accepts a move that the shared request made already.
-                self.transition(live, TxState::Applied, TxState::Done, None)
-                    .await
+                self.transition(live, from, to, None).await
             };
+            results.push((t, result));
         }
         results
+    }
+
+    /// For a transaction that commits at its applies, still `pending`:
+    /// whether every participant's apply landed, asked once no apply of an
+    /// earlier epoch can land any more (each participant store's clock reads
+    /// [`Live::not_before`] or later). `Ok(None)`: not yet (some store's
+    /// clock reads earlier); `Ok(Some(true))`: committed.
+    pub async fn probe(&self, live: &Live) -> Result<Option<bool>, TxError> {
+        let fence = live.not_before.unwrap_or_else(|| {
+            bson::DateTime::from_millis(
+                live.deadline
+                    .timestamp_millis()
+                    .saturating_add(self.margin_millis()),
+            )
+        });
+        let answers = join_all(live.parties.iter().map(|party| {
+            let ctx = StepContext {
+                not_before: Some(fence),
+                ..self.context(live, party, Step::Apply)
+            };
+            party.participant.applied(ctx)
+        }))
+        .await;
+        let mut all = true;
+        let mut waiting = false;
+        for answer in answers {
+            match answer {
+                Ok(landed) => all &= landed,
+                Err(StepError::NotYet { .. }) => waiting = true,
+                Err(e) => {
+                    return interrupted_by(live, TxState::Pending, vec![Err(e)]).map(|()| None)
+                }
+            }
+        }
+        Ok((!waiting).then_some(all))
     }
 
     /// Rebuilds the participants of a stored record, as its current epoch drives it.
@@ -673,6 +786,7 @@ impl Engine {
             parties,
             deadline: record.deadline(),
             not_before: record.not_before,
+            early: false,
         })
     }
 

@@ -307,7 +307,8 @@ pub enum TxError {
     /// * `state: None`: the worker does not know whether the record was
     ///   written (the write's answer was lost). If it was, recovery finishes
     ///   it, rolling it back or forward; read the record to find out.
-    /// * `state: Some(Pending)`: the record exists; recovery rolls it back
+    /// * `state: Some(Pending)`: the record exists; recovery commits it if
+    ///   every apply landed, and otherwise rolls it back
     ///   ([`PendingPolicy::RollBack`](crate::PendingPolicy::RollBack), the
     ///   default) or forward, so it may still commit.
     /// * `state: Some(Applied)` never reaches a caller (`applied` is committed),

@@ -230,6 +230,37 @@ pub trait Participant: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Whether [`applied`](Participant::applied) can tell if this
+    /// participant's apply landed. When every participant of a transaction
+    /// can, the transaction commits at its applies (one round trip sooner):
+    /// the coordinator answers as soon as every apply has landed, and
+    /// recovery asks each participant before it rolls a `pending`
+    /// transaction back ([`TxRecord::early_commit`](crate::TxRecord::early_commit)).
+    /// The default, `false`, keeps the commit point at the record's move to
+    /// `applied`. Document changes can.
+    fn probes(&self) -> bool {
+        false
+    }
+
+    /// Whether this transaction's apply landed on the participant (for a
+    /// document, whether its marker is there), asked by recovery once no
+    /// apply can land any more: it must fail with [`StepError::NotYet`]
+    /// while the store's clock reads earlier than [`StepContext::not_before`].
+    /// Called only when [`probes`](Participant::probes) is `true`; it must
+    /// then answer `true` for every apply that landed, from the moment it
+    /// landed until the marker is removed by [`clear_marker`](Participant::clear_marker)
+    /// or [`compensate`](Participant::compensate). The default refuses.
+    async fn applied(&self, ctx: StepContext<'_>) -> Result<bool, StepError> {
+        let _ = ctx;
+        Err(StepError::Store {
+            participant: self.label(),
+            source: crate::StoreError::new(
+                crate::StoreErrorKind::Other,
+                "this participant cannot tell whether its apply landed",
+            ),
+        })
+    }
+
     /// Runs when the record is garbage-collected, for a participant that keeps
     /// something about the transaction until then (document changes keep
     /// nothing). Idempotent. The default does nothing.

@@ -296,6 +296,15 @@ pub struct TxRecord {
     /// idempotency window ([`RecoveryConfig::idempotency_window`](crate::RecoveryConfig::idempotency_window)).
     #[serde(default)]
     pub keyed: bool,
+    /// Whether the transaction commits at its applies: every participant
+    /// can tell whether its apply landed ([`Participant::probes`](crate::Participant::probes)),
+    /// so the coordinator answered as soon as every apply had (the record
+    /// still `pending`), and recovery commits a `pending` record whose
+    /// participants all hold its marker once no apply can land any more,
+    /// rather than roll it back. Records written before this field existed
+    /// commit at the move to `applied`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub early_commit: bool,
     /// Set on the stub garbage collection leaves of a keyed record: its
     /// participants and history are gone, its id and state stay until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]

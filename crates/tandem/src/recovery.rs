@@ -380,9 +380,12 @@ impl RecoveryWorker {
     }
 
     async fn recover(&self, record: TxRecord) -> (bool, Outcome) {
+        // A transaction that commits at its applies is probed first, under
+        // its old deadline; it gets a new one only if it must be rolled forward.
         let applies = record.state == TxState::Pending
             && self.config.pending == PendingPolicy::RollForward
-            && !record.is_inert();
+            && !record.is_inert()
+            && !record.early_commit;
         let claimed = match self.claim(&record, applies).await {
             Ok(Some(r)) => r,
             Ok(None) => return (false, Outcome::Lost),
@@ -455,7 +458,51 @@ impl RecoveryWorker {
             TxState::Pending => {
                 let forward =
                     cancel_reason.is_none() && self.config.pending == PendingPolicy::RollForward;
-                if forward {
+                if record.early_commit {
+                    // Committed if every apply landed: its coordinator may have
+                    // answered so. Asked once none can land any more.
+                    match engine.probe(&live).await? {
+                        None => return Ok(TxState::Pending),
+                        Some(true) => {
+                            engine
+                                .transition(&live, TxState::Pending, TxState::Applied, None)
+                                .await?;
+                            return match engine.finish_applied(&live).await {
+                                Ok(()) => Ok(TxState::Done),
+                                Err(ref e) if is_not_yet(e) => Ok(TxState::Applied),
+                                Err(e) => Err(e),
+                            };
+                        }
+                        Some(false) if forward => {
+                            // Not committed: roll forward in a new epoch, with a new deadline.
+                            let again = self
+                                .claim(record, true)
+                                .await
+                                .map_err(|source| TxError::Interrupted {
+                                    id: record.id.clone(),
+                                    state: Some(TxState::Pending),
+                                    source,
+                                })?
+                                .ok_or_else(|| TxError::Superseded {
+                                    id: record.id.clone(),
+                                    state: Some(TxState::Pending),
+                                    epoch: record.epoch,
+                                })?;
+                            let live = engine.rebuild(&again)?;
+                            return match engine.apply_or_cancel(&live).await {
+                                Ok(()) => match engine.finish_applied(&live).await {
+                                    Ok(()) => Ok(TxState::Done),
+                                    Err(ref e) if is_not_yet(e) => Ok(TxState::Applied),
+                                    Err(e) => Err(e),
+                                },
+                                Err(TxError::Canceled { .. }) => Ok(TxState::Canceled),
+                                Err(e) => Err(e),
+                            };
+                        }
+                        Some(false) => {}
+                    }
+                }
+                if forward && !record.early_commit {
                     match engine.apply_or_cancel(&live).await {
                         Ok(()) => match engine.finish_applied(&live).await {
                             Ok(()) => Ok(TxState::Done),
@@ -505,8 +552,16 @@ impl RecoveryWorker {
         }
     }
 
-    /// Cancels a `pending` transaction now, whoever owns it (its owner is fenced off).
-    /// Finishes `canceling` ones; a transaction past its commit point cannot be canceled.
+    /// Cancels a `pending` transaction, whoever owns it (its owner's record
+    /// moves are fenced off). Finishes `canceling` ones; a transaction past
+    /// its commit point cannot be canceled, and this answers its state.
+    ///
+    /// A transaction that commits at its applies
+    /// ([`TxRecord::early_commit`](crate::TxRecord::early_commit)) is decided
+    /// only once no apply can land any more: before that this answers
+    /// `pending` (a later recovery pass decides); after it, `canceled` or
+    /// `canceling` if some apply never landed, `done` (or `applied`) if every
+    /// apply landed, which means the transaction committed.
     pub async fn cancel(&self, id: &TxId, reason: &str) -> Result<TxState, TxError> {
         let record = self
             .engine

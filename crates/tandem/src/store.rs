@@ -325,6 +325,37 @@ pub trait Store: Send + Sync + 'static {
         Ok(deleted)
     }
 
+    /// `updateMany`: applies `update` to every document matching `filter`,
+    /// in one request; returns how many matched and were modified. Each
+    /// update is atomic on its own document; together they are not (a
+    /// document may start or stop matching while the request runs, as on
+    /// MongoDB), and after an error any of them may have landed. The
+    /// default updates the matches [`find`](Store::find) returns one by one,
+    /// each still under `filter`.
+    async fn update_many(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+    ) -> Result<UpdateOutcome, StoreError> {
+        let mut total = UpdateOutcome::default();
+        for doc in self
+            .find(ns, filter.clone(), FindOptions::default())
+            .await?
+        {
+            let Some(id) = doc.get("_id").cloned() else {
+                continue;
+            };
+            let one = bson::doc! { "$and": [filter.clone(), { "_id": id }] };
+            let outcome = self
+                .update_one(ns, one, update.clone(), UpdateOptions::default())
+                .await?;
+            total.matched += outcome.matched;
+            total.modified += outcome.modified;
+        }
+        Ok(total)
+    }
+
     /// `findOne`: the first match, if any.
     async fn find_one(
         &self,
@@ -440,6 +471,14 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn delete_many(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
         (**self).delete_many(ns, filter).await
+    }
+    async fn update_many(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+    ) -> Result<UpdateOutcome, StoreError> {
+        (**self).update_many(ns, filter, update).await
     }
     async fn find_one(
         &self,

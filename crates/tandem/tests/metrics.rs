@@ -94,6 +94,8 @@ fn cause(result: &Result<Receipt, TxError>) -> Option<&StepError> {
 /// The receipts of the committed runs: two-phase, then native.
 struct Scenario {
     two_phase: Receipt,
+    /// The run whose store failed after its applies.
+    crashed: Receipt,
     native: Receipt,
 }
 
@@ -135,23 +137,25 @@ async fn scenario(snapshotter: &Snapshotter, recorded: &mut Recorded) -> Scenari
         Err(TxError::Invalid(_))
     ));
 
-    // A worker whose store fails for good once the record is written and both
-    // applies landed: the transaction is left `pending`, holding A.
+    // A worker whose store fails for good before anything is written.
+    let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(0);
+    let crashed = Coordinator::builder(faulty).database("bank").build();
+    let interrupted = crashed.run(freeze_and_credit()).await;
+    assert!(
+        matches!(interrupted, Err(TxError::Interrupted { state: None, .. })),
+        "{interrupted:?}"
+    );
+    // One whose store fails for good once the record is written and both
+    // applies landed: committed (at its applies), left `pending`, holding A.
     let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(3);
     let crashed = Coordinator::builder(faulty)
         .database("bank")
         .commit_point(CommitPoint::Done)
         .build();
-    let interrupted = crashed.run(freeze_and_credit()).await;
+    let committed = crashed.run(freeze_and_credit()).await;
     assert!(
-        matches!(
-            interrupted,
-            Err(TxError::Interrupted {
-                state: Some(TxState::Pending),
-                ..
-            })
-        ),
-        "{interrupted:?}"
+        matches!(&committed, Ok(r) if r.state == TxState::Applied),
+        "{committed:?}"
     );
 
     // A is held: a conflict, on each strategy.
@@ -170,7 +174,7 @@ async fn scenario(snapshotter: &Snapshotter, recorded: &mut Recorded) -> Scenari
     let recovery = coordinator.recovery(RecoveryConfig::default());
     clock.advance(Duration::from_secs(60));
     let report = recovery.run_once().await.unwrap();
-    assert_eq!((report.claimed, report.canceled), (1, 1), "{report:?}");
+    assert_eq!((report.claimed, report.committed), (1, 1), "{report:?}");
     recorded.take(snapshotter);
     assert_eq!(
         recorded.gauges.get("tandem_stuck_transactions{}"),
@@ -183,6 +187,7 @@ async fn scenario(snapshotter: &Snapshotter, recorded: &mut Recorded) -> Scenari
 
     Scenario {
         two_phase,
+        crashed: committed.expect("committed at its applies"),
         native: native_receipt,
     }
 }
@@ -214,7 +219,7 @@ fn runs_and_recovery_are_counted() {
         )
     };
     let expected: BTreeMap<String, u64> = [
-        (runs("two_phase", "committed"), 1),
+        (runs("two_phase", "committed"), 2),
         (runs("two_phase", "canceled"), 2),
         (runs("two_phase", "interrupted"), 1),
         (runs("two_phase", "invalid"), 1),
@@ -230,7 +235,10 @@ fn runs_and_recovery_are_counted() {
         ),
         (key("tandem_conflicts_total", &[("strategy", "native")]), 1),
         (key("tandem_recovery_passes_total", &[("result", "ok")]), 2),
-        (key("tandem_recovered_total", &[("outcome", "canceled")]), 1),
+        (
+            key("tandem_recovered_total", &[("outcome", "committed")]),
+            1,
+        ),
     ]
     .into_iter()
     .collect();
@@ -275,7 +283,10 @@ fn runs_and_recovery_are_counted() {
     };
     assert_eq!(
         round_trips("two_phase"),
-        Some(vec![f64::from(receipts.two_phase.round_trips)])
+        Some(vec![
+            f64::from(receipts.two_phase.round_trips),
+            f64::from(receipts.crashed.round_trips)
+        ])
     );
     assert_eq!(
         round_trips("native"),

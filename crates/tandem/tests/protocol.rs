@@ -75,27 +75,29 @@ async fn round_trips_count_a_before_image_read_only_when_it_is_read() {
     reopen().await;
     let before = store.command_count();
     let guarded = coordinator.run(set(true)).await.unwrap();
-    assert_eq!(guarded.round_trips, 3, "the guard gives the before-image");
-    assert_eq!(store.command_count() - before, 3, "create, apply, applied");
+    assert_eq!(guarded.round_trips, 2, "the guard gives the before-image");
+    assert_eq!(store.command_count() - before, 2, "create, apply");
     coordinator.drain().await;
     reopen().await;
     let before = store.command_count();
     let read = coordinator.run(set(false)).await.unwrap();
-    assert_eq!(read.round_trips, 4, "the before-image is read first");
-    assert_eq!(
-        store.command_count() - before,
-        4,
-        "read, create, apply, applied"
-    );
+    assert_eq!(read.round_trips, 3, "the before-image is read first");
+    assert_eq!(store.command_count() - before, 3, "read, create, apply");
 }
 
 #[tokio::test]
-async fn the_commit_point_returns_at_applied_and_drain_finishes() {
+async fn the_commit_point_returns_at_the_applies_and_drain_finishes() {
     let (store, _, seeded) = bank(&["A", "B"], 1000).await;
     let coordinator = Coordinator::new(store.clone());
     let receipt = coordinator.run(transfer("A", "B", 10)).await.unwrap();
     assert_eq!(receipt.state, TxState::Applied);
-    assert_eq!(receipt.round_trips, 3, "create (pending), apply, applied");
+    assert_eq!(receipt.round_trips, 2, "create (pending), apply");
+    let committed = audit(&store, &records(), &seeded).await.unwrap();
+    assert_eq!(
+        committed.count(TxState::Pending),
+        1,
+        "moved on by finishing"
+    );
     coordinator.drain().await;
     let audit = audit(&store, &records(), &seeded).await.unwrap();
     audit.assert_clean();
@@ -551,11 +553,13 @@ async fn a_late_apply_after_a_cancel_that_undid_nothing_is_fenced() {
 #[tokio::test]
 async fn recovery_rolls_pending_forward_when_told_to() {
     let (store, clock, seeded) = bank(&["A", "B"], 1000).await;
-    let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(3); // one apply landed
+    // The record is written; the applies' request fails (nothing landed).
+    let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(1);
     let dead = Coordinator::builder(faulty)
         .commit_point(CommitPoint::Done)
         .build();
     assert!(dead.run(transfer("A", "B", 100)).await.is_err());
+    assert_eq!(balance(&store, "A").await, 1000, "nothing applied");
     let coordinator = done(&store);
     let worker = coordinator.recovery(RecoveryConfig {
         pending: PendingPolicy::RollForward,
@@ -619,54 +623,103 @@ async fn recovery_removes_a_stale_initial_record() {
     assert!(audit.records.is_empty());
 }
 
-#[tokio::test]
-async fn cancel_takes_over_a_pending_transaction_and_fences_its_owner() {
-    let (store, clock, seeded) = bank(&["A", "B"], 1000).await;
+/// Pauses a coordinator before its store operation number `op` and returns
+/// the running transfer, what releases it, and the id of its record.
+async fn paused_transfer(
+    store: &MemoryStore,
+    op: u64,
+) -> (
+    tokio::task::JoinHandle<Result<tandem::Receipt, TxError>>,
+    tokio::sync::oneshot::Sender<()>,
+    tandem::TxId,
+) {
     let faulty = FaultStore::new(Arc::new(store.clone()));
-    let pause = faulty.pause_at(4); // the second apply
+    let pause = faulty.pause_at(op);
     let slow = Coordinator::builder(faulty)
         .commit_point(CommitPoint::Done)
         .build();
     let running = tokio::spawn(async move { slow.run(transfer("A", "B", 100)).await });
     pause.reached.await.unwrap();
-    let coordinator = done(&store);
     let id = tandem::TxRecord::from_document(store.documents(&records()).remove(0))
         .unwrap()
         .id;
-    // Decided at once; undone once the owner's applies can no longer land.
+    (running, pause.release, id)
+}
+
+/// A transaction commits at its applies: an operator's cancel while its
+/// owner may still apply cannot decide it, and fences the owner's record
+/// moves only. The owner's applies land; it answers committed, and recovery
+/// finishes it so.
+#[tokio::test]
+async fn cancel_cannot_stop_a_transaction_whose_applies_may_still_land() {
+    let (store, clock, seeded) = bank(&["A", "B"], 1000).await;
+    // Paused before its applies: the record is written, nothing applied.
+    let (running, release, id) = paused_transfer(&store, 2).await;
+    assert_eq!(balance(&store, "A").await, 1000);
+    let coordinator = done(&store);
     let state = coordinator.cancel(&id, "operator request").await.unwrap();
-    assert_eq!(state, TxState::Canceling);
-    pause.release.send(()).unwrap();
-    let err = running.await.unwrap().unwrap_err();
-    assert!(
-        matches!(
-            err,
-            TxError::Superseded {
-                state: Some(TxState::Canceling),
-                ..
-            }
-        ),
-        "{err:?}"
+    assert_eq!(
+        state,
+        TxState::Pending,
+        "undecided until the applies' deadline"
     );
-    let early = coordinator
-        .recovery(RecoveryConfig::default())
-        .run_once()
-        .await
-        .unwrap();
-    assert_eq!(early.claimed, 0, "{early:?}");
+    release.send(()).unwrap();
+    let receipt = running.await.unwrap().expect("committed at its applies");
+    assert_eq!(
+        receipt.state,
+        TxState::Applied,
+        "its move to applied was fenced"
+    );
+    assert_eq!(balance(&store, "A").await, 900);
     clock.advance(Duration::from_secs(33));
     let report = coordinator
         .recovery(RecoveryConfig::default())
         .run_once()
         .await
         .unwrap();
-    assert_eq!(report.canceled, 1, "{report:?}");
+    assert_eq!((report.claimed, report.committed), (1, 1), "{report:?}");
+    assert_eq!(balance(&store, "A").await, 900);
+    assert_eq!(balance(&store, "B").await, 1100);
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Done), 1);
+}
+
+/// Once its applies can no longer land, a transaction that has not applied
+/// everywhere is canceled at once, and its owner is fenced off.
+#[tokio::test]
+async fn cancel_takes_over_a_pending_transaction_and_fences_its_owner() {
+    let (store, clock, seeded) = bank(&["A", "B"], 1000).await;
+    let (running, release, id) = paused_transfer(&store, 2).await;
+    // The lease (30 s) and the clock margin (2 s) pass while the owner stalls.
+    clock.advance(Duration::from_secs(33));
+    let coordinator = done(&store);
+    let state = coordinator.cancel(&id, "operator request").await.unwrap();
+    assert_eq!(state, TxState::Canceled);
+    release.send(()).unwrap();
+    let err = running.await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TxError::Superseded {
+                state: Some(TxState::Canceled),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(balance(&store, "A").await, 1000);
     assert_eq!(balance(&store, "B").await, 1000);
-    audit(&store, &records(), &seeded)
-        .await
-        .unwrap()
-        .assert_clean();
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Canceled), 1);
+    let history = &audit.records[0].history;
+    assert!(
+        history
+            .iter()
+            .any(|h| h.event == "cancel: operator request"),
+        "{history:?}"
+    );
 }
 
 #[tokio::test]
@@ -790,12 +843,14 @@ async fn a_record_recovered_in_vain_stays_bounded_and_backs_off() {
                 .inc("balance", -7_i64)
                 .in_store("ledger"),
         );
-    // The coordinator dies after its applies (record, A; Z in the ledger); the ledger then stays down.
+    // The coordinator dies after its applies (record, A; Z in the ledger):
+    // committed at its applies; the ledger then stays down, so recovery
+    // cannot tell that Z's apply landed.
     let dead = Coordinator::builder(down.crash_after(2))
         .store("ledger", ledger_down.clone())
         .commit_point(CommitPoint::Done)
         .build();
-    assert!(dead.run(tx).await.is_err());
+    assert!(dead.run(tx).await.is_ok());
     ledger_down.crash_now();
     let coordinator = Coordinator::builder(store.clone())
         .store("ledger", ledger_down)

@@ -334,7 +334,14 @@ impl Coordinator {
     /// Cancels a transaction that is still `pending` (or finishes canceling one that is `canceling`).
     ///
     /// The caller takes the record over (raising its epoch), so a coordinator
-    /// still working on it is fenced off.
+    /// still working on it can no longer move it. A transaction that commits
+    /// at its applies ([`TxRecord::early_commit`](crate::TxRecord::early_commit))
+    /// cannot be decided while an apply may still land: until every
+    /// participant store's clock reads the applies' deadline plus the clock
+    /// margin, this answers `pending` (recovery decides later: committed if
+    /// every apply landed, else rolled back); after it, `canceled` (or
+    /// `canceling`) if some apply never landed, and `done` if all did (the
+    /// transaction had committed). See [`RecoveryWorker::cancel`](crate::RecoveryWorker::cancel).
     pub async fn cancel(&self, id: &TxId, reason: &str) -> Result<TxState, TxError> {
         let worker = self.recovery(RecoveryConfig::default());
         worker.cancel(id, reason).await

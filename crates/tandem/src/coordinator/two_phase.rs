@@ -135,6 +135,9 @@ impl Coordinator {
         if reserves || document_reads || custom_reads {
             round_trips += 1;
         }
+        // Commits at its applies when every participant can tell recovery
+        // whether its apply landed: one round trip sooner.
+        let early = parties.iter().all(|p| p.participant.probes());
         let mut live = Live {
             keyed,
             token: Some(token.clone()),
@@ -145,19 +148,30 @@ impl Coordinator {
             // Set from the record as written: its lease start plus the lease.
             deadline: bson::DateTime::from_millis(0),
             not_before: None,
+            early,
         };
 
         // The record is created `pending`: it holds every participant before any is
         // applied, so there is nothing an `initial` state would add but a round trip.
         live.deadline = self.create_record(&live, entries).await?;
         round_trips += 1;
-        let applied = engine.apply_or_cancel(&live).await;
-        round_trips += 2;
+        let applied = engine.apply_or_refuse(&live).await;
+        round_trips += 1;
         applied?;
+        if !early {
+            // The commit point: the record's move to `applied`.
+            engine
+                .transition(&live, TxState::Pending, TxState::Applied, None)
+                .await?;
+            round_trips += 1;
+        }
+        // Committed: every apply landed (and, for a transaction that commits
+        // at its applies, recovery commits it too, whatever happens next).
 
         match engine.config.commit_point {
             CommitPoint::Done => {
-                round_trips += 2;
+                // The move to `applied` (if still to make), the clears, `done`.
+                round_trips += if early { 3 } else { 2 };
                 // Committed either way: what finishing meets (a store failure,
                 // an apply still in flight) is left to recovery, and the
                 // receipt says `applied` rather than claim an unknown outcome.
@@ -237,6 +251,7 @@ impl Coordinator {
                     "attempts": 0,
                     "token": &token,
                     "keyed": keyed,
+                    "earlyCommit": live.early,
                     "createBy": create_by,
                     "history": [history(TxState::Pending, &config.owner, live.epoch, "create")],
                 },

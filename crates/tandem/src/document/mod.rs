@@ -413,6 +413,31 @@ impl Participant for DocumentChange {
         Ok(())
     }
 
+    fn probes(&self) -> bool {
+        true
+    }
+
+    async fn applied(&self, ctx: StepContext<'_>) -> Result<bool, StepError> {
+        let store = self.store(&ctx)?;
+        if let Some(until) = ctx.not_before {
+            let now = store.now().await.map_err(|e| self.store_err(e))?;
+            if now < until {
+                return Err(StepError::NotYet {
+                    participant: self.label(),
+                    until,
+                });
+            }
+        }
+        // Every apply (an update, a delete's mark, an insert's fill) pushes
+        // the marker; only a clear or an undo removes it.
+        let marked = doc! { "_id": self.id.clone(), self.marker.clone(): ctx.marker.as_str() };
+        let found = store
+            .find_one(&self.namespace, marked)
+            .await
+            .map_err(|e| self.store_err(e))?;
+        Ok(found.is_some())
+    }
+
     async fn clear_marker(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
         let store = self.store(&ctx)?;
         let update = match &self.op {

@@ -327,6 +327,41 @@ impl Store for MemoryStore {
         }
     }
 
+    /// One command, as on MongoDB: the matches are found first, then each
+    /// is updated on its own, still under `filter`, with one clock reading.
+    async fn update_many(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+    ) -> Result<UpdateOutcome, StoreError> {
+        self.count_command();
+        query::validate(&filter)?;
+        let now = self.inner.clock.now();
+        let ids: Vec<Bson> = {
+            let cx = Ctx::clock(&*self.inner.clock);
+            let data = self.lock();
+            let ids = data
+                .get(ns)
+                .map(|coll| {
+                    coll.matching(&filter, &cx)
+                        .map(|doc| doc.get("_id").cloned().unwrap_or(Bson::Null))
+                        .collect()
+                })
+                .unwrap_or_default();
+            cx.check()?;
+            ids
+        };
+        let mut total = UpdateOutcome::default();
+        for id in ids {
+            let one = bson::doc! { "$and": [filter.clone(), { "_id": id }] };
+            let (outcome, _) = self.update(ns, &one, update.clone(), false, None, now)?;
+            total.matched += outcome.matched;
+            total.modified += outcome.modified;
+        }
+        Ok(total)
+    }
+
     async fn find_one_and_update(
         &self,
         ns: &Namespace,

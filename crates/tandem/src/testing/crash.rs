@@ -29,8 +29,9 @@ pub struct CrashReport {
 /// with the factory's [lease](StoreFactory::lease); if the crash left a
 /// transaction in flight, its lease is let pass on the store's clock
 /// ([`StoreFactory::pass`]); then a recovery worker on the intact store
-/// finishes it, and [`audit`] must be clean. It stops at the first `k` the
-/// transaction survives.
+/// finishes it, and [`audit`] must be clean and the answer must hold (a
+/// committed answer ends `done`, a canceled one `canceled`). It stops at the
+/// first `k` the transaction survives.
 ///
 /// ```
 /// # async fn demo() {
@@ -164,6 +165,19 @@ impl CrashHarness {
                 .first()
                 .map(|r| r.state.to_string())
                 .unwrap_or_else(|| "removed".into());
+            // The answer holds: committed means done after recovery, canceled means canceled.
+            match &result {
+                Ok(receipt) => assert_eq!(
+                    outcome, "done",
+                    "crash point {k}: answered committed ({:?}), ended {outcome}",
+                    receipt.state
+                ),
+                Err(TxError::Canceled { .. }) => assert!(
+                    outcome == "canceled" || outcome == "removed",
+                    "crash point {k}: answered canceled, ended {outcome}"
+                ),
+                Err(_) => {}
+            }
             *report.outcomes.entry(outcome).or_default() += 1;
             check(store, result).await;
             if survived {

@@ -236,6 +236,15 @@ impl Store for FaultStore {
         self.gate().await?;
         self.inner.delete_many(ns, filter).await
     }
+    async fn update_many(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+    ) -> Result<UpdateOutcome, StoreError> {
+        self.gate().await?;
+        self.inner.update_many(ns, filter, update).await
+    }
     async fn find_one(
         &self,
         ns: &Namespace,

@@ -78,6 +78,7 @@ macro_rules! __store_contract_list {
             replace_keeps_the_id,
             delete_counts,
             delete_many_deletes_every_match,
+            update_many_updates_every_match,
             find_sorts_and_limits,
             count_counts_matches,
             missing_collections_are_empty,
@@ -876,6 +877,78 @@ pub async fn delete_counts<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
     assert_eq!(store.delete_one(&ns, doc! { "_id": 3 }).await.unwrap(), 0);
     assert_eq!(get(store.as_ref(), &ns, 3).await, None);
     assert_eq!(store.count(&ns, doc! {}).await.unwrap(), 1);
+}
+
+/// `updateMany` updates every match in one request and says how many: an
+/// `$or` of per-document guards (id, epoch, token) with a guard on the state
+/// updates exactly the documents whose own branch holds, each with the whole
+/// update (a `$set`, an `$inc`, a `$push` with `$slice`, a `$currentDate`);
+/// again, it matches nothing.
+pub async fn update_many_updates_every_match<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = docs(db);
+    seed(
+        store.as_ref(),
+        &ns,
+        vec![
+            doc! { "_id": 1, "state": "pending", "epoch": 0, "token": "a", "n": 1, "h": [] },
+            doc! { "_id": 2, "state": "pending", "epoch": 1, "token": "b", "n": 1, "h": [] },
+            doc! { "_id": 3, "state": "applied", "epoch": 0, "token": "c", "n": 1, "h": [] },
+            doc! { "_id": 4, "state": "pending", "epoch": 0, "token": "other", "n": 1, "h": [] },
+            doc! { "_id": 5, "state": "pending", "epoch": 0, "token": "e", "n": 1, "h": [] },
+        ],
+    )
+    .await;
+    let filter = doc! {
+        "state": "pending",
+        "$or": [
+            { "_id": 1, "epoch": 0, "token": "a" },
+            { "_id": 2, "epoch": 0, "token": "b" },
+            { "_id": 3, "epoch": 0, "token": "c" },
+            { "_id": 4, "epoch": 0, "token": "d" },
+            { "_id": 9, "epoch": 0, "token": "z" },
+        ],
+    };
+    let update = doc! {
+        "$set": { "state": "applied" },
+        "$inc": { "n": 1 },
+        "$push": { "h": { "$each": ["moved"], "$slice": -2 } },
+        "$currentDate": { "at": true },
+    };
+    let outcome = store
+        .update_many(&ns, filter.clone(), update.clone())
+        .await
+        .unwrap();
+    assert_eq!((outcome.matched, outcome.modified), (1, 1), "{outcome:?}");
+    let one = get(store.as_ref(), &ns, 1).await.unwrap();
+    assert_eq!(one.get_str("state").unwrap(), "applied");
+    assert_eq!(one.get_i32("n").unwrap(), 2);
+    assert_eq!(one.get_array("h").unwrap(), &vec![Bson::from("moved")]);
+    assert!(one.get_datetime("at").is_ok(), "{one}");
+    for id in [2, 4, 5] {
+        let d = get(store.as_ref(), &ns, id).await.unwrap();
+        assert_eq!(d.get_str("state").unwrap(), "pending", "document {id}");
+        assert_eq!(d.get_i32("n").unwrap(), 1, "document {id}");
+    }
+    let again = store
+        .update_many(&ns, filter, update.clone())
+        .await
+        .unwrap();
+    assert_eq!(again.matched, 0, "again");
+    let all = store
+        .update_many(
+            &ns,
+            doc! { "state": "pending" },
+            doc! { "$inc": { "n": 10 } },
+        )
+        .await
+        .unwrap();
+    assert_eq!((all.matched, all.modified), (3, 3));
+    let none = store
+        .update_many(&Namespace::new(db, "nothing_here"), doc! {}, update)
+        .await
+        .unwrap();
+    assert_eq!(none.matched, 0);
 }
 
 /// `deleteMany` deletes every match in one request and says how many: an
