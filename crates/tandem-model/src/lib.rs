@@ -14,6 +14,11 @@
 //! arbitrary relative rates, GC, and an application inserting and deleting
 //! documents with the same `_id`s.
 //!
+//! The model runs the **early commit** (commit at the applies, the record
+//! flag `earlyCommit`, [`Fixes::early_commit`]) or the late commit (the
+//! answer after the record's move to `applied`, which the code keeps for
+//! transactions it cannot probe); see [Early commit](#early-commit-commit-at-the-applies).
+//!
 //! A second model, [`insert_decide`], checks a proposed protocol that is
 //! not built: "decide by inserting" (apply every participant, then insert
 //! the decision record as committed; recovery inserts it canceled). Its
@@ -60,11 +65,13 @@
 //! | [`Action::Create`] | insert the record `pending`, epoch 0, token, `D_0 = R.now + LEASE`, `NB = 0`. On a duplicate `_id`: the token decides "ours" (continue if `pending`@0) or `Duplicate` |
 //! | [`Action::Reserve`] | an insert's reserve: upsert a ghost if no document has the `_id` (unfenced) |
 //! | [`Action::Apply`] | one guarded update: lands iff `S.now < D_e`, no marker of `T`, guards hold, not locked by another transaction (exclusive: no other marker). Pushes the marker; a debit applies; a credit waits; a delete locks; an insert's fill turns the ghost into the real document, locked and marked. On no match, the re-read: marker ⇒ applied, `S.now ≥ D_e` ⇒ Expired, else a definite refusal (guard, not found, `AlreadyExists`, lock conflict); a fill that finds no document goes back to its reserve |
-//! | [`Action::Commit`] | CAS `pending → applied` on (id, state, epoch), once every apply of this worker answered "applied" |
-//! | [`Action::Cancel`] | CAS `pending → canceling`, after a definite refusal (once every apply returned), or recovery's roll back |
+//! | [`Action::Commit`] | CAS `pending → applied` on (id, state, epoch), once every apply of this worker answered "applied" (or, early commit, every probe found the marker). Late commit: the coordinator answers "committed" here; early commit: it answered already, at its last apply |
+//! | [`Action::Probe`] | early commit, after a claim of a `pending` record: read `S.now`: `< NB` ⇒ `NotYet` (the worker stops, the record stays `pending`); else whether the marker is on the document |
+//! | [`Action::Reclaim`] | early commit, roll forward after a probe found a marker missing: CAS on (id, state, epoch, token): epoch + 1, `NB := max(NB, D + MARGIN)`, `D := R.now + LEASE`, then apply |
+//! | [`Action::Cancel`] | CAS `pending → canceling`, after a definite refusal (once every apply returned), or recovery's roll back (early commit: once a probe found a marker missing) |
 //! | [`Action::Remove`] | clear (in `applied`) or compensate (in `canceling`): `nb_p = max(NB, p in doubt this epoch ? D_e + MARGIN : 0)`; read `S.now`: `< nb_p` ⇒ `NotYet` (the worker stops once nothing else is left to send); else one update filtered on marker `T` and `S.now ≥ nb_p`. Clear: pull, unlock, land a credit, or delete the document (delete). Compensate: pull, unlock, undo a debit, or delete the document (insert). No match ⇒ already done |
 //! | [`Action::Finish`] | CAS `applied → done` / `canceling → canceled`, once every removal answered done |
-//! | [`Action::Claim`] | recovery reads and claims in one step (the CAS filter has `lastModified`): epoch + 1, `NB := max(NB, D_old + MARGIN)`, `leaseStart := R.now`, `D := R.now + LEASE`; then drives the record: `pending` → roll back or forward ([`PendingPolicy`]); `applied` → clear all, `done`; `canceling` → compensate all, `canceled` |
+//! | [`Action::Claim`] | recovery reads and claims in one step (the CAS filter has `lastModified`): epoch + 1, `NB := max(NB, D_old + MARGIN)`, `leaseStart := R.now`, `D := R.now + LEASE`; then drives the record: `pending` → roll back or forward ([`PendingPolicy`]); `applied` → clear all, `done`; `canceling` → compensate all, `canceled`. Early commit: a claim of a `pending` record (either policy, and a forced cancel) keeps `D` and probes first |
 //! | [`Action::Deliver`] | a request whose answer was lost lands now, as the same guarded step |
 //! | [`Action::GiveUp`] | a worker with a step in doubt stops (retries exhausted); a coordinator answers "unknown" |
 //! | [`Action::Crash`] | the process dies |
@@ -97,7 +104,8 @@
 //! alive (its lease ran out while it was slow; at any time, bounded by
 //! [`TandemModel::takeovers`] — claiming early is the worst case for safety);
 //! a *forced cancel* (`tandem cancel`) claims a `pending` record at any time
-//! (bounded by [`TandemModel::forced_cancels`]); a *rescue* claims a record
+//! (bounded by [`TandemModel::forced_cancels`]; with the early commit it
+//! probes like recovery, and commits if every marker is there); a *rescue* claims a record
 //! whose owner is gone (crashed, gave up, stopped on `NotYet`), unbounded, as
 //! `RecoveryWorker::run_once` does: once the lease ran out and the deadline
 //! plus the margin passed on `R`'s clock, or once `R`'s clock is at its end
@@ -127,10 +135,17 @@
 //!   document is never marked or locked by a finished transaction;
 //! * [`COMMIT_HOLDS_ALL`]: while `applied`, every participant holds the
 //!   marker or was cleared;
-//! * [`ANSWERS_HOLD`]: "committed" ⇒ reached `applied`, never `canceling`,
-//!   and once finished it is `done`; "canceled" ⇒ never `applied`, and once
-//!   finished not `done`; "duplicate" ⇒ the coordinator wrote nothing (a ghost
-//!   aside); "unknown" may end either way;
+//! * [`ANSWERS_HOLD`]: "committed" ⇒ every participant's apply landed,
+//!   the record reached `applied` (early commit: not necessarily yet), never
+//!   `canceling`, no change of it was compensated, and once finished it is
+//!   `done` (with [`QUIESCENT_FINISHED`] and [`FINISHED_CONSISTENT`]: in a
+//!   settled state a transaction answered "committed" is done, its changes
+//!   whole on the documents, its markers cleared); "canceled" ⇒ never
+//!   `applied`, and once finished not `done`; "duplicate" ⇒ the coordinator
+//!   wrote nothing (a ghost aside); "unknown" may end either way;
+//! * [`COMMITTED_NEVER_UNDONE`]: a transaction answered "committed", or
+//!   whose record reached `applied`, never reaches `canceling` and no change
+//!   of it is compensated;
 //! * [`FINISHED_CONSISTENT`] (all-or-nothing): whenever every transaction is
 //!   finished, every document is exactly what the serial execution holds —
 //!   the committed transactions applied whole at their commit points, the
@@ -157,7 +172,9 @@
 //! in-doubt apply), [`SOMETIMES_LANDS_AFTER_GC`], [`SOMETIMES_RECREATED`],
 //! [`SOMETIMES_FORCED_CANCEL`], [`SOMETIMES_TAKEOVER`], [`SOMETIMES_RESCUE`],
 //! [`SOMETIMES_UNKNOWN_COMMITTED`], [`SOMETIMES_UNKNOWN_CANCELED`],
-//! [`SOMETIMES_DUPLICATE`], [`SOMETIMES_ID_REUSED`], [`SOMETIMES_STEPPED_BACK`].
+//! [`SOMETIMES_DUPLICATE`], [`SOMETIMES_ID_REUSED`], [`SOMETIMES_STEPPED_BACK`],
+//! [`SOMETIMES_PROBE_COMMITS`] (early commit: recovery's probes find every
+//! marker and it moves the record to `applied`).
 //!
 //! # Findings about v2, and the fixes
 //!
@@ -206,11 +223,111 @@
 //!    apply); `NB` then stops rising once nobody can apply. (Or: a recovery
 //!    worker sleeps until `nb_p` instead of stopping.)
 //!
+//! # Early commit (commit at the applies)
+//!
+//! [`Fixes::early_commit`] models a record created with `earlyCommit`: the
+//! commit point is the applies. [`Fixes::EARLY_COMMIT`] (the safety fixes,
+//! the early commit and its fix [`Fixes::timely_marker`]) is what every
+//! `fixed` configuration of `tests/model_check.rs` runs; [`Fixes::SAFETY`]
+//! is the late commit (answer after the move), checked beside it. The split
+//! between the two by whether a transaction can be probed is not modelled:
+//! a model runs one rule for every transaction.
+//!
+//! * **Coordinator.** In the step where its last apply answers "applied"
+//!   (landed, or its re-read found the marker: [`Part::Ok`]) with every
+//!   other apply of its epoch "applied", it answers "committed", while the
+//!   record still says `pending`. The move `pending → applied`
+//!   ([`Action::Commit`], guarded by state, epoch and token) is a later
+//!   step, possibly never taken (crash, give up, stall); if it fails (the
+//!   record was claimed) the answer stands and the coordinator stops.
+//!   Markers are cleared only after a successful move, by whoever made it.
+//!   A refusal moves `pending → canceling` and compensates, as before.
+//! * **Claims of a `pending` record** (rescue, takeover, either policy, and
+//!   a forced cancel, `tandem cancel`) keep the deadline `D`, so
+//!   `NB = max(NB, D + MARGIN)` stays put over repeated claims, and probe
+//!   ([`Phase::ProbeBack`], [`Phase::ProbeForward`]): [`Action::Probe`] of a
+//!   participant is `NotYet` until its store's clock reads `NB` (the worker
+//!   stops; the record stays `pending` and is claimed again later), then
+//!   reads whether the marker is on the document ([`Part::Ok`],
+//!   [`Part::Missing`]). Every marker there ⇒ [`Action::Commit`] at the
+//!   claim's epoch, then clear (a forced cancel commits too). Else roll
+//!   back: [`Action::Cancel`], compensate; or roll forward:
+//!   [`Action::Reclaim`] (epoch + 1, a new deadline) and apply-or-cancel,
+//!   whose refusals are decisive since the older epochs' applies can no
+//!   longer land.
+//!
+//! Why it holds: an epoch's apply lands on a document only while its store
+//! reads below that epoch's `D`; a probe reads a document only once its
+//! store reads `NB`, past every deadline given so far plus the margin (a
+//! claim of a `pending` record keeps the deadline; only [`Action::Reclaim`]
+//! renews it, after every probe and with `NB` raised first). So after a
+//! participant's probe no apply of an epoch up to the probing one lands
+//! there: a missing marker stays missing, and a marker present stays until
+//! a decision (markers are removed only in `applied` or `canceling`). A
+//! coordinator's "committed" rests on markers of its own epoch, each on
+//! before any probe could read its document, so every later probe finds
+//! them all; and a cancel needs either a probe that missed a marker, or a
+//! refusal seen by the coordinator itself (it saw none), or one seen in an
+//! epoch that only such a probe can start.
+//!
+//! **Finding 4: the early commit as first specified is unsafe**
+//! ([`Fixes::EARLY_COMMIT_AS_GIVEN`]; test
+//! `early_commit_as_given_answers_from_a_later_epochs_marker`, 23 steps,
+//! found by the full check of insert/delete/debit with two application
+//! steps, one takeover and one lost answer). "An apply retry that finds the
+//! marker already there counts as applied" is wrong for the early answer
+//! once the apply's deadline has passed: the marker may be a later
+//! epoch's. The trace: `T2`'s coordinator (`D_0 = 3`) deletes `D` and
+//! debits `B`, then stalls before inserting `C`; recovery takes the record
+//! over (roll forward), probes at `NB = 4` (`C` has no marker; `D`, `B`
+//! have), claims again with `D = 6`, reserves `C` and fills it, the fill's
+//! answer is lost; the application inserts `C`; recovery's retry of the
+//! fill is refused (`AlreadyExists`), so it moves the record to
+//! `canceling`; the application deletes `C`; the coordinator wakes up and
+//! reserves `C` (a ghost); the lost fill (deadline 6, `P1` at 4) lands on
+//! the ghost; the coordinator's own fill (past `D_0`: `P1` at 4) finds the marker,
+//! counts it as applied, and with `D` and `B` applied too answers
+//! "committed": the transaction is `canceling`, and its changes are then
+//! compensated. The fix, [`Fixes::timely_marker`]: a marker found by the
+//! re-read counts toward the early answer only if the same read finds the
+//! store's clock below the apply's deadline (the clock read together with
+//! the marker, as the apply's filter does with `$$NOW`, or after it): before
+//! `D_e` on that store no probe has read it, so no later epoch exists that
+//! could have pushed it. A marker found later ([`Part::Late`]) counts for
+//! the move only: the coordinator answers after the move, or from the
+//! record. (The alternative, an epoch in the marker, changes every marker
+//! filter.)
+//!
+//! **Note: the markers alone do not decide.** "Committed iff every
+//! participant's apply landed" describes the answers, not the documents: a
+//! coordinator whose apply lost its answer and whose retry was refused
+//! (the application deleted the document) cancels, and the lost attempt
+//! then lands before the deadline (the application re-created the
+//! document): every marker of the transaction is on at once while the
+//! record is `pending`, and it ends canceled (test
+//! `early_commit_markers_alone_do_not_decide`, 10 steps). The answers are
+//! right (the coordinator answers "canceled"; a probe needs a claim, whose
+//! epoch fences that cancel), but no reader may infer a commit from the
+//! markers without owning the record's epoch.
+//!
 //! # Variants (mutations)
 //!
 //! [`Variant`] breaks one step on purpose; the tests assert the checker
-//! finds a counterexample to each, against v2 with the safety fixes
-//! ([`Fixes::SAFETY`], which holds in every configuration checked).
+//! finds a counterexample to each, against v2 with the safety fixes and the
+//! early commit ([`Fixes::EARLY_COMMIT`], which holds in every
+//! configuration checked). Besides the mutations (1)–(7) and the two
+//! others of [`Variant`], the early commit's own (shortest counterexamples,
+//! to [`ANSWERS_HOLD`]):
+//!
+//! | variant | configuration | steps |
+//! |---------|---------------|-------|
+//! | [`Variant::NoProbe`]: recovery rolls a `pending` record back without probing | transfer, 1 lost answer: the commit's answer is lost, the coordinator (which answered "committed") gives up, a rescue rolls back | 10 |
+//! | [`Variant::ProbeBeforeFence`]: the probe ignores `NB` | transfer, 1 takeover: the probe finds `B` without marker, the coordinator's apply of `B` lands, it answers, recovery cancels | 7 |
+//! | [`Variant::RefuseBeforeFence`]: roll forward re-applies at once and a refusal cancels | insert/delete/debit, 2 application steps, 1 takeover, roll forward, global ticks: the application deletes `D`, recovery's delete is refused, it cancels; the application re-inserts `D`, the coordinator's delete lands, it answers | 13 |
+//!
+//! In the transfer `RefuseBeforeFence` is harmless: a re-apply there is
+//! refused only by its deadline, and a deadline that passed passed for
+//! the older epochs too; a guard refusal needs another writer.
 //!
 //! # Bounds
 //!
@@ -220,24 +337,33 @@
 //! `P2` 1..=7 by default: long enough for GC after `LEASE + MARGIN`, and for
 //! participant clocks to pass every `NB` once `R` stops; [`Ticks::Global`]
 //! configurations start `R` at 1, `P1` at 0, `P2` at 2). The configurations
-//! of `tests/model_check.rs`, with v2 plus the safety fixes unless noted
-//! (unique states, release build):
+//! of `tests/model_check.rs`, with v2, the safety fixes and the early commit
+//! ([`Fixes::EARLY_COMMIT`]) unless noted; "late" is the same with the late
+//! commit ([`Fixes::SAFETY`]). Unique states, release build, two threads:
 //!
-//! | configuration | states |
-//! |---------------|--------|
-//! | transfer, 1 lost answer, `R` 0..=3, `P` ..=6 (the fast debug check) | 0.27 M |
-//! | transfer, 2 lost answers | 4.7 M |
-//! | transfer, 1 takeover, 1 lost answer, `R` 0..=3 | 7.7 M |
-//! | transfer, 1 crash + 1 takeover (or + 1 forced cancel), 1 lost answer, global ticks | 1.3 M, 0.5 M |
-//! | transfer, records on `P1`, 2 lost answers | 2.3 M |
-//! | transfer, a clock steps back by `MARGIN` | 1.5 M |
-//! | insert/delete/debit, 2 application steps, 1 lost answer, global / per-store ticks | 0.4 M / 6.4 M |
-//! | two transactions (mixed), 1 lost answer, global ticks | 9.7 M |
-//! | mixed, 1 crash + 1 application step / 1 forced cancel, no lost answer, global ticks | 4.0 M / 10.7 M |
-//! | conflict on `D`, 1 lost answer, global ticks | 14.0 M |
-//! | same id, 1 lost answer | 4.3 M |
-//! | v2 as specified: transfer without GC, 2 lost answers; same id without GC | 4.5 M; 2.8 M |
-//! | v2 as specified: transfer, no create answer lost, GC after `LEASE + MARGIN` / at any age | 3.9 M / 4.0 M |
+//! | configuration | states | time |
+//! |---------------|--------|------|
+//! | transfer, 1 lost answer, `R` 0..=3, `P` ..=6 (the fast debug check) | 0.26 M (late 0.27 M) | 0.6 s |
+//! | transfer, 2 lost answers | 4.2 M (late 4.7 M) | 24 s |
+//! | transfer, 1 takeover, 1 lost answer, `R` 0..=3 | 3.9 M (late 7.7 M) | 15 s |
+//! | transfer, 1 crash + 1 takeover / + 1 forced cancel, 1 lost answer, global ticks | 0.62 M / 0.36 M (late 0.52 M) | 2 s / 1 s |
+//! | transfer, 1 takeover + 1 forced cancel, 1 lost answer, global ticks | 1.5 M | 5 s |
+//! | transfer, 1 crash + 1 takeover, 1 lost answer, global ticks, with [`Fixes::stable_deadline`] | 0.54 M (late 1.2 M) | 2 s |
+//! | transfer, records on `P1`, 2 lost answers | 2.1 M | 5 s |
+//! | transfer, a clock steps back by `MARGIN` | 1.5 M | 4 s |
+//! | insert/delete/debit, 2 application steps, 1 lost answer, global / per-store ticks | 0.38 M (late 0.39 M) / 6.2 M | 2 s / 40 s |
+//! | insert/delete/debit, 1 application step, 1 crash, 1 lost answer, global ticks | 0.57 M | 4 s |
+//! | insert/delete/debit, 2 application steps, 1 takeover, roll forward, no lost answer, global ticks | 0.39 M | 1 s |
+//! | insert/delete/debit, 2 application steps, 1 takeover, 1 lost answer, global ticks, either policy / roll forward | 12.3 M / 10.8 M | 37 s / 43 s |
+//! | two transactions (mixed), 1 lost answer, global ticks | 9.6 M (late 9.7 M) | 29 s |
+//! | mixed, 1 crash + 1 application step / 1 forced cancel, no lost answer, global ticks | 3.7 M / 4.2 M | 10 s / 12 s |
+//! | mixed, 1 takeover, no lost answer, global ticks | 10.4 M | 27 s |
+//! | conflict on `D`, 1 lost answer, global ticks | 13.6 M | 62 s |
+//! | conflict on `D`, 1 takeover, no lost answer, global ticks | 14.6 M | 49 s |
+//! | mixed, 1 takeover, 1 lost apply answer, roll forward, global ticks: too large for a full check here (over 12 GB); `TandemModel::search` for every safety property over the first 60 M states (breadth-first) finds none | > 60 M | 272 s |
+//! | same id, 1 lost answer | 4.1 M | 20 s |
+//! | v2 as specified: transfer without GC, 2 lost answers; same id without GC | 4.5 M; 2.8 M | 16 s; 12 s |
+//! | v2 as specified: transfer, no create answer lost, GC after `LEASE + MARGIN` / at any age | 3.9 M / 4.0 M | 14 s / 14 s |
 //!
 //! # Not modelled, and why that is safe
 //!

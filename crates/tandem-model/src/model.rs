@@ -4,6 +4,11 @@
 //! relation of the model (which actions are enabled in a state, and what
 //! each does), every step of the protocol beside the others so that they
 //! can be compared with the code's steps one by one.
+//!
+//! The early commit ([`Fixes::early_commit`]) adds the coordinator's answer
+//! at its last apply (in [`Action::Apply`]), the probes of a claimed
+//! `pending` record ([`Action::Probe`]) and the roll forward's second claim
+//! ([`Action::Reclaim`]); the crate docs give its rules.
 
 use std::fmt;
 
@@ -50,6 +55,18 @@ pub enum Variant {
     /// A successful retry of an apply clears the participant's doubt,
     /// although the lost attempt may still be in flight.
     RetryClearsDoubt,
+    /// Early commit ([`Fixes::early_commit`]): coordinators answer at the
+    /// applies, but recovery and forced cancels roll a `pending` record back
+    /// without probing it (the recovery of the late-commit protocol).
+    NoProbe,
+    /// Early commit: the probe ignores `NB`: it reads the marker at once,
+    /// while an apply of the epoch it fenced may still land.
+    ProbeBeforeFence,
+    /// Early commit: rolling forward does not probe (nor wait for `NB`): the
+    /// claim sets a new deadline at once and the re-apply's refusals cancel
+    /// (the roll forward of the late-commit protocol), while an apply of an
+    /// older epoch may still land.
+    RefuseBeforeFence,
 }
 
 /// Changes to the protocol proposed by this model's findings (see the crate docs).
@@ -68,6 +85,23 @@ pub struct Fixes {
     /// (the only epochs that apply); otherwise `D` stays, so `NB` stops
     /// rising once nobody can apply any more.
     pub stable_deadline: bool,
+    /// Commit at the applies (the record is created with `earlyCommit`): a
+    /// coordinator answers "committed" as soon as every apply of its epoch
+    /// answered "applied", while the record still says `pending`, and moves
+    /// it to `applied` later. A claim of a `pending` record (any policy, and
+    /// a forced cancel) keeps the deadline and probes every participant once
+    /// its clock reads `NB`: every marker there ⇒ `pending → applied`; else
+    /// roll back, or claim again with a new deadline and apply (roll forward).
+    pub early_commit: bool,
+    /// With [`Fixes::early_commit`]: an apply whose re-read finds the
+    /// marker already there counts toward the early answer only if the
+    /// re-read also finds `S.now < D_e` (the document's store clock read at
+    /// or after the marker): before the deadline no other epoch can have
+    /// applied there, so the marker is this epoch's. A marker found later
+    /// may be a later epoch's (a roll forward's) on a transaction since
+    /// canceled: it counts for the move to `applied` only ([`Part::Late`]),
+    /// and the coordinator answers after the move, or from the record.
+    pub timely_marker: bool,
 }
 
 impl Fixes {
@@ -76,18 +110,44 @@ impl Fixes {
         fenced_create: false,
         token_fencing: false,
         stable_deadline: false,
+        early_commit: false,
+        timely_marker: false,
     };
     /// The two safety fixes: [`Fixes::fenced_create`] and [`Fixes::token_fencing`].
     pub const SAFETY: Fixes = Fixes {
         fenced_create: true,
         token_fencing: true,
         stable_deadline: false,
+        early_commit: false,
+        timely_marker: false,
     };
-    /// Every fix: the safety fixes and [`Fixes::stable_deadline`] (liveness).
+    /// Every fix: the safety fixes and [`Fixes::stable_deadline`] (liveness),
+    /// with the commit at the record's move (no early commit).
     pub const ALL: Fixes = Fixes {
         fenced_create: true,
         token_fencing: true,
         stable_deadline: true,
+        early_commit: false,
+        timely_marker: false,
+    };
+    /// The early commit as first specified: the safety fixes and
+    /// [`Fixes::early_commit`], a marker found by an apply's re-read counting
+    /// toward the early answer at any time. Unsafe (see the crate docs).
+    pub const EARLY_COMMIT_AS_GIVEN: Fixes = Fixes {
+        fenced_create: true,
+        token_fencing: true,
+        stable_deadline: false,
+        early_commit: true,
+        timely_marker: false,
+    };
+    /// The early commit with its fix: the safety fixes,
+    /// [`Fixes::early_commit`] and [`Fixes::timely_marker`].
+    pub const EARLY_COMMIT: Fixes = Fixes {
+        fenced_create: true,
+        token_fencing: true,
+        stable_deadline: false,
+        early_commit: true,
+        timely_marker: true,
     };
 }
 
@@ -198,6 +258,22 @@ pub enum Action {
         worker: usize,
         /// The answer is lost and the request stays in flight.
         lose: bool,
+    },
+    /// Early commit: probe one participant of a claimed `pending` record:
+    /// `NotYet` (the worker stops) unless the document's store clock reads
+    /// `NB`; else whether the transaction's marker is on the document.
+    Probe {
+        /// The worker.
+        worker: usize,
+        /// The participant.
+        part: usize,
+    },
+    /// Early commit, rolling forward after a probe that found a marker
+    /// missing: claim the record again (CAS on id, state, epoch, token):
+    /// epoch + 1, `NB := max(NB, D + MARGIN)`, `D := R.now + LEASE`; then apply.
+    Reclaim {
+        /// The worker.
+        worker: usize,
     },
     /// CAS `pending → canceling`.
     Cancel {
@@ -316,8 +392,9 @@ pub struct Search {
 enum ApplyResult {
     /// It landed: the marker is pushed.
     Landed,
-    /// The marker was there already: applied.
-    Present,
+    /// The marker was there already: applied; `timely`: the store's clock
+    /// read below the deadline.
+    Present { timely: bool },
     /// A definite refusal other than the deadline.
     Refused,
     /// The store's clock is past the deadline; `would_land`: only the deadline stopped it.
@@ -611,7 +688,9 @@ impl TandemModel {
         let now = self.now(s, DOCS[change.doc].store);
         let doc = &mut s.docs[change.doc];
         if doc.markers.contains(m) {
-            return ApplyResult::Present;
+            return ApplyResult::Present {
+                timely: now < deadline,
+            };
         }
         let mut in_time = self.variant == Variant::NoApplyDeadline || now < deadline;
         let locked_by_other = matches!(doc.lock, Some(l) if usize::from(l) != m);
@@ -704,6 +783,7 @@ impl TandemModel {
             }
         }
         let h = &mut s.history[coord];
+        h.undone |= !clear;
         h.effects[part] = (h.effects[part] + 1).min(2);
         h.wrote = true;
     }
@@ -1080,6 +1160,32 @@ impl TandemModel {
             Action::Commit { worker, lose } => {
                 format!("{}: commit (pending -> applied){}", who(worker), lost(lose))
             }
+            Action::Probe { worker, part } => {
+                let c = self.change(usize::from(s.workers[worker].coord), part);
+                let m = self.marker(usize::from(s.workers[worker].coord));
+                let d = s.docs[c.doc];
+                let now = self.now(s, DOCS[c.doc].store);
+                format!(
+                    "{}: probe {} (NB={}): {}",
+                    who(worker),
+                    doc(worker, part),
+                    s.workers[worker].not_before,
+                    if now < s.workers[worker].not_before
+                        && self.variant != Variant::ProbeBeforeFence
+                    {
+                        "NotYet, stops"
+                    } else if d.markers.contains(m) {
+                        "marker there"
+                    } else {
+                        "no marker"
+                    }
+                )
+            }
+            Action::Reclaim { worker } => format!(
+                "{}: claims again with a new deadline (roll forward) [R.now={}]",
+                who(worker),
+                self.now(s, R)
+            ),
             Action::Cancel { worker, lose } => {
                 format!(
                     "{}: cancel (pending -> canceling){}",
@@ -1318,7 +1424,7 @@ impl Model for TandemModel {
                         .iter()
                         .all(|p| !matches!(p, Part::Todo | Part::Reserved));
                     let refused = parts.contains(&Part::Refused);
-                    if parts.iter().all(|p| *p == Part::Ok) {
+                    if parts.iter().all(|p| matches!(p, Part::Ok | Part::Late)) {
                         for &lose in self.may_lose(s, self.lose.cas) {
                             actions.push(Action::Commit { worker: w, lose });
                         }
@@ -1330,6 +1436,29 @@ impl Model for TandemModel {
                     if returned && (worker.cas_doubt || (parts.contains(&Part::Doubt) && !refused))
                     {
                         actions.push(Action::GiveUp { worker: w });
+                    }
+                }
+                Phase::ProbeBack | Phase::ProbeForward => {
+                    for (part, p) in parts.iter().enumerate() {
+                        if *p == Part::Todo {
+                            actions.push(Action::Probe { worker: w, part });
+                        }
+                    }
+                    if !parts.contains(&Part::Todo) {
+                        if parts.iter().all(|p| *p == Part::Ok) {
+                            for &lose in self.may_lose(s, self.lose.cas) {
+                                actions.push(Action::Commit { worker: w, lose });
+                            }
+                        } else if worker.phase == Phase::ProbeBack {
+                            for &lose in self.may_lose(s, self.lose.cas) {
+                                actions.push(Action::Cancel { worker: w, lose });
+                            }
+                        } else {
+                            actions.push(Action::Reclaim { worker: w });
+                        }
+                        if worker.cas_doubt {
+                            actions.push(Action::GiveUp { worker: w });
+                        }
                     }
                 }
                 Phase::RollBack => {
@@ -1546,18 +1675,89 @@ impl Model for TandemModel {
                 } else {
                     let result = self.land_apply(&mut s, coord, part, worker.deadline);
                     let p = match result {
-                        ApplyResult::Landed | ApplyResult::Present => Part::Ok,
+                        ApplyResult::Present { timely: false }
+                            if self.fixes.timely_marker && worker.role == Role::Coordinator =>
+                        {
+                            Part::Late
+                        }
+                        ApplyResult::Landed | ApplyResult::Present { .. } => Part::Ok,
                         ApplyResult::NotReserved => Part::Todo,
                         ApplyResult::Refused | ApplyResult::Expired { .. } => Part::Refused,
                     };
                     s.workers[w].parts[part] = p;
-                    if p == Part::Ok && self.variant == Variant::RetryClearsDoubt {
+                    if matches!(p, Part::Ok | Part::Late)
+                        && self.variant == Variant::RetryClearsDoubt
+                    {
                         s.workers[w].doubt &= !(1 << part);
+                    }
+                    let n = self.spec(coord).changes.len();
+                    if self.fixes.early_commit
+                        && worker.role == Role::Coordinator
+                        && s.workers[w].parts[..n].iter().all(|p| *p == Part::Ok)
+                    {
+                        // Early commit: every apply of this epoch landed; the
+                        // record still says `pending`.
+                        self.answer(&mut s, w, Answer::Committed);
                     }
                 }
             }
             Action::Commit { worker: w, lose } => {
+                let worker = s.workers[w];
+                let tx = self.spec(usize::from(worker.coord)).tx;
+                let probing = matches!(worker.phase, Phase::ProbeBack | Phase::ProbeForward);
                 self.cas_step(&mut s, w, TxState::Pending, TxState::Applied, lose);
+                if probing
+                    && !lose
+                    && matches!(s.records[tx],
+                        Some(r) if r.state == TxState::Applied && r.epoch == worker.epoch)
+                {
+                    s.event = Event::ProbeCommitted;
+                }
+            }
+            Action::Probe { worker: w, part } => {
+                let worker = s.workers[w];
+                let coord = usize::from(worker.coord);
+                let doc = self.change(coord, part).doc;
+                let now = self.now(&s, DOCS[doc].store);
+                if now < worker.not_before && self.variant != Variant::ProbeBeforeFence {
+                    // NotYet: an apply of a fenced epoch may still land here.
+                    // Recovery stops for now; the record stays `pending`.
+                    self.stop(&mut s, w);
+                } else {
+                    s.workers[w].parts[part] = if s.docs[doc].markers.contains(self.marker(coord)) {
+                        Part::Ok
+                    } else {
+                        Part::Missing
+                    };
+                }
+            }
+            Action::Reclaim { worker: w } => {
+                let worker = s.workers[w];
+                let coord = usize::from(worker.coord);
+                let tx = self.spec(coord).tx;
+                let now = self.now(&s, R);
+                match s.records[tx].as_mut() {
+                    Some(r)
+                        if r.state == TxState::Pending
+                            && r.epoch == worker.epoch
+                            && (!self.fixes.token_fencing || r.token == worker.coord) =>
+                    {
+                        r.epoch += 1;
+                        if self.variant != Variant::ClaimKeepsNotBefore {
+                            r.not_before = r.not_before.max(r.deadline + MARGIN);
+                        }
+                        r.deadline = now + LEASE;
+                        r.last_modified = now;
+                        let r = *r;
+                        let worker = &mut s.workers[w];
+                        worker.epoch = r.epoch;
+                        worker.deadline = r.deadline;
+                        worker.not_before = r.not_before;
+                        worker.doubt = 0;
+                        self.enter(&mut s, w, Phase::Apply);
+                    }
+                    _ => self.stop(&mut s, w),
+                }
             }
             Action::Cancel { worker: w, lose } => {
                 self.cas_step(&mut s, w, TxState::Pending, TxState::Canceling, lose);
@@ -1622,15 +1822,28 @@ impl Model for TandemModel {
             Action::Claim { tx, kind, forward } => {
                 let now = self.now(&s, R);
                 let r = s.records[tx].as_mut()?;
+                // Early commit: a claim of a `pending` record keeps the
+                // deadline and probes (the mutations skip the probe).
+                let probe = self.fixes.early_commit
+                    && r.state == TxState::Pending
+                    && if forward {
+                        self.variant != Variant::RefuseBeforeFence
+                    } else {
+                        self.variant != Variant::NoProbe
+                    };
                 r.epoch += 1;
                 if self.variant != Variant::ClaimKeepsNotBefore {
                     r.not_before = r.not_before.max(r.deadline + MARGIN);
                 }
-                if !self.fixes.stable_deadline || (forward && r.state == TxState::Pending) {
+                if !probe
+                    && (!self.fixes.stable_deadline || (forward && r.state == TxState::Pending))
+                {
                     r.deadline = now + LEASE;
                 }
                 r.last_modified = now;
                 let phase = match r.state {
+                    TxState::Pending if probe && forward => Phase::ProbeForward,
+                    TxState::Pending if probe => Phase::ProbeBack,
                     TxState::Pending if forward => Phase::Apply,
                     TxState::Pending => Phase::RollBack,
                     TxState::Applied => Phase::Clear,

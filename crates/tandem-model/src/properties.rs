@@ -27,11 +27,16 @@ pub const MARKERS_HAVE_LIVE_OWNER: &str = "every marker and lock belongs to a li
 /// Safety: while a record is `applied`, every participant of it holds its
 /// marker or has been cleared.
 pub const COMMIT_HOLDS_ALL: &str = "applied: every participant holds the change";
-/// Safety: answers match outcomes. "committed" ⇒ the record reached
-/// `applied`, never `canceling`, and once finished it is `done`;
-/// "canceled" ⇒ never `applied`, and once finished not `done`;
-/// "duplicate" ⇒ the coordinator wrote nothing (a ghost aside).
+/// Safety: answers match outcomes. "committed" ⇒ every participant's apply
+/// landed, the record reached `applied` (with early commit: not necessarily
+/// yet), never `canceling`, no change of it was compensated, and once
+/// finished it is `done`; "canceled" ⇒ never `applied`, and once finished
+/// not `done`; "duplicate" ⇒ the coordinator wrote nothing (a ghost aside).
 pub const ANSWERS_HOLD: &str = "answers match outcomes";
+/// Safety: a transaction answered "committed", or whose record reached
+/// `applied`, never reaches `canceling` and none of its changes is
+/// compensated (its markers are only ever cleared).
+pub const COMMITTED_NEVER_UNDONE: &str = "a committed transaction is never rolled back";
 /// All-or-nothing: whenever every transaction is finished, every document is
 /// what the serial execution (committed transactions applied whole at their
 /// commit points, and the application's inserts and deletes) holds, with no
@@ -74,8 +79,12 @@ pub const SOMETIMES_ID_REUSED: &str = "sometimes an id is reused after GC";
 /// Example: a clock steps back.
 pub const SOMETIMES_STEPPED_BACK: &str = "sometimes a clock steps back";
 
+/// Example (early commit): recovery probes every participant of a `pending`
+/// record, finds every marker, and moves the record to `applied`.
+pub const SOMETIMES_PROBE_COMMITS: &str = "sometimes recovery's probe commits a pending record";
+
 /// Every safety and liveness property (not the examples).
-pub const SAFETY_AND_LIVENESS: [&str; 10] = [
+pub const SAFETY_AND_LIVENESS: [&str; 11] = [
     ONE_EFFECTIVE_APPLY,
     ONE_EFFECTIVE_REMOVAL,
     NEVER_BOTH,
@@ -83,6 +92,7 @@ pub const SAFETY_AND_LIVENESS: [&str; 10] = [
     MARKERS_HAVE_LIVE_OWNER,
     COMMIT_HOLDS_ALL,
     ANSWERS_HOLD,
+    COMMITTED_NEVER_UNDONE,
     FINISHED_CONSISTENT,
     QUIESCENT_FINISHED,
     EVENTUALLY_FINISHED,
@@ -119,8 +129,10 @@ fn answers_hold(m: &TandemModel, s: &State) -> bool {
         let h = s.history[c];
         match s.answers[c] {
             Answer::Committed => {
-                h.applied
+                (h.applied || m.fixes.early_commit)
+                    && h.applies[..m.spec(c).changes.len()].iter().all(|&n| n > 0)
                     && !h.canceled
+                    && !h.undone
                     && (!m.is_finished(s, c) || h.terminal == Some(TxState::Done))
             }
             Answer::Canceled => {
@@ -163,6 +175,12 @@ pub fn properties(model: &TandemModel) -> Vec<Property<TandemModel>> {
         Property::<TandemModel>::always(MARKERS_HAVE_LIVE_OWNER, markers_have_live_owner),
         Property::<TandemModel>::always(COMMIT_HOLDS_ALL, commit_holds_all),
         Property::<TandemModel>::always(ANSWERS_HOLD, answers_hold),
+        Property::<TandemModel>::always(COMMITTED_NEVER_UNDONE, |m, s| {
+            coords(m).all(|c| {
+                let h = s.history[c];
+                !(h.applied || s.answers[c] == Answer::Committed) || !(h.canceled || h.undone)
+            })
+        }),
         Property::<TandemModel>::always(FINISHED_CONSISTENT, |m, s| {
             !m.all_finished(s) || m.is_consistent(s)
         }),
@@ -191,6 +209,7 @@ pub fn properties(model: &TandemModel) -> Vec<Property<TandemModel>> {
             Event::Takeover => |_, s| s.event == Event::Takeover,
             Event::Rescue => |_, s| s.event == Event::Rescue,
             Event::SteppedBack => |_, s| s.event == Event::SteppedBack,
+            Event::ProbeCommitted => |_, s| s.event == Event::ProbeCommitted,
             Event::ForcedCancel | Event::None => |_, _| true,
         };
         Property::<TandemModel>::sometimes(name, condition)
@@ -242,6 +261,11 @@ pub fn properties(model: &TandemModel) -> Vec<Property<TandemModel>> {
                 coords(m).all(|c| s.history[c].created)
             }));
         }
+    }
+    if model.fixes.early_commit
+        && (lost || model.crashes > 0 || model.takeovers > 0 || model.forced_cancels > 0)
+    {
+        p.push(event(SOMETIMES_PROBE_COMMITS, Event::ProbeCommitted));
     }
     if model.step_back > 0 {
         p.push(event(SOMETIMES_STEPPED_BACK, Event::SteppedBack));

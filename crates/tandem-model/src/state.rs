@@ -142,6 +142,14 @@ pub enum Phase {
     Clear,
     /// Compensate every participant, then `canceling → canceled`.
     Compensate,
+    /// Early commit: recovery (or a forced cancel) probing a `pending`
+    /// record it claimed, to roll back: every participant holds the marker ⇒
+    /// `pending → applied`, else `pending → canceling`.
+    ProbeBack,
+    /// Early commit: recovery probing a `pending` record it claimed, to roll
+    /// forward: every participant holds the marker ⇒ `pending → applied`,
+    /// else claim again with a new deadline and apply.
+    ProbeForward,
     /// A coordinator that answered, gave up, stopped or crashed. (Recovery
     /// workers that stop are removed from the state.)
     Dead,
@@ -156,7 +164,8 @@ pub enum Part {
     Reserved,
     /// The last attempt's answer was lost; it may be retried.
     Doubt,
-    /// Applied: this transaction's marker is on the document.
+    /// Applied: this transaction's marker is on the document (for a probe:
+    /// found it there).
     Ok,
     /// A definite refusal: guard, not found, already exists, lock conflict, or expired.
     Refused,
@@ -164,6 +173,12 @@ pub enum Part {
     Done,
     /// The removal's time fence has not passed yet on the document's store: the worker stops.
     NotYet,
+    /// A probe (early commit) found no marker of this transaction on the document.
+    Missing,
+    /// Applied, but the re-read found the marker only at or past the
+    /// deadline ([`crate::Fixes::timely_marker`]): it may be another epoch's.
+    /// Counts for the move to `applied`, not for an early answer.
+    Late,
 }
 
 /// A coordinator or a recovery worker driving one transaction.
@@ -275,6 +290,8 @@ pub struct History {
     pub canceled: bool,
     /// The last terminal state a record with this token reached.
     pub terminal: Option<TxState>,
+    /// A compensation found the marker (a change of this transaction was undone).
+    pub undone: bool,
     /// Per participant: applies (fills) that landed, capped at 2.
     pub applies: [u8; MAX_PARTS],
     /// Per participant: marker removals that found the marker (a credit
@@ -317,6 +334,8 @@ pub enum Event {
     Rescue,
     /// A clock stepped back.
     SteppedBack,
+    /// Early commit: recovery found every marker by its probes and moved the record to `applied`.
+    ProbeCommitted,
 }
 
 /// The whole system.
@@ -463,6 +482,7 @@ impl std::hash::Hash for State {
                 u8::from(h.created),
                 u8::from(h.applied),
                 u8::from(h.canceled),
+                u8::from(h.undone),
                 h.terminal.map_or(0xff, |t| t as u8),
                 u8::from(h.wrote),
             ]);
