@@ -115,6 +115,15 @@ pub struct CoordinatorConfig {
     /// [`Coordinator::drain`](crate::Coordinator::drain) does not wait out the
     /// delay, and recovery is unaffected: keep the delay far below the lease.
     pub finish_delay: Duration,
+    /// Whether transactions whose participants can all say whether their
+    /// apply landed ([`Participant::probes`](crate::Participant::probes))
+    /// commit at their applies, one round trip sooner
+    /// ([`TxRecord::early_commit`](crate::TxRecord::early_commit)). `true` by
+    /// default. Turn it off while recovery workers or CLIs of a version
+    /// before it (0.1) run against the same records: they roll a `pending`
+    /// record back without asking its participants, which would undo a
+    /// transaction its coordinator answered committed.
+    pub early_commit: bool,
 }
 
 impl Default for CoordinatorConfig {
@@ -131,6 +140,7 @@ impl Default for CoordinatorConfig {
             max_participants: 64,
             retry: crate::RetryPolicy::default(),
             finish_delay: Duration::ZERO,
+            early_commit: true,
         }
     }
 }

@@ -957,3 +957,82 @@ async fn garbage_collection_is_not_starved_by_unknown_kinds() {
         "the foreign records stay"
     );
 }
+
+/// An apply that comes after its deadline does not take a marker it finds
+/// for its own: a later epoch of recovery, rolling the transaction forward
+/// after it found this epoch's applies missing, may have pushed it, and may
+/// still cancel. Before, the apply answered `Ok` on any marker it found, so a
+/// stalled coordinator could answer committed for a transaction that
+/// recovery was canceling (a counterexample of the model, 23 steps). Before
+/// the deadline, the marker is still its own.
+#[tokio::test]
+async fn an_apply_after_its_deadline_does_not_take_a_marker_for_its_own() {
+    let (store, clock, _) = bank(&["A"], 1000).await;
+    let id = tandem::TxId::new("late").unwrap();
+    let marker = id.marker(Some("tag"));
+    store
+        .update_one(
+            &accounts(),
+            doc! { "_id": "A" },
+            doc! {
+                "$push": { "pendingTransactions": marker.as_str() },
+                "$set": { "_tandem.pending": 1_i32 },
+                "$inc": { "balance": -100_i64 },
+            },
+            tandem::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let stores = tandem::Stores::new(Arc::new(store.clone()));
+    let change = DocumentChange::update(accounts(), "A").inc("balance", -100_i64);
+    let apply = |deadline| {
+        let change = change.clone();
+        let stores = &stores;
+        let id = &id;
+        let marker = &marker;
+        async move {
+            tandem::Participant::apply(
+                &change,
+                StepContext {
+                    tx: id,
+                    marker,
+                    epoch: 0,
+                    deadline: Some(deadline),
+                    not_before: None,
+                    before: None,
+                    stores,
+                },
+            )
+            .await
+        }
+    };
+    let now = tandem::Clock::now(clock.as_ref());
+    let later = bson::DateTime::from_millis(now.timestamp_millis() + 1_000);
+    apply(later)
+        .await
+        .expect("before the deadline, the marker is its own");
+    clock.advance(Duration::from_secs(2));
+    let err = apply(later).await.unwrap_err();
+    assert!(matches!(err, StepError::Expired { .. }), "{err:?}");
+    assert_eq!(balance(&store, "A").await, 900, "applied once");
+}
+
+/// With early commit off (for recovery workers of a version that roll a
+/// `pending` record back without asking), the commit point is the record's
+/// move to `applied`: three round trips, and the record says so.
+#[tokio::test]
+async fn early_commit_can_be_turned_off() {
+    let (store, _, seeded) = bank(&["A", "B"], 1000).await;
+    let coordinator = Coordinator::builder(store.clone())
+        .early_commit(false)
+        .build();
+    let receipt = coordinator.run(transfer("A", "B", 10)).await.unwrap();
+    assert_eq!(receipt.round_trips, 3, "create (pending), apply, applied");
+    let record = coordinator.record(&receipt.id).await.unwrap().unwrap();
+    assert!(!record.early_commit);
+    assert_ne!(record.state, TxState::Pending, "moved before the answer");
+    coordinator.drain().await;
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Done), 1);
+}

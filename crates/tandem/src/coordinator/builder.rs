@@ -79,6 +79,13 @@ impl CoordinatorBuilder {
         self
     }
 
+    /// Whether transactions may commit at their applies
+    /// ([`CoordinatorConfig::early_commit`]; `true` by default).
+    pub fn early_commit(mut self, early: bool) -> Self {
+        self.config.early_commit = early;
+        self
+    }
+
     /// How transactions run unless they choose otherwise.
     pub fn strategy(mut self, strategy: Strategy) -> Self {
         self.config.strategy = strategy;

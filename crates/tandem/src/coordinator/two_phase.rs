@@ -137,7 +137,7 @@ impl Coordinator {
         }
         // Commits at its applies when every participant can tell recovery
         // whether its apply landed: one round trip sooner.
-        let early = parties.iter().all(|p| p.participant.probes());
+        let early = engine.config.early_commit && parties.iter().all(|p| p.participant.probes());
         let mut live = Live {
             keyed,
             token: Some(token.clone()),

@@ -240,10 +240,7 @@ impl DocumentChange {
         store: &dyn Store,
         ctx: &StepContext<'_>,
     ) -> Result<Option<()>, StepError> {
-        let current = store
-            .find_one(&self.namespace, doc! { "_id": self.id.clone() })
-            .await
-            .map_err(|e| self.store_err(e))?;
+        let current = self.read_in_time(store, ctx).await?;
         let participant = self.label();
         let Some(current) = current else {
             return Ok(None); // no placeholder: reserve it again
@@ -606,12 +603,59 @@ impl DocumentChange {
         }
     }
 
-    /// Works out why a guarded apply matched nothing.
-    async fn diagnose(&self, store: &dyn Store, ctx: &StepContext<'_>) -> Result<(), StepError> {
+    /// Reads the document for a diagnosis of an apply that matched nothing,
+    /// **while the apply's deadline has not passed**, by the store's clock in
+    /// the same read. `Err(Expired)` once it has (or `NotFound`): a marker
+    /// found then may have been pushed by a later epoch of recovery, rolling
+    /// the transaction forward after it found this epoch's applies missing,
+    /// and that epoch may still cancel; counting it as this apply's would let
+    /// a coordinator answer committed for a transaction being canceled.
+    /// `Ok(None)`: the document is missing (before the deadline).
+    pub(super) async fn read_in_time(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+    ) -> Result<Option<Document>, StepError> {
+        let mut filter = doc! { "_id": self.id.clone() };
+        if let Some(deadline) = ctx.deadline {
+            filter.insert("$expr", before(deadline));
+        }
         let current = store
-            .find_one(&self.namespace, doc! { "_id": self.id.clone() })
+            .find_one(&self.namespace, filter)
             .await
             .map_err(|e| self.store_err(e))?;
+        if current.is_some() || ctx.deadline.is_none() {
+            return Ok(current);
+        }
+        let exists = store
+            .find_one(&self.namespace, doc! { "_id": self.id.clone() })
+            .await
+            .map_err(|e| self.store_err(e))?
+            .is_some();
+        if exists {
+            return Err(StepError::Expired {
+                participant: self.label(),
+            });
+        }
+        // Missing; and the deadline may have passed too.
+        match self
+            .expired_or(
+                store,
+                ctx,
+                StepError::NotFound {
+                    participant: self.label(),
+                },
+            )
+            .await
+        {
+            Err(StepError::NotFound { .. }) => Ok(None),
+            other => other.map(|()| None),
+        }
+    }
+
+    /// Works out why a guarded apply matched nothing.
+    async fn diagnose(&self, store: &dyn Store, ctx: &StepContext<'_>) -> Result<(), StepError> {
+        let current = self.read_in_time(store, ctx).await?;
         match self.explain(current.as_ref(), Some(ctx.marker)) {
             // Nothing in the document explains it: the deadline may have passed.
             Err(StepError::Conflict {
