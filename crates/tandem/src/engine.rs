@@ -670,12 +670,15 @@ impl Engine {
 
     /// Moves the records of `lives[t]` for each `t` of `which` from `from`
     /// to `to`. Several go in one statement ([`Store::update_many`]) per
-    /// epoch: the filter is the `$or` of each record's own guard (id, epoch,
-    /// token) under the state `from`, so each record is moved by exactly the
-    /// update its own compare-and-set would make. If fewer than all
-    /// matched, each record takes the one-by-one path, which accepts a move
-    /// that the shared statement made already and finds out why not
-    /// otherwise. One result per `t`, in order.
+    /// epoch, filtered on the state `from`, the epoch, and the records' ids
+    /// and creation tokens (`_id: {$in}`, `token: {$in}`): a token is 96
+    /// random bits drawn for one record, so a record matches only under its
+    /// own id and token, and is moved by exactly the update its own
+    /// compare-and-set would make. (Not an `$or` of per-record guards: a
+    /// server may scan the collection for an `$or`.) If fewer than all
+    /// matched, or a record has no token, each record takes the one-by-one
+    /// path, which accepts a move that the shared statement made already and
+    /// finds out why not otherwise. One result per `t`, in order.
     async fn move_many(
         &self,
         lives: &[&Live],
@@ -683,7 +686,7 @@ impl Engine {
         from: TxState,
         to: TxState,
     ) -> Vec<(usize, Result<(), TxError>)> {
-        let mut all_moved = which.len() > 1;
+        let mut all_moved = which.len() > 1 && which.iter().all(|&t| lives[t].token.is_some());
         let mut epochs: Vec<i64> = which.iter().map(|&t| lives[t].epoch).collect();
         epochs.sort_unstable();
         epochs.dedup();
@@ -697,16 +700,18 @@ impl Engine {
                 .map(|&t| lives[t])
                 .filter(|live| live.epoch == epoch)
                 .collect();
-            let guards: Vec<Bson> = group
+            let ids: Vec<&str> = group.iter().map(|live| live.id.as_str()).collect();
+            let tokens: Vec<&str> = group
                 .iter()
-                .map(|live| {
-                    let (mut guard, _) = self.transition_statement(live, from, to, None);
-                    guard.remove("state");
-                    Bson::Document(guard)
-                })
+                .filter_map(|live| live.token.as_deref())
                 .collect();
             let (_, update) = self.transition_statement(group[0], from, to, None);
-            let filter = doc! { "state": from, "$or": guards };
+            let filter = doc! {
+                "_id": { "$in": ids },
+                "state": from,
+                "epoch": epoch,
+                "token": { "$in": tokens },
+            };
             all_moved = matches!(
                 self.records().update_many(&ns, filter, update).await,
                 Ok(outcome) if outcome.matched == group.len() as u64
