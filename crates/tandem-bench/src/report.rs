@@ -322,6 +322,7 @@ impl Report {
             };
             let rt = match v {
                 Variant::TandemApplied
+                | Variant::TandemLate
                 | Variant::TandemGrouped
                 | Variant::TandemDone
                 | Variant::TandemNative => {

@@ -39,6 +39,10 @@ pub enum Variant {
     HandWritten,
     /// (b) tandem, two-phase, returning at `applied` (the default).
     TandemApplied,
+    /// (b0) tandem, two-phase, returning at `applied`, with the commit point
+    /// at the record's move to `applied` (`early_commit(false)`): the
+    /// protocol before the commit at the applies, measured beside it.
+    TandemLate,
     /// (b) again, with the background finishing drained (untimed) after each
     /// sequential transfer, so no transfer waits behind the previous one's
     /// finishing on the server. Sequential latency only.
@@ -58,9 +62,10 @@ pub enum Variant {
 
 impl Variant {
     /// Every variant, in report order.
-    pub const ALL: [Variant; 8] = [
+    pub const ALL: [Variant; 9] = [
         Variant::HandWritten,
         Variant::TandemApplied,
+        Variant::TandemLate,
         Variant::TandemAppliedIsolated,
         Variant::TandemGrouped,
         Variant::TandemDone,
@@ -74,6 +79,7 @@ impl Variant {
         match self {
             Variant::HandWritten => "(a) hand-written 2PC",
             Variant::TandemApplied => "(b) tandem two-phase, Applied",
+            Variant::TandemLate => "(b0) same as (b), committing at the move to applied",
             Variant::TandemAppliedIsolated => "(b) same, finishing drained between transfers",
             Variant::TandemGrouped => "(b'') same as (b), finish_delay 20 ms",
             Variant::TandemDone => "(b') tandem two-phase, Done",
@@ -88,6 +94,7 @@ impl Variant {
         match self {
             Variant::HandWritten => "hand",
             Variant::TandemApplied => "applied",
+            Variant::TandemLate => "late",
             Variant::TandemAppliedIsolated => "isolated",
             Variant::TandemGrouped => "grouped",
             Variant::TandemDone => "done",
@@ -463,6 +470,7 @@ impl ServerBench {
                     commit_point: point,
                     strategy,
                     finish_delay,
+                    early_commit: v != Variant::TandemLate,
                     ..CoordinatorConfig::default()
                 })
                 .build();
@@ -481,6 +489,7 @@ impl ServerBench {
                     records: db.collection_with_options("handtransactions", majority_journaled()),
                 }),
                 Variant::TandemApplied
+                | Variant::TandemLate
                 | Variant::TandemAppliedIsolated
                 | Variant::TandemGrouped => {
                     Driver::Rust(tandem(CommitPoint::Applied, Strategy::TwoPhase, v))
