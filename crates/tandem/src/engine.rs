@@ -748,6 +748,24 @@ impl Engine {
                     .saturating_add(self.margin_millis()),
             )
         });
+        if let Some(party) = live.parties.iter().find(|p| !p.participant.probes()) {
+            // The record was written by a coordinator whose participant of this
+            // kind could say whether its apply landed; the kind registered here
+            // builds one that cannot. Left as it is: rolling it back could undo
+            // a transaction its coordinator answered committed.
+            return Err(TxError::Interrupted {
+                id: live.id.clone(),
+                state: Some(TxState::Pending),
+                source: StoreError::new(
+                    StoreErrorKind::Other,
+                    format!(
+                        "{} cannot say whether its apply landed, but the transaction commits at its \
+                         applies: register a participant kind whose participants can (Participant::probes)",
+                        party.participant.label()
+                    ),
+                ),
+            });
+        }
         let answers = join_all(live.parties.iter().map(|party| {
             let ctx = StepContext {
                 not_before: Some(fence),
