@@ -312,14 +312,7 @@ pub trait Store: Send + Sync + 'static {
     /// one, each still under `filter`.
     async fn delete_many(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
         let mut deleted = 0;
-        for doc in self
-            .find(ns, filter.clone(), FindOptions::default())
-            .await?
-        {
-            let Some(id) = doc.get("_id").cloned() else {
-                continue;
-            };
-            let one = bson::doc! { "$and": [filter.clone(), { "_id": id }] };
+        for one in each_match(self, ns, &filter).await? {
             deleted += self.delete_one(ns, one).await?;
         }
         Ok(deleted)
@@ -339,14 +332,7 @@ pub trait Store: Send + Sync + 'static {
         update: Document,
     ) -> Result<UpdateOutcome, StoreError> {
         let mut total = UpdateOutcome::default();
-        for doc in self
-            .find(ns, filter.clone(), FindOptions::default())
-            .await?
-        {
-            let Some(id) = doc.get("_id").cloned() else {
-                continue;
-            };
-            let one = bson::doc! { "$and": [filter.clone(), { "_id": id }] };
+        for one in each_match(self, ns, &filter).await? {
             let outcome = self
                 .update_one(ns, one, update.clone(), UpdateOptions::default())
                 .await?;
@@ -414,6 +400,23 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// A shared store is a store: `Arc<dyn Store>` plugs in wherever a store is expected.
+/// For the defaults of the many-document calls: a filter for each document
+/// that matches `filter` now, naming its `_id` and keeping `filter`, so that a
+/// document that stops matching before its turn is left alone.
+async fn each_match<S: Store + ?Sized>(
+    store: &S,
+    ns: &Namespace,
+    filter: &Document,
+) -> Result<Vec<Document>, StoreError> {
+    Ok(store
+        .find(ns, filter.clone(), FindOptions::default())
+        .await?
+        .into_iter()
+        .filter_map(|doc| doc.get("_id").cloned())
+        .map(|id| bson::doc! { "$and": [filter.clone(), { "_id": id }] })
+        .collect())
+}
+
 #[async_trait]
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     fn name(&self) -> &str {

@@ -419,15 +419,7 @@ impl Participant for DocumentChange {
 
     async fn applied(&self, ctx: StepContext<'_>) -> Result<bool, StepError> {
         let store = self.store(&ctx)?;
-        if let Some(until) = ctx.not_before {
-            let now = store.now().await.map_err(|e| self.store_err(e))?;
-            if now < until {
-                return Err(StepError::NotYet {
-                    participant: self.label(),
-                    until,
-                });
-            }
-        }
+        self.not_before(store.as_ref(), &ctx).await?;
         // Every apply (an update, a delete's mark, an insert's fill) pushes
         // the marker; only a clear or an undo removes it.
         let marked = doc! { "_id": self.id.clone(), self.marker.clone(): ctx.marker.as_str() };

@@ -302,6 +302,25 @@ impl DocumentChange {
             .map(|_| ())
     }
 
+    /// `Err(NotYet)` while the store's clock reads earlier than
+    /// [`StepContext::not_before`] (an apply may still land before then).
+    pub(super) async fn not_before(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+    ) -> Result<(), StepError> {
+        if let Some(until) = ctx.not_before {
+            let now = store.now().await.map_err(|e| self.store_err(e))?;
+            if now < until {
+                return Err(StepError::NotYet {
+                    participant: self.label(),
+                    until,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// [`remove_marker`](Self::remove_marker), only while the document also
     /// satisfies `expect`. `Ok(false)`: the marker is there but `expect` no
     /// longer holds (nothing was changed).
@@ -313,15 +332,7 @@ impl DocumentChange {
         expect: Vec<(String, Bson)>,
     ) -> Result<bool, StepError> {
         let checked = !expect.is_empty();
-        if let Some(until) = ctx.not_before {
-            let now = store.now().await.map_err(|e| self.store_err(e))?;
-            if now < until {
-                return Err(StepError::NotYet {
-                    participant: self.label(),
-                    until,
-                });
-            }
-        }
+        self.not_before(store, ctx).await?;
         let mut filter = self.applied_filter(ctx);
         merge_conditions(&mut filter, expect.clone());
         let matched = match update {
