@@ -186,40 +186,7 @@ impl MemoryStore {
             .and_then(|coll| coll.first_match_mut(filter, &cx));
         cx.check()?;
         if let Some(stored) = found {
-            // Applied in place, with an undo log: the stored document is
-            // restored unless every operator succeeded and the result fits.
-            let before = match ret {
-                Some(ReturnDocument::Before) => Some(stored.doc.clone()),
-                _ => None,
-            };
-            let mut undo = UndoLog::default();
-            let applied = apply_logged_taking(&mut stored.doc, &mut update, now, false, &mut undo)
-                .and_then(|()| {
-                    let len = stored.len.checked_add_signed(undo.size_delta());
-                    debug_assert_eq!(len, Some(document_len(&stored.doc)), "{}", stored.doc);
-                    // (A size that went negative would be a bug: measure instead.)
-                    let len = len.unwrap_or_else(|| document_len(&stored.doc));
-                    check_len(len).map(|()| len)
-                });
-            match applied {
-                Ok(len) => stored.len = len,
-                Err(e) => {
-                    undo.rollback(&mut stored.doc);
-                    return Err(e);
-                }
-            }
-            let modified = undo.changed(&stored.doc);
-            let returned = match ret {
-                None => None,
-                Some(ReturnDocument::Before) => before,
-                Some(ReturnDocument::After) => Some(stored.doc.clone()),
-            };
-            let outcome = UpdateOutcome {
-                matched: 1,
-                modified: u64::from(modified),
-                upserted: false,
-            };
-            return Ok((outcome, returned));
+            return update_stored(stored, &mut update, ret, now);
         }
         if !upsert {
             // MongoDB rejects a malformed update even when nothing matches.
@@ -338,24 +305,26 @@ impl Store for MemoryStore {
         self.count_command();
         query::validate(&filter)?;
         let now = self.inner.clock.now();
-        let ids: Vec<Bson> = {
-            let cx = Ctx::clock(&*self.inner.clock);
-            let data = self.lock();
-            let ids = data
-                .get(ns)
-                .map(|coll| {
-                    coll.matching(&filter, &cx)
-                        .map(|doc| doc.get("_id").cloned().unwrap_or(Bson::Null))
-                        .collect()
-                })
-                .unwrap_or_default();
-            cx.check()?;
-            ids
+        let cx = Ctx::at(Some(now));
+        // Matched and updated under one hold of the lock: each match is
+        // updated as it was matched.
+        let mut data = self.lock();
+        let Some(coll) = data.get_mut(ns) else {
+            check_update(&update)?;
+            return Ok(UpdateOutcome::default());
         };
+        let ids: Vec<Bson> = coll
+            .matching(&filter, &cx)
+            .map(|doc| doc.get("_id").cloned().unwrap_or(Bson::Null))
+            .collect();
+        cx.check()?;
+        if ids.is_empty() {
+            check_update(&update)?;
+        }
         let mut total = UpdateOutcome::default();
         for id in ids {
-            let one = bson::doc! { "$and": [filter.clone(), { "_id": id }] };
-            let (outcome, _) = self.update(ns, &one, update.clone(), false, None, now)?;
+            let stored = coll.get_mut(&id).expect("a match found under this lock");
+            let (outcome, _) = update_stored(stored, &mut update.clone(), None, now)?;
             total.matched += outcome.matched;
             total.modified += outcome.modified;
         }
@@ -488,6 +457,18 @@ impl Store for MemoryStore {
         Ok(found)
     }
 
+    async fn count(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        self.count_command();
+        query::validate(&filter)?;
+        let cx = Ctx::clock(&*self.inner.clock);
+        let data = self.lock();
+        let n = data
+            .get(ns)
+            .map_or(0, |coll| coll.matching(&filter, &cx).count());
+        cx.check()?;
+        Ok(n as u64)
+    }
+
     async fn find(
         &self,
         ns: &Namespace,
@@ -550,6 +531,52 @@ fn collection<'a>(data: &'a mut Collections, ns: &Namespace) -> &'a mut Collecti
     data.get_mut(ns).expect("collection was just created")
 }
 
+/// Applies `update` to one stored document in place, with an undo log: the
+/// document is restored unless every operator succeeded and the result
+/// fits. Returns the outcome and, if `ret` asks for one, the document
+/// before or after. `now` is the value of `$$NOW` and of `$currentDate`.
+fn update_stored(
+    stored: &mut Stored,
+    update: &mut Document,
+    ret: Option<ReturnDocument>,
+    now: bson::DateTime,
+) -> Result<(UpdateOutcome, Option<Document>), StoreError> {
+    // Applied in place, with an undo log: the stored document is
+    // restored unless every operator succeeded and the result fits.
+    let before = match ret {
+        Some(ReturnDocument::Before) => Some(stored.doc.clone()),
+        _ => None,
+    };
+    let mut undo = UndoLog::default();
+    let applied =
+        apply_logged_taking(&mut stored.doc, update, now, false, &mut undo).and_then(|()| {
+            let len = stored.len.checked_add_signed(undo.size_delta());
+            debug_assert_eq!(len, Some(document_len(&stored.doc)), "{}", stored.doc);
+            // (A size that went negative would be a bug: measure instead.)
+            let len = len.unwrap_or_else(|| document_len(&stored.doc));
+            check_len(len).map(|()| len)
+        });
+    match applied {
+        Ok(len) => stored.len = len,
+        Err(e) => {
+            undo.rollback(&mut stored.doc);
+            return Err(e);
+        }
+    }
+    let modified = undo.changed(&stored.doc);
+    let returned = match ret {
+        None => None,
+        Some(ReturnDocument::Before) => before,
+        Some(ReturnDocument::After) => Some(stored.doc.clone()),
+    };
+    let outcome = UpdateOutcome {
+        matched: 1,
+        modified: u64::from(modified),
+        upserted: false,
+    };
+    Ok((outcome, returned))
+}
+
 /// Whether `doc`, found by looking up the `_id` equality of `filter`,
 /// satisfies the rest of it. (The look-up already checked the `_id` clause:
 /// it finds the document whose `_id` compares equal to the value.)
@@ -569,6 +596,26 @@ fn id_equality(filter: &Document) -> Option<&Bson> {
         // Array equality also matches arrays containing the value: scan.
         Bson::Array(_) => None,
         v => Some(v),
+    }
+}
+
+/// The values of a plain `_id: {$in: [...]}` in `filter`, which allows a
+/// look-up per value; `None` if any value would match more than equal
+/// `_id`s (a regular expression, an array) or the clause has other operators.
+fn id_list(filter: &Document) -> Option<&Vec<Bson>> {
+    let Bson::Document(ops) = filter.get("_id")? else {
+        return None;
+    };
+    match ops.get("$in") {
+        Some(Bson::Array(ids))
+            if ops.len() == 1
+                && ids
+                    .iter()
+                    .all(|id| !matches!(id, Bson::Array(_) | Bson::RegularExpression(_))) =>
+        {
+            Some(ids)
+        }
+        _ => None,
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use bson::{Bson, Document};
 
 use super::id::{IdBuildHasher, IdKey, IdRef, IdView};
-use super::{eval_rest, id_equality};
+use super::{eval_rest, id_equality, id_list};
 use crate::query::size::document_len;
 use crate::query::{self, Ctx};
 use crate::store::{Namespace, StoreError, StoreErrorKind};
@@ -62,15 +62,37 @@ impl Collection {
         filter: &'a Document,
         cx: &'a Ctx<'a>,
     ) -> impl Iterator<Item = &'a Document> + 'a {
-        let (direct, scan) = match id_equality(filter) {
-            Some(id) => (self.get(id).filter(|doc| eval_rest(doc, filter, cx)), None),
-            None => (None, Some(self.iter().map(|(_, doc)| doc))),
+        let (direct, listed, scan) = match (id_equality(filter), id_list(filter)) {
+            (Some(id), _) => (
+                self.get(id).filter(|doc| eval_rest(doc, filter, cx)),
+                None,
+                None,
+            ),
+            (None, Some(ids)) => {
+                // `_id: {$in: [...]}`: a look-up per value, in `_id` order.
+                let mut found: Vec<(&IdKey, &Document)> = ids
+                    .iter()
+                    .filter_map(|id| self.docs.get_key_value(&IdRef(id) as &dyn IdView))
+                    .map(|(key, stored)| (key, &stored.doc))
+                    .collect();
+                found.sort_by(|a, b| a.0.cmp(b.0));
+                found.dedup_by(|a, b| a.0 == b.0);
+                let docs = found
+                    .into_iter()
+                    .map(|(_, doc)| doc)
+                    .filter(move |doc| eval_rest(doc, filter, cx));
+                (None, Some(docs), None)
+            }
+            (None, None) => (None, None, Some(self.iter().map(|(_, doc)| doc))),
         };
-        direct.into_iter().chain(
-            scan.into_iter()
-                .flatten()
-                .filter(move |doc| query::eval_skipping(doc, filter, None, cx)),
-        )
+        direct
+            .into_iter()
+            .chain(listed.into_iter().flatten())
+            .chain(
+                scan.into_iter()
+                    .flatten()
+                    .filter(move |doc| query::eval_skipping(doc, filter, None, cx)),
+            )
     }
 
     /// The first document matching a validated `filter`. An `$expr` error is

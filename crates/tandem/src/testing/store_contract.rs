@@ -79,6 +79,7 @@ macro_rules! __store_contract_list {
             delete_counts,
             delete_many_deletes_every_match,
             update_many_updates_every_match,
+            id_lists_match_each_listed_document,
             find_sorts_and_limits,
             count_counts_matches,
             missing_collections_are_empty,
@@ -949,6 +950,68 @@ pub async fn update_many_updates_every_match<F: StoreFactory + ?Sized>(factory: 
         .await
         .unwrap();
     assert_eq!(none.matched, 0);
+}
+
+/// An `_id: {$in: [...]}` list matches each listed document once, whatever
+/// the order of the list, its repeats, its ids that match nothing, or the
+/// numeric type of an id (3.0 finds 3); the rest of the filter still
+/// applies, in `find`, `count`, `updateMany` and `deleteMany`.
+pub async fn id_lists_match_each_listed_document<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = docs(db);
+    seed(
+        store.as_ref(),
+        &ns,
+        (1..=6)
+            .map(|i| doc! { "_id": i, "n": i })
+            .chain([doc! { "_id": "x", "n": 7 }])
+            .collect(),
+    )
+    .await;
+    let list = || bson::bson!([5, 1, 1, 9, 3.0, "x", "y"]);
+    let listed = doc! { "_id": { "$in": list() } };
+    assert_eq!(
+        ids(store.as_ref(), &ns, listed.clone()).await,
+        vec![
+            Bson::Int32(1),
+            Bson::Int32(3),
+            Bson::Int32(5),
+            Bson::from("x")
+        ],
+        "every listed document, once"
+    );
+    let guarded = doc! { "_id": { "$in": list() }, "n": { "$gte": 3 } };
+    assert_eq!(
+        ids(store.as_ref(), &ns, guarded.clone()).await,
+        vec![Bson::Int32(3), Bson::Int32(5), Bson::from("x")],
+        "the rest of the filter applies"
+    );
+    assert_eq!(store.count(&ns, guarded.clone()).await.unwrap(), 3);
+    let out = store
+        .update_many(&ns, guarded.clone(), doc! { "$inc": { "n": 100 } })
+        .await
+        .unwrap();
+    assert_eq!((out.matched, out.modified), (3, 3), "{out:?}");
+    for (id, n) in [(1, 1), (3, 103), (5, 105)] {
+        let d = get(store.as_ref(), &ns, id).await.unwrap();
+        assert_eq!(d.get_i32("n").unwrap(), n, "document {id}");
+    }
+    let deleted = store
+        .delete_many(&ns, doc! { "_id": { "$in": list() }, "n": { "$lt": 100 } })
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1, "only document 1 is listed and below 100");
+    assert_eq!(
+        ids(store.as_ref(), &ns, doc! {}).await,
+        vec![
+            Bson::Int32(2),
+            Bson::Int32(3),
+            Bson::Int32(4),
+            Bson::Int32(5),
+            Bson::Int32(6),
+            Bson::from("x")
+        ]
+    );
 }
 
 /// `deleteMany` deletes every match in one request and says how many: an
