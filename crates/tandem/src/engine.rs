@@ -18,6 +18,11 @@ use crate::record::{TxRecord, TxState, CONFLICT_EVENT};
 use crate::store::{Namespace, Store, StoreError, StoreErrorKind};
 use crate::TxId;
 
+/// Most transactions finished together in one round (by the background
+/// finisher, or by a recovery pass): their moves share one statement, their
+/// clears one request per store and collection.
+pub(crate) const ROUND: usize = 64;
+
 /// A participant and its recorded before-image.
 pub(crate) struct Party {
     pub participant: Box<dyn Participant>,
@@ -518,14 +523,6 @@ impl Engine {
         interrupted_by(live, state, self.step_all(live, step).await)
     }
 
-    /// From `pending`: apply everything, then commit or cancel.
-    /// Returns `Ok(())` at the commit point (`applied`).
-    pub async fn apply_or_cancel(&self, live: &Live) -> Result<(), TxError> {
-        self.apply_or_refuse(live).await?;
-        self.transition(live, TxState::Pending, TxState::Applied, None)
-            .await
-    }
-
     /// From `pending`: apply everything. `Ok(())` once every apply landed
     /// (for a transaction that commits at its applies, the commit point; the
     /// record still says `pending`); on a refusal, cancels and answers why.
@@ -622,18 +619,15 @@ impl Engine {
             .await
     }
 
-    /// [`finish_applied`](Self::finish_applied) for several transactions, in
-    /// as few requests as their stores allow: the clears of every transaction
-    /// share one request per store and collection, and the moves to `done` one
-    /// request of guarded statements. A transaction whose statement did not
-    /// match takes the one-by-one path, which finds out why. One result per
-    /// transaction, in order.
-    pub async fn finish_applied_many(&self, lives: &[&Live]) -> Vec<Result<(), TxError>> {
-        if let [live] = lives {
-            return vec![self.finish_applied(live).await];
-        }
-        // Those still `pending` move to `applied` first, in one request;
-        // only those that moved have their markers cleared.
+    /// The first part of finishing several committed transactions
+    /// ([`finish_applied`](Self::finish_applied) for many): those
+    /// still `pending` (committed at their applies) move to `applied` in one
+    /// request, and only those that moved have their markers cleared, in one
+    /// request per store and collection. `Ok` for a transaction left
+    /// `applied` with every marker cleared: only its move to `done`
+    /// ([`close_many`](Self::close_many)) is left, which may wait to share a
+    /// request with later ones. One result per transaction, in order.
+    pub async fn settle_many(&self, lives: &[&Live]) -> Vec<Result<(), TxError>> {
         let early: Vec<usize> = (0..lives.len()).filter(|&t| lives[t].early).collect();
         let mut moved: Vec<Result<(), TxError>> = lives.iter().map(|_| Ok(())).collect();
         if !early.is_empty() {
@@ -649,7 +643,7 @@ impl Engine {
             .map(|t| lives[t])
             .collect();
         let mut steps = self.step_all_of(&ready, Step::Clear).await.into_iter();
-        let mut results: Vec<Result<(), TxError>> = moved
+        moved
             .into_iter()
             .zip(lives)
             .map(|(moved, live)| {
@@ -657,15 +651,20 @@ impl Engine {
                 let cleared = steps.next().expect("one result list per ready transaction");
                 interrupted_by(live, TxState::Applied, cleared)
             })
-            .collect();
-        let cleared: Vec<usize> = (0..lives.len()).filter(|&t| results[t].is_ok()).collect();
-        for (t, result) in self
-            .move_many(lives, &cleared, TxState::Applied, TxState::Done)
+            .collect()
+    }
+
+    /// The last part of finishing: moves the records of `lives[t]` for each
+    /// `t` of `which`, settled ([`settle_many`](Self::settle_many)), from
+    /// `applied` to `done`, in one request for those of one epoch. One result
+    /// per `t`, in order.
+    pub async fn close_many(
+        &self,
+        lives: &[&Live],
+        which: &[usize],
+    ) -> Vec<(usize, Result<(), TxError>)> {
+        self.move_many(lives, which, TxState::Applied, TxState::Done)
             .await
-        {
-            results[t] = result;
-        }
-        results
     }
 
     /// Moves the records of `lives[t]` for each `t` of `which` from `from`
@@ -679,7 +678,7 @@ impl Engine {
     /// matched, or a record has no token, each record takes the one-by-one
     /// path, which accepts a move that the shared statement made already and
     /// finds out why not otherwise. One result per `t`, in order.
-    async fn move_many(
+    pub(crate) async fn move_many(
         &self,
         lives: &[&Live],
         which: &[usize],

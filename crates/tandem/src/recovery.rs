@@ -22,7 +22,7 @@ use bson::{doc, Bson};
 use futures::stream::{self, StreamExt};
 
 use crate::config::{PendingPolicy, RecoveryConfig};
-use crate::engine::{history, is_not_yet, Engine, Step, HISTORY_KEPT};
+use crate::engine::{history, is_not_yet, Engine, Live, Step, HISTORY_KEPT, ROUND};
 use crate::error::TxError;
 use crate::event::TxEvent;
 use crate::record::{TxRecord, TxState};
@@ -117,6 +117,41 @@ enum Outcome {
     Lost,
 }
 
+impl Outcome {
+    /// The outcome of a claimed record that driving left in `state`.
+    fn of(state: TxState) -> Self {
+        match state {
+            TxState::Done => Outcome::Committed,
+            TxState::Canceled => Outcome::Canceled,
+            TxState::Canceling | TxState::Applied | TxState::Pending => Outcome::Waiting,
+            TxState::Initial => Outcome::Removed,
+        }
+    }
+
+    /// The outcome of a claimed record whose driving failed with `e`.
+    fn of_error(id: &TxId, e: TxError) -> Self {
+        match e {
+            TxError::Superseded { .. } => Outcome::Lost,
+            TxError::Canceled { .. } => Outcome::Canceled,
+            ref e if is_not_yet(e) => Outcome::Waiting,
+            e => {
+                tracing::warn!(target: "tandem", "recovering {id} failed: {e}");
+                Outcome::Failed
+            }
+        }
+    }
+}
+
+/// Where driving a claimed record got to.
+enum Driven {
+    /// It ended in this state, or waits in it for a later pass.
+    State(TxState),
+    /// Committed, and left to finish
+    /// ([`finish_committed`](RecoveryWorker::finish_committed)): still
+    /// `pending` (every apply landed) if `from_pending`, else `applied`.
+    Committed { live: Live, from_pending: bool },
+}
+
 /// Finds and finishes stuck transactions. Get one from [`Coordinator::recovery`](crate::Coordinator::recovery).
 pub struct RecoveryWorker {
     engine: Arc<Engine>,
@@ -180,16 +215,43 @@ impl RecoveryWorker {
             ..RecoveryReport::default()
         };
         let total = expired.len();
-        let outcomes: Vec<(bool, Outcome)> = stream::iter(expired)
-            .map(|record| self.recover(record))
-            .buffer_unordered(self.config.concurrency.max(1))
-            .collect()
-            .await;
-        for (claimed, outcome) in outcomes {
-            if claimed {
-                report.claimed += 1;
+        // A round at a time: claimed and driven (concurrently), then the
+        // committed ones finished together: their moves to `applied` share a
+        // request, their clears one per store and collection, their moves
+        // to `done` another.
+        let mut expired = expired.into_iter();
+        loop {
+            let round: Vec<TxRecord> = expired.by_ref().take(ROUND).collect();
+            if round.is_empty() {
+                break;
             }
-            report.add(outcome);
+            let driven: Vec<(bool, Result<Driven, Outcome>)> = stream::iter(round)
+                .map(|record| self.recover(record))
+                .buffer_unordered(self.config.concurrency.max(1))
+                .collect()
+                .await;
+            let mut committed = Vec::new();
+            for (claimed, driven) in driven {
+                if claimed {
+                    report.claimed += 1;
+                }
+                match driven {
+                    Ok(Driven::State(state)) => report.add(Outcome::of(state)),
+                    Ok(Driven::Committed { live, from_pending }) => {
+                        committed.push((live, from_pending))
+                    }
+                    Err(outcome) => report.add(outcome),
+                }
+            }
+            for ((live, _), result) in committed
+                .iter()
+                .zip(self.finish_committed(&committed).await)
+            {
+                report.add(match result {
+                    Ok(state) => Outcome::of(state),
+                    Err(e) => Outcome::of_error(&live.id, e),
+                });
+            }
         }
         if total > 0 {
             tracing::info!(target: "tandem", ?report, "recovery pass");
@@ -379,7 +441,7 @@ impl RecoveryWorker {
         Ok(claimed)
     }
 
-    async fn recover(&self, record: TxRecord) -> (bool, Outcome) {
+    async fn recover(&self, record: TxRecord) -> (bool, Result<Driven, Outcome>) {
         // A transaction that commits at its applies is probed first, under
         // its old deadline; it gets a new one only if it must be rolled forward.
         let applies = record.state == TxState::Pending
@@ -388,10 +450,10 @@ impl RecoveryWorker {
             && !record.early_commit;
         let claimed = match self.claim(&record, applies).await {
             Ok(Some(r)) => r,
-            Ok(None) => return (false, Outcome::Lost),
+            Ok(None) => return (false, Err(Outcome::Lost)),
             Err(e) => {
                 tracing::warn!(target: "tandem", "claiming {} failed: {e}", record.id);
-                return (false, Outcome::Failed);
+                return (false, Err(Outcome::Failed));
             }
         };
         self.engine.emit(TxEvent::Claimed {
@@ -400,37 +462,70 @@ impl RecoveryWorker {
             owner: claimed.owner.clone(),
             epoch: claimed.epoch,
         });
-        let outcome = match self.drive(&claimed, None).await {
-            Ok(state) => match state {
-                TxState::Done => Outcome::Committed,
-                TxState::Canceled => Outcome::Canceled,
-                TxState::Canceling | TxState::Applied | TxState::Pending => Outcome::Waiting,
-                TxState::Initial => Outcome::Removed,
-            },
-            Err(TxError::Superseded { .. }) => Outcome::Lost,
-            Err(TxError::Canceled { .. }) => Outcome::Canceled,
-            Err(ref e) if is_not_yet(e) => Outcome::Waiting,
-            Err(e) => {
-                tracing::warn!(target: "tandem", "recovering {} failed: {e}", claimed.id);
-                Outcome::Failed
-            }
-        };
-        (true, outcome)
+        let driven = self
+            .drive(&claimed, None)
+            .await
+            .map_err(|e| Outcome::of_error(&claimed.id, e));
+        (true, driven)
     }
 
-    /// Drives a claimed record to a terminal state. `cancel_reason` forces `pending` back.
+    /// Finishes committed transactions together (see [`Driven::Committed`]):
+    /// those still `pending` move to `applied` in one request, then every
+    /// marker is cleared and every record moved to `done`
+    /// ([`Engine::settle_many`], [`Engine::close_many`]). One result per
+    /// transaction, in order: `done`, or `applied` if some marker may be
+    /// cleared only later. Callers pass at most [`ROUND`] at a time.
+    async fn finish_committed(&self, committed: &[(Live, bool)]) -> Vec<Result<TxState, TxError>> {
+        let engine = &self.engine;
+        let lives: Vec<&Live> = committed.iter().map(|(live, _)| live).collect();
+        let pending: Vec<usize> = (0..lives.len()).filter(|&t| committed[t].1).collect();
+        let mut results: Vec<Result<(), TxError>> = lives.iter().map(|_| Ok(())).collect();
+        for (t, moved) in engine
+            .move_many(&lives, &pending, TxState::Pending, TxState::Applied)
+            .await
+        {
+            results[t] = moved;
+        }
+        let ready: Vec<usize> = (0..lives.len()).filter(|&t| results[t].is_ok()).collect();
+        let ready_lives: Vec<&Live> = ready.iter().map(|&t| lives[t]).collect();
+        for (&t, settled) in ready.iter().zip(engine.settle_many(&ready_lives).await) {
+            results[t] = settled;
+        }
+        let settled: Vec<usize> = (0..lives.len()).filter(|&t| results[t].is_ok()).collect();
+        for (t, closed) in engine.close_many(&lives, &settled).await {
+            results[t] = closed;
+        }
+        results
+            .into_iter()
+            .map(|result| match result {
+                Ok(()) => Ok(TxState::Done),
+                // Committed and `applied`: the clears wait for applies in flight.
+                Err(ref e) if is_not_yet(e) => Ok(TxState::Applied),
+                Err(e) => Err(e),
+            })
+            .collect()
+    }
+
+    /// Drives a claimed record to a terminal state, or to its commit, left
+    /// to finish. `cancel_reason` forces `pending` back.
     async fn drive(
         &self,
         record: &TxRecord,
         cancel_reason: Option<&str>,
-    ) -> Result<TxState, TxError> {
+    ) -> Result<Driven, TxError> {
         let engine = &self.engine;
         let live = engine.rebuild(record)?;
         if record.is_inert() && matches!(record.state, TxState::Pending | TxState::Canceling) {
             // Written by a create that arrived late: nothing of it was applied.
             engine.cancel_inert(&live, record.state).await?;
-            return Ok(TxState::Canceled);
+            return Ok(Driven::State(TxState::Canceled));
         }
+        let ended = |state: Result<(), TxError>, ended: TxState, waiting: TxState| match state {
+            Ok(()) => Ok(Driven::State(ended)),
+            // Decided; the markers wait for applies still in flight.
+            Err(ref e) if is_not_yet(e) => Ok(Driven::State(waiting)),
+            Err(e) => Err(e),
+        };
         match record.state {
             TxState::Initial => {
                 let ns = engine.records_ns();
@@ -453,25 +548,22 @@ impl RecoveryWorker {
                 engine.emit(TxEvent::Removed {
                     id: record.id.clone(),
                 });
-                Ok(TxState::Initial)
+                Ok(Driven::State(TxState::Initial))
             }
             TxState::Pending => {
                 let forward =
                     cancel_reason.is_none() && self.config.pending == PendingPolicy::RollForward;
+                let mut live = live;
                 if record.early_commit {
                     // Committed if every apply landed: its coordinator may have
                     // answered so. Asked once none can land any more.
                     match engine.probe(&live).await? {
-                        None => return Ok(TxState::Pending),
+                        None => return Ok(Driven::State(TxState::Pending)),
                         Some(true) => {
-                            engine
-                                .transition(&live, TxState::Pending, TxState::Applied, None)
-                                .await?;
-                            return match engine.finish_applied(&live).await {
-                                Ok(()) => Ok(TxState::Done),
-                                Err(ref e) if is_not_yet(e) => Ok(TxState::Applied),
-                                Err(e) => Err(e),
-                            };
+                            return Ok(Driven::Committed {
+                                live,
+                                from_pending: true,
+                            })
                         }
                         Some(false) if forward => {
                             // Not committed: roll forward in a new epoch, with a new deadline.
@@ -488,28 +580,19 @@ impl RecoveryWorker {
                                     state: Some(TxState::Pending),
                                     epoch: record.epoch,
                                 })?;
-                            let live = engine.rebuild(&again)?;
-                            return match engine.apply_or_cancel(&live).await {
-                                Ok(()) => match engine.finish_applied(&live).await {
-                                    Ok(()) => Ok(TxState::Done),
-                                    Err(ref e) if is_not_yet(e) => Ok(TxState::Applied),
-                                    Err(e) => Err(e),
-                                },
-                                Err(TxError::Canceled { .. }) => Ok(TxState::Canceled),
-                                Err(e) => Err(e),
-                            };
+                            live = engine.rebuild(&again)?;
                         }
                         Some(false) => {}
                     }
                 }
-                if forward && !record.early_commit {
-                    match engine.apply_or_cancel(&live).await {
-                        Ok(()) => match engine.finish_applied(&live).await {
-                            Ok(()) => Ok(TxState::Done),
-                            Err(ref e) if is_not_yet(e) => Ok(TxState::Applied),
-                            Err(e) => Err(e),
-                        },
-                        Err(TxError::Canceled { .. }) => Ok(TxState::Canceled),
+                if forward {
+                    // Committed at the move to `applied`, made with the others'.
+                    match engine.apply_or_refuse(&live).await {
+                        Ok(()) => Ok(Driven::Committed {
+                            live,
+                            from_pending: true,
+                        }),
+                        Err(TxError::Canceled { .. }) => Ok(Driven::State(TxState::Canceled)),
                         Err(e) => Err(e),
                     }
                 } else {
@@ -530,25 +613,23 @@ impl RecoveryWorker {
                             &notes,
                         )
                         .await?;
-                    match engine.finish_canceling(&live).await {
-                        Ok(()) => Ok(TxState::Canceled),
-                        // Decided; the undo waits for applies still in flight.
-                        Err(ref e) if is_not_yet(e) => Ok(TxState::Canceling),
-                        Err(e) => Err(e),
-                    }
+                    ended(
+                        engine.finish_canceling(&live).await,
+                        TxState::Canceled,
+                        TxState::Canceling,
+                    )
                 }
             }
-            TxState::Applied => match engine.finish_applied(&live).await {
-                Ok(()) => Ok(TxState::Done),
-                Err(ref e) if is_not_yet(e) => Ok(TxState::Applied),
-                Err(e) => Err(e),
-            },
-            TxState::Canceling => match engine.finish_canceling(&live).await {
-                Ok(()) => Ok(TxState::Canceled),
-                Err(ref e) if is_not_yet(e) => Ok(TxState::Canceling),
-                Err(e) => Err(e),
-            },
-            state @ (TxState::Done | TxState::Canceled) => Ok(state),
+            TxState::Applied => Ok(Driven::Committed {
+                live,
+                from_pending: false,
+            }),
+            TxState::Canceling => ended(
+                engine.finish_canceling(&live).await,
+                TxState::Canceled,
+                TxState::Canceling,
+            ),
+            state @ (TxState::Done | TxState::Canceled) => Ok(Driven::State(state)),
         }
     }
 
@@ -594,7 +675,14 @@ impl RecoveryWorker {
                 state: Some(record.state),
                 epoch: record.epoch,
             })?;
-        self.drive(&claimed, Some(reason)).await
+        match self.drive(&claimed, Some(reason)).await? {
+            Driven::State(state) => Ok(state),
+            Driven::Committed { live, from_pending } => self
+                .finish_committed(&[(live, from_pending)])
+                .await
+                .pop()
+                .expect("one result per transaction"),
+        }
     }
 
     /// Removes `done` and `canceled` records older than `older_than` (by the

@@ -48,6 +48,81 @@ async fn the_finisher_moves_and_clears_a_whole_round_in_three_requests() {
     }
 }
 
+/// Transfers committed one after another are finished one round each, but
+/// their records' moves to `done` wait to share one request: a round costs
+/// two requests (the move to `applied`, the clears), not three.
+/// (Time is paused: it moves only when every task waits for a timer, so the
+/// settled records' linger cannot run out while transfers keep coming.)
+#[tokio::test(start_paused = true)]
+async fn moves_to_done_of_consecutive_rounds_share_one_request() {
+    const TRANSFERS: usize = 10;
+    let (store, seeded, names) = pairs(TRANSFERS).await;
+    let coordinator = Coordinator::new(store.clone());
+    let before = store.command_count();
+    for i in 0..TRANSFERS {
+        let receipt = coordinator
+            .run(transfer(&names[2 * i], &names[2 * i + 1], 10))
+            .await
+            .expect("commits");
+        assert_eq!(receipt.state, TxState::Applied);
+        let committed = store.command_count();
+        // Let the finisher take this transfer as a round of its own.
+        while store.command_count() < committed + 2 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let running = store.command_count() - before;
+    let settled = audit(&store, &records(), &seeded).await.unwrap();
+    assert_eq!(
+        settled.count(TxState::Applied),
+        TRANSFERS,
+        "every round moved and cleared, none moved to done yet"
+    );
+    let before_drain = store.command_count();
+    coordinator.drain().await;
+    let requests = running + store.command_count() - before_drain;
+    assert_eq!(
+        requests,
+        TRANSFERS as u64 * (2 + 2) + 1,
+        "per transfer: create, apply, move to applied, clears; one move to done for all"
+    );
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Done), TRANSFERS);
+}
+
+/// A settled record does not wait for company forever: once the linger is
+/// over, its move to `done` goes alone, without a drain.
+#[tokio::test(start_paused = true)]
+async fn a_lone_settled_record_moves_to_done_after_the_linger() {
+    let (store, seeded, names) = pairs(1).await;
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let coordinator = Coordinator::builder(store.clone())
+        .on_event(move |e| {
+            if let TxEvent::StateChanged {
+                to: TxState::Done, ..
+            } = e
+            {
+                let _ = done_tx.send(());
+            }
+        })
+        .build();
+    coordinator
+        .run(transfer(&names[0], &names[1], 10))
+        .await
+        .expect("commits");
+    let started = tokio::time::Instant::now();
+    done_rx.recv().await.expect("the coordinator lives");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(100) && waited < Duration::from_secs(1),
+        "moved to done after {waited:?}"
+    );
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Done), 1);
+}
+
 /// Seeds `pairs` pairs of accounts and returns the store, its seed, and the names.
 async fn pairs(
     pairs: usize,
@@ -178,4 +253,59 @@ async fn garbage_collection_removes_a_batch_of_records_with_one_request() {
             .unwrap(),
         0
     );
+}
+
+/// Recovery finishes the transactions of a pass that it finds committed
+/// together too: after claiming each and asking each account whether its
+/// apply landed, one request moves every record to `applied`, one clears
+/// every marker, one moves every record to `done`.
+#[tokio::test]
+async fn recovery_finishes_the_committed_transactions_of_a_pass_together() {
+    const IN_FLIGHT: usize = 8;
+    let names: Vec<String> = (0..2 * IN_FLIGHT).map(|i| format!("acct-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (store, clock, seeded) = bank(&refs, 1000).await;
+    let shared: std::sync::Arc<dyn tandem::Store> = std::sync::Arc::new(store.clone());
+    for i in 0..IN_FLIGHT {
+        // Create, apply both accounts, then the crash: committed at the
+        // applies, still `pending`.
+        let crashed =
+            Coordinator::new(tandem::testing::FaultStore::new(shared.clone()).crash_after(3));
+        let receipt = crashed
+            .run(transfer(&names[2 * i], &names[2 * i + 1], 10))
+            .await
+            .expect("committed at its applies");
+        assert_eq!(receipt.state, TxState::Applied);
+        crashed.drain().await;
+    }
+    let stuck = audit(&store, &records(), &seeded).await.unwrap();
+    assert_eq!(stuck.count(TxState::Pending), IN_FLIGHT);
+    clock.advance(Duration::from_secs(3600));
+    let worker = Coordinator::new(store.clone()).recovery(tandem::config::RecoveryConfig {
+        batch: IN_FLIGHT,
+        ..Default::default()
+    });
+    let before = store.command_count();
+    let report = worker.run_once().await.unwrap();
+    let commands = store.command_count() - before;
+    assert_eq!(
+        (report.claimed, report.committed),
+        (IN_FLIGHT, IN_FLIGHT),
+        "{report:?}"
+    );
+    // The clock and the scan; per record its claim and one read per
+    // account (marked, and the clock past the fence, in one read); then one
+    // move to `applied`, one request of clears, one move to `done`.
+    assert_eq!(
+        commands,
+        2 + IN_FLIGHT as u64 * 3 + 3,
+        "{commands} commands for {IN_FLIGHT} records"
+    );
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Done), IN_FLIGHT);
+    for i in 0..IN_FLIGHT {
+        assert_eq!(balance(&store, &names[2 * i]).await, 990);
+        assert_eq!(balance(&store, &names[2 * i + 1]).await, 1010);
+    }
 }

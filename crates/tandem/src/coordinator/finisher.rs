@@ -1,5 +1,13 @@
 //! The background finisher: finishes committed transactions (clears their
 //! markers, moves them to `done`) in batches, after `run` has returned.
+//!
+//! A round moves the records still `pending` to `applied` and clears their
+//! markers. Their moves to `done` wait to share one statement with later
+//! rounds' (up to [`FINISH_BATCH`] records, or [`CLOSE_LINGER`], or a
+//! [`Coordinator::drain`]): a record that is `applied` with every marker
+//! cleared is finished in all but name, and nothing reads the difference
+//! in the meantime but recovery, which leaves a record alone until its
+//! deadline.
 
 use std::sync::{Arc, Mutex};
 
@@ -8,8 +16,14 @@ use tokio::task::JoinHandle;
 use super::Coordinator;
 use crate::engine::Live;
 
-/// Most transactions the background finisher takes on in one go.
-const FINISH_BATCH: usize = 64;
+/// Most transactions the background finisher takes on in one go, and most
+/// records it moves to `done` in one statement.
+const FINISH_BATCH: usize = crate::engine::ROUND;
+
+/// Longest a settled record (`applied`, markers cleared) waits for its move
+/// to `done` to share a statement with later ones; at most a quarter of the
+/// lease, so that recovery never finds it past its deadline.
+const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Committed transactions waiting to be finished, and the one task that finishes them.
 ///
@@ -66,12 +80,15 @@ impl Coordinator {
     /// Hands a committed transaction to the background finisher, starting it if idle.
     pub(super) fn finish_later(&self, live: Live) {
         let mut bg = self.background();
-        if bg.waiting.is_empty() {
+        let first = bg.waiting.is_empty();
+        if first {
             bg.oldest = Some(tokio::time::Instant::now());
         }
         bg.waiting.push(live);
         if bg.running {
-            if bg.waiting.len() >= FINISH_BATCH {
+            // A full round goes at once; so does the first of a round while
+            // the finisher waits only for settled records' linger.
+            if bg.waiting.len() >= FINISH_BATCH || first {
                 bg.wake.notify_one();
             }
             return;
@@ -87,41 +104,75 @@ impl Coordinator {
             }
             let mut idle = IdleOnPanic(Some(Arc::clone(&shared)));
             let delay = engine.config.finish_delay;
+            let linger = CLOSE_LINGER.min(engine.config.lease / 4);
+            // Settled records waiting for their move to `done`, and since when.
+            let mut settled: Vec<Live> = Vec::new();
+            let mut settled_since = tokio::time::Instant::now();
             loop {
-                let (batch, wait): (Vec<Live>, _) = {
+                let (batch, close, wait) = {
                     let mut bg = shared.lock().unwrap_or_else(|e| e.into_inner());
-                    if bg.waiting.is_empty() {
+                    if bg.waiting.is_empty() && settled.is_empty() {
                         bg.running = false;
                         bg.flush = false;
                         idle.0 = None;
                         return;
                     }
-                    let deadline = bg.oldest.map(|t| t + delay);
                     let now = tokio::time::Instant::now();
-                    match deadline {
-                        Some(at) if at > now && !bg.flush && bg.waiting.len() < FINISH_BATCH => {
-                            (Vec::new(), Some((at, Arc::clone(&bg.wake))))
-                        }
-                        _ => {
+                    let close_at = settled_since + linger;
+                    let close = !settled.is_empty()
+                        && (bg.flush || settled.len() >= FINISH_BATCH || close_at <= now);
+                    let settle_at = bg.oldest.map(|t| t + delay);
+                    let batch: Vec<Live> = match settle_at {
+                        Some(at) if (at <= now || bg.flush || bg.waiting.len() >= FINISH_BATCH) => {
                             let n = bg.waiting.len().min(FINISH_BATCH);
                             let batch = bg.waiting.drain(..n).collect();
                             bg.oldest = (!bg.waiting.is_empty()).then_some(now);
-                            (batch, None)
+                            batch
                         }
-                    }
+                        _ => Vec::new(),
+                    };
+                    let wait = (batch.is_empty() && !close).then(|| {
+                        // Until the first of: the round's delay is over, the
+                        // settled records' linger is over, a full round, a drain.
+                        let mut at = settle_at.unwrap_or(close_at);
+                        if !settled.is_empty() {
+                            at = at.min(close_at);
+                        }
+                        (at, Arc::clone(&bg.wake))
+                    });
+                    (batch, close, wait)
                 };
                 if let Some((at, wake)) = wait {
-                    // Until the delay is over, the round is full, or a drain asks.
                     tokio::select! {
                         () = tokio::time::sleep_until(at) => {}
                         () = wake.notified() => {}
                     }
                     continue;
                 }
+                if close {
+                    let closing = std::mem::take(&mut settled);
+                    let lives: Vec<&Live> = closing.iter().collect();
+                    let which: Vec<usize> = (0..lives.len()).collect();
+                    for (t, result) in engine.close_many(&lives, &which).await {
+                        if let Err(e) = result {
+                            tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", lives[t].id);
+                        }
+                    }
+                }
+                if batch.is_empty() {
+                    continue;
+                }
                 let lives: Vec<&Live> = batch.iter().collect();
-                for (live, result) in batch.iter().zip(engine.finish_applied_many(&lives).await) {
-                    if let Err(e) = result {
-                        tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", live.id);
+                let results = engine.settle_many(&lives).await;
+                if settled.is_empty() {
+                    settled_since = tokio::time::Instant::now();
+                }
+                for (live, result) in batch.into_iter().zip(results) {
+                    match result {
+                        Ok(()) => settled.push(live),
+                        Err(e) => {
+                            tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", live.id);
+                        }
                     }
                 }
             }

@@ -337,7 +337,9 @@ impl Participant for DocumentChange {
     }
 
     fn clear_statement(&self, ctx: &StepContext<'_>) -> Option<StepUpdate> {
-        if matches!(self.op, DocumentOp::Delete) || ctx.not_before.is_some() {
+        // The filter carries `not_before`, if any, as the solo clear's does;
+        // a statement that did not match is run again solo, which says why.
+        if matches!(self.op, DocumentOp::Delete) {
             return None;
         }
         Some(StepUpdate {
@@ -419,15 +421,24 @@ impl Participant for DocumentChange {
 
     async fn applied(&self, ctx: StepContext<'_>) -> Result<bool, StepError> {
         let store = self.store(&ctx)?;
-        self.not_before(store.as_ref(), &ctx).await?;
         // Every apply (an update, a delete's mark, an insert's fill) pushes
-        // the marker; only a clear or an undo removes it.
-        let marked = doc! { "_id": self.id.clone(), self.marker.clone(): ctx.marker.as_str() };
-        let found = store
-            .find_one(&self.namespace, marked)
-            .await
-            .map_err(|e| self.store_err(e))?;
-        Ok(found.is_some())
+        // the marker; only a clear or an undo removes it. Found only once
+        // the store's clock reads `not_before`: one read decides both.
+        let marked = || async {
+            store
+                .find_one(&self.namespace, self.applied_filter(&ctx))
+                .await
+                .map(|found| found.is_some())
+                .map_err(|e| self.store_err(e))
+        };
+        let found = marked().await?;
+        if found || ctx.not_before.is_none() {
+            return Ok(found);
+        }
+        // Not found proves nothing yet: the clock may have read earlier.
+        // Once it is known to read `not_before`, a second read decides.
+        self.not_before(store.as_ref(), &ctx).await?;
+        marked().await
     }
 
     async fn clear_marker(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
