@@ -1017,6 +1017,64 @@ async fn an_apply_after_its_deadline_does_not_take_a_marker_for_its_own() {
     assert_eq!(balance(&store, "A").await, 900, "applied once");
 }
 
+/// Recovery's question, "did this apply land?", asked while the store's
+/// clock is just short of the fence: the first read (marker and fence in one
+/// filter) finds nothing, the clock then reads past the fence, and steps
+/// back within the margin before the second read. The marker is there, so
+/// the answer must be yes: a second read under the fence again would find
+/// nothing, and recovery would roll back a transaction its coordinator
+/// answered committed.
+#[tokio::test]
+async fn a_probe_finds_a_marker_that_is_there_when_the_clock_steps_back() {
+    let (store, clock, _) = bank(&["A"], 1000).await;
+    let id = tandem::TxId::new("probed").unwrap();
+    let marker = id.marker(Some("tag"));
+    store
+        .update_one(
+            &accounts(),
+            doc! { "_id": "A" },
+            doc! {
+                "$push": { "pendingTransactions": marker.as_str() },
+                "$set": { "_tandem.pending": 1_i32 },
+                "$inc": { "balance": -100_i64 },
+            },
+            tandem::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let fault = tandem::testing::FaultStore::new(Arc::new(store.clone()));
+    let stores = tandem::Stores::new(Arc::new(fault.clone()));
+    let change = DocumentChange::update(accounts(), "A").inc("balance", -100_i64);
+    let now = tandem::Clock::now(clock.as_ref());
+    let fence = bson::DateTime::from_millis(now.timestamp_millis() + 5);
+    // Operation 1: the first read, 5 ms short of the fence; 2: the clock
+    // read, once moved 10 ms on; 3: the second read, after a step back of 50 ms.
+    let clock_read = fault.pause_at(2);
+    let probe = tandem::Participant::applied(
+        &change,
+        StepContext {
+            tx: &id,
+            marker: &marker,
+            epoch: 1,
+            deadline: Some(now),
+            not_before: Some(fence),
+            before: None,
+            stores: &stores,
+        },
+    );
+    let steps = async {
+        clock_read.reached.await.expect("the probe reads the clock");
+        clock.advance(Duration::from_millis(10));
+        let second_read = fault.pause_at(3);
+        clock_read.release.send(()).unwrap();
+        second_read.reached.await.expect("the probe reads again");
+        clock.rewind(Duration::from_millis(50));
+        second_read.release.send(()).unwrap();
+    };
+    let (answer, ()) = tokio::join!(probe, steps);
+    assert!(answer.expect("the probe answers"), "the marker is there");
+}
+
 /// With early commit off (for recovery workers of a version that roll a
 /// `pending` record back without asking), the commit point is the record's
 /// move to `applied`: three round trips, and the record says so.

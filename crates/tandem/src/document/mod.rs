@@ -422,23 +422,26 @@ impl Participant for DocumentChange {
     async fn applied(&self, ctx: StepContext<'_>) -> Result<bool, StepError> {
         let store = self.store(&ctx)?;
         // Every apply (an update, a delete's mark, an insert's fill) pushes
-        // the marker; only a clear or an undo removes it. Found only once
-        // the store's clock reads `not_before`: one read decides both.
-        let marked = || async {
+        // the marker; only a clear or an undo removes it. The first read
+        // finds it only if the store's clock already reads `not_before`: one
+        // read decides both.
+        let marked = |filter| async {
             store
-                .find_one(&self.namespace, self.applied_filter(&ctx))
+                .find_one(&self.namespace, filter)
                 .await
                 .map(|found| found.is_some())
                 .map_err(|e| self.store_err(e))
         };
-        let found = marked().await?;
+        let found = marked(self.applied_filter(&ctx)).await?;
         if found || ctx.not_before.is_none() {
             return Ok(found);
         }
-        // Not found proves nothing yet: the clock may have read earlier.
-        // Once it is known to read `not_before`, a second read decides.
+        // Not found proves nothing: the clock may have read earlier. Once
+        // it is known to read `not_before`, a read of the marker alone
+        // decides (not under the fence again: a clock that stepped back
+        // within the margin would hide a marker that is there).
         self.not_before(store.as_ref(), &ctx).await?;
-        marked().await
+        marked(doc! { "_id": self.id.clone(), self.marker.clone(): ctx.marker.as_str() }).await
     }
 
     async fn clear_marker(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
