@@ -215,23 +215,18 @@ impl RecoveryWorker {
             ..RecoveryReport::default()
         };
         let total = expired.len();
-        // A round at a time: claimed and driven (concurrently), then the
-        // committed ones finished together: their moves to `applied` share a
-        // request, their clears one per store and collection, their moves
-        // to `done` another.
-        let mut expired = expired.into_iter();
-        loop {
-            let round: Vec<TxRecord> = expired.by_ref().take(ROUND).collect();
-            if round.is_empty() {
-                break;
-            }
-            let driven: Vec<(bool, Result<Driven, Outcome>)> = stream::iter(round)
-                .map(|record| self.recover(record))
-                .buffer_unordered(self.config.concurrency.max(1))
-                .collect()
-                .await;
+        // Claimed and driven up to `concurrency` at once; the committed ones
+        // are finished together, whatever is ready at a time (up to a round):
+        // their moves to `applied` share a request, their clears one per
+        // store and collection, their moves to `done` another. A slow record
+        // holds up only itself.
+        let mut driven = stream::iter(expired)
+            .map(|record| self.recover(record))
+            .buffer_unordered(self.config.concurrency.max(1))
+            .ready_chunks(ROUND);
+        while let Some(round) = driven.next().await {
             let mut committed = Vec::new();
-            for (claimed, driven) in driven {
+            for (claimed, driven) in round {
                 if claimed {
                     report.claimed += 1;
                 }

@@ -3,11 +3,11 @@
 //!
 //! A round moves the records still `pending` to `applied` and clears their
 //! markers. Their moves to `done` wait to share one statement with later
-//! rounds' (up to [`FINISH_BATCH`] records, or [`CLOSE_LINGER`], or a
-//! [`Coordinator::drain`]): a record that is `applied` with every marker
-//! cleared is finished in all but name, and nothing reads the difference
-//! in the meantime but recovery, which leaves a record alone until its
-//! deadline.
+//! rounds' (until [`FINISH_BATCH`] records wait, [`CLOSE_LINGER`] has
+//! passed, or a [`Coordinator::drain`]): a record that is `applied` with
+//! every marker cleared is finished in all but name, and nothing reads the
+//! difference in the meantime but recovery, which leaves a record alone
+//! until its lease has run out.
 
 use std::sync::{Arc, Mutex};
 
@@ -20,16 +20,20 @@ use crate::engine::Live;
 /// records it moves to `done` in one statement.
 const FINISH_BATCH: usize = crate::engine::ROUND;
 
-/// Longest a settled record (`applied`, markers cleared) waits for its move
-/// to `done` to share a statement with later ones; at most a quarter of the
-/// lease, so that recovery never finds it past its deadline.
+/// How long a settled record (`applied`, markers cleared) may wait for its
+/// move to `done` to share a statement with later ones (checked after each
+/// round, so a round in progress may add to it); at most a quarter of the
+/// lease, far below the time after which recovery takes a record on (if it
+/// does, it finishes the record itself and the finisher's move finds it
+/// moved).
 const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Committed transactions waiting to be finished, and the one task that finishes them.
 ///
 /// Transactions committed while the finisher is busy wait for its next round,
-/// which finishes them all together: their clears share one request per
-/// store and collection, and their moves to `done` one request.
+/// which finishes them all together: their moves to `applied` share one
+/// statement, their clears one request per store and collection, and their
+/// moves to `done` one statement with later rounds'.
 #[derive(Default)]
 pub(super) struct Background {
     waiting: Vec<Live>,
@@ -109,7 +113,7 @@ impl Coordinator {
             let mut settled: Vec<Live> = Vec::new();
             let mut settled_since = tokio::time::Instant::now();
             loop {
-                let (batch, close, wait) = {
+                let (batch, wait) = {
                     let mut bg = shared.lock().unwrap_or_else(|e| e.into_inner());
                     if bg.waiting.is_empty() && settled.is_empty() {
                         bg.running = false;
@@ -140,7 +144,7 @@ impl Coordinator {
                         }
                         (at, Arc::clone(&bg.wake))
                     });
-                    (batch, close, wait)
+                    (batch, wait)
                 };
                 if let Some((at, wake)) = wait {
                     tokio::select! {
@@ -149,29 +153,36 @@ impl Coordinator {
                     }
                     continue;
                 }
-                if close {
-                    let closing = std::mem::take(&mut settled);
-                    let lives: Vec<&Live> = closing.iter().collect();
-                    let which: Vec<usize> = (0..lives.len()).collect();
-                    for (t, result) in engine.close_many(&lives, &which).await {
-                        if let Err(e) = result {
-                            tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", lives[t].id);
+                if !batch.is_empty() {
+                    let lives: Vec<&Live> = batch.iter().collect();
+                    let results = engine.settle_many(&lives).await;
+                    if settled.is_empty() {
+                        settled_since = tokio::time::Instant::now();
+                    }
+                    for (live, result) in batch.into_iter().zip(results) {
+                        match result {
+                            Ok(()) => settled.push(live),
+                            Err(e) => {
+                                tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", live.id);
+                            }
                         }
                     }
                 }
-                if batch.is_empty() {
-                    continue;
-                }
-                let lives: Vec<&Live> = batch.iter().collect();
-                let results = engine.settle_many(&lives).await;
-                if settled.is_empty() {
-                    settled_since = tokio::time::Instant::now();
-                }
-                for (live, result) in batch.into_iter().zip(results) {
-                    match result {
-                        Ok(()) => settled.push(live),
-                        Err(e) => {
-                            tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", live.id);
+                // Checked after the round, so that a linger that ran out
+                // while it settled is not stretched by a whole loop.
+                let flush = shared.lock().unwrap_or_else(|e| e.into_inner()).flush;
+                let due = flush
+                    || settled.len() >= FINISH_BATCH
+                    || settled_since + linger <= tokio::time::Instant::now();
+                if !settled.is_empty() && due {
+                    let closing = std::mem::take(&mut settled);
+                    for round in closing.chunks(FINISH_BATCH) {
+                        let lives: Vec<&Live> = round.iter().collect();
+                        let which: Vec<usize> = (0..lives.len()).collect();
+                        for (t, result) in engine.close_many(&lives, &which).await {
+                            if let Err(e) = result {
+                                tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", lives[t].id);
+                            }
                         }
                     }
                 }
