@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bson::{doc, Bson};
-use futures::stream::{self, StreamExt};
+use futures::future::join_all;
 
 use crate::config::{PendingPolicy, RecoveryConfig};
 use crate::engine::{history, is_not_yet, Engine, Live, Step, HISTORY_KEPT, ROUND};
@@ -215,16 +215,25 @@ impl RecoveryWorker {
             ..RecoveryReport::default()
         };
         let total = expired.len();
-        // Claimed and driven up to `concurrency` at once; the committed ones
-        // are finished together, whatever is ready at a time (up to a round):
-        // their moves to `applied` share a request, their clears one per
-        // store and collection, their moves to `done` another. A slow record
-        // holds up only itself.
-        let mut driven = stream::iter(expired)
-            .map(|record| self.recover(record))
-            .buffer_unordered(self.config.concurrency.max(1))
-            .ready_chunks(ROUND);
-        while let Some(round) = driven.next().await {
+        // A round of up to `concurrency` records at a time: claimed and
+        // driven together, then the committed ones finished together: their
+        // moves to `applied` share a request, their clears one per store and
+        // collection, their moves to `done` another. (Nothing of a round is
+        // left half-driven while the finishing runs: a future not polled
+        // would keep its connection, and the finishing could wait for it.)
+        let mut expired = expired.into_iter();
+        let per_round = self.config.concurrency.clamp(1, ROUND);
+        loop {
+            let round: Vec<(bool, Result<Driven, Outcome>)> = join_all(
+                expired
+                    .by_ref()
+                    .take(per_round)
+                    .map(|record| self.recover(record)),
+            )
+            .await;
+            if round.is_empty() {
+                break;
+            }
             let mut committed = Vec::new();
             for (claimed, driven) in round {
                 if claimed {
