@@ -96,16 +96,9 @@ async fn moves_to_done_of_consecutive_rounds_share_one_request() {
 #[tokio::test(start_paused = true)]
 async fn a_lone_settled_record_moves_to_done_after_the_linger() {
     let (store, seeded, names) = pairs(1).await;
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (on_done, mut done_rx) = done_events();
     let coordinator = Coordinator::builder(store.clone())
-        .on_event(move |e| {
-            if let TxEvent::StateChanged {
-                to: TxState::Done, ..
-            } = e
-            {
-                let _ = done_tx.send(());
-            }
-        })
+        .on_event(on_done)
         .build();
     coordinator
         .run(transfer(&names[0], &names[1], 10))
@@ -121,6 +114,23 @@ async fn a_lone_settled_record_moves_to_done_after_the_linger() {
     let audit = audit(&store, &records(), &seeded).await.unwrap();
     audit.assert_clean();
     assert_eq!(audit.count(TxState::Done), 1);
+}
+
+/// An event sink that sends `()` for every record moved to `done`, and the receiver.
+fn done_events() -> (
+    impl Fn(&TxEvent) + Send + Sync + 'static,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+) {
+    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let sink = move |e: &TxEvent| {
+        if let TxEvent::StateChanged {
+            to: TxState::Done, ..
+        } = e
+        {
+            let _ = done_tx.send(());
+        }
+    };
+    (sink, done_rx)
 }
 
 /// Seeds `pairs` pairs of accounts and returns the store, its seed, and the names.
@@ -179,17 +189,10 @@ async fn a_finish_delay_holds_commits_together_and_drain_does_not_wait_it_out() 
 async fn a_full_round_does_not_wait_for_the_finish_delay() {
     const ROUND: usize = 64;
     let (store, seeded, names) = pairs(ROUND).await;
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (on_done, mut done_rx) = done_events();
     let coordinator = Coordinator::builder(store.clone())
         .finish_delay(Duration::from_secs(3600))
-        .on_event(move |e| {
-            if let TxEvent::StateChanged {
-                to: TxState::Done, ..
-            } = e
-            {
-                let _ = done_tx.send(());
-            }
-        })
+        .on_event(on_done)
         .build();
     for i in 0..ROUND {
         coordinator

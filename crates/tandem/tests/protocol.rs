@@ -958,18 +958,9 @@ async fn garbage_collection_is_not_starved_by_unknown_kinds() {
     );
 }
 
-/// An apply that comes after its deadline does not take a marker it finds
-/// for its own: a later epoch of recovery, rolling the transaction forward
-/// after it found this epoch's applies missing, may have pushed it, and may
-/// still cancel. Before, the apply answered `Ok` on any marker it found, so a
-/// stalled coordinator could answer committed for a transaction that
-/// recovery was canceling (a counterexample of the model, 23 steps). Before
-/// the deadline, the marker is still its own.
-#[tokio::test]
-async fn an_apply_after_its_deadline_does_not_take_a_marker_for_its_own() {
-    let (store, clock, _) = bank(&["A"], 1000).await;
-    let id = tandem::TxId::new("late").unwrap();
-    let marker = id.marker(Some("tag"));
+/// Leaves account A as an apply of a debit of 100 under `marker` leaves it:
+/// the marker pushed, the pending count raised, the balance debited.
+async fn debit_as_applied(store: &tandem::MemoryStore, marker: &tandem::TxId) {
     store
         .update_one(
             &accounts(),
@@ -983,6 +974,21 @@ async fn an_apply_after_its_deadline_does_not_take_a_marker_for_its_own() {
         )
         .await
         .unwrap();
+}
+
+/// An apply that comes after its deadline does not take a marker it finds
+/// for its own: a later epoch of recovery, rolling the transaction forward
+/// after it found this epoch's applies missing, may have pushed it, and may
+/// still cancel. Before, the apply answered `Ok` on any marker it found, so a
+/// stalled coordinator could answer committed for a transaction that
+/// recovery was canceling (a counterexample of the model, 23 steps). Before
+/// the deadline, the marker is still its own.
+#[tokio::test]
+async fn an_apply_after_its_deadline_does_not_take_a_marker_for_its_own() {
+    let (store, clock, _) = bank(&["A"], 1000).await;
+    let id = tandem::TxId::new("late").unwrap();
+    let marker = id.marker(Some("tag"));
+    debit_as_applied(&store, &marker).await;
     let stores = tandem::Stores::new(Arc::new(store.clone()));
     let change = DocumentChange::update(accounts(), "A").inc("balance", -100_i64);
     let apply = |deadline| {
@@ -1029,19 +1035,7 @@ async fn a_probe_finds_a_marker_that_is_there_when_the_clock_steps_back() {
     let (store, clock, _) = bank(&["A"], 1000).await;
     let id = tandem::TxId::new("probed").unwrap();
     let marker = id.marker(Some("tag"));
-    store
-        .update_one(
-            &accounts(),
-            doc! { "_id": "A" },
-            doc! {
-                "$push": { "pendingTransactions": marker.as_str() },
-                "$set": { "_tandem.pending": 1_i32 },
-                "$inc": { "balance": -100_i64 },
-            },
-            tandem::store::UpdateOptions::default(),
-        )
-        .await
-        .unwrap();
+    debit_as_applied(&store, &marker).await;
     let fault = tandem::testing::FaultStore::new(Arc::new(store.clone()));
     let stores = tandem::Stores::new(Arc::new(fault.clone()));
     let change = DocumentChange::update(accounts(), "A").inc("balance", -100_i64);
