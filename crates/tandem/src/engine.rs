@@ -251,10 +251,15 @@ impl Engine {
             .await
             .map_err(interrupted)?;
         if outcome.matched == 0 {
-            // Either an earlier attempt of ours landed, or another worker owns the record now.
+            // Either an earlier attempt of ours landed, or another worker owns the record now,
+            // or the record is another transaction's that reused the id after ours was
+            // collected (same epoch, maybe the same state, but another creation token).
             let now = self.load(&live.id).await.map_err(interrupted)?;
             match now {
-                Some(r) if r.state == to && r.epoch == live.epoch => {}
+                Some(r)
+                    if r.state == to
+                        && r.epoch == live.epoch
+                        && (live.token.is_none() || r.token == live.token) => {}
                 Some(r) => {
                     return Err(TxError::Superseded {
                         id: live.id.clone(),

@@ -312,3 +312,94 @@ async fn recovery_finishes_the_committed_transactions_of_a_pass_together() {
         assert_eq!(balance(&store, &names[2 * i + 1]).await, 1010);
     }
 }
+
+/// A finisher that stalls before its shared move to `done`, overtaken by
+/// recovery and garbage collection, then by a new transaction reusing the
+/// id, reports no move it did not make: the new record is `done` at the same
+/// epoch, but under another creation token. (Found by an adversarial review:
+/// the move's fallback read took any `done` record of its epoch for its own
+/// landed attempt, and emitted `applied -> done` for the stranger's record.)
+#[tokio::test]
+async fn a_stale_move_to_done_claims_no_move_of_a_record_that_reused_its_id() {
+    use std::sync::{Arc, Mutex};
+    use tandem::testing::FaultStore;
+    use tandem::{DocumentChange, RecoveryConfig, Transaction};
+
+    let keyed = |id: &str, from: &str, to: &str, amount: i64| {
+        Transaction::with_id(id)
+            .change(
+                DocumentChange::update(accounts(), from)
+                    .inc("balance", -amount)
+                    .require_gte("balance", amount),
+            )
+            .change(DocumentChange::update(accounts(), to).inc("balance", amount))
+    };
+    let (store, clock, _) = bank(&["A", "B", "C", "D"], 1000).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let events = events.clone();
+        move |e: &TxEvent| events.lock().unwrap().push(e.clone())
+    };
+    let stale = Coordinator::builder(faulty.clone())
+        .on_event(sink)
+        .finish_delay(Duration::from_secs(3600))
+        .build();
+    stale.run(keyed("K", "A", "B", 100)).await.expect("commits");
+    stale.run(keyed("L", "C", "D", 100)).await.expect("commits");
+    // Creates and applies (6), then the drain's round: the move to applied
+    // (1), the clears (4), and the paused shared move to done.
+    let pause = faulty.pause_at(6 + 1 + 4 + 1);
+    let draining = {
+        let stale = stale.clone();
+        tokio::spawn(async move { stale.drain().await })
+    };
+    pause.reached.await.unwrap();
+    // Recovery finishes both after the lease; garbage collection removes them.
+    clock.advance(Duration::from_secs(33));
+    let other = Coordinator::new(store.clone());
+    let worker = other.recovery(RecoveryConfig {
+        idempotency_window: Duration::from_secs(1),
+        ..RecoveryConfig::default()
+    });
+    assert_eq!(worker.run_once().await.unwrap().committed, 2);
+    for _ in 0..2 {
+        clock.advance(Duration::from_secs(40));
+        worker
+            .collect_garbage(Duration::from_secs(32))
+            .await
+            .unwrap();
+    }
+    assert!(store.documents(&records()).is_empty(), "collected");
+    // A new transaction with the id `K` ends `done` at epoch 0.
+    let newer = Coordinator::new(store.clone());
+    newer.run(keyed("K", "A", "B", 50)).await.expect("commits");
+    newer.drain().await;
+    let events_before = events.lock().unwrap().len();
+    pause.release.send(()).unwrap();
+    draining.await.unwrap();
+    let claimed: Vec<String> = events.lock().unwrap()[events_before..]
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                TxEvent::StateChanged {
+                    to: TxState::Done,
+                    ..
+                }
+            )
+        })
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        claimed.is_empty(),
+        "moves to done it did not make: {claimed:?}"
+    );
+    assert_eq!(balance(&store, "A").await, 850);
+    assert_eq!(balance(&store, "B").await, 1150);
+    for name in ["A", "B", "C", "D"] {
+        let doc = get(&store, &accounts(), name).await.unwrap();
+        let markers = doc.get_array("pendingTransactions").unwrap();
+        assert!(markers.is_empty(), "{name} keeps a marker: {doc}");
+    }
+}
