@@ -163,6 +163,41 @@ pub(super) fn unset(doc: &mut Document, path: &str) {
 /// or prefixes of one another never meet here: the update is refused.)
 pub(super) fn path_order(a: &str, b: &str) -> std::cmp::Ordering {
     use std::cmp::Ordering;
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    // Up to the first difference the two paths share their segments.
+    let i = x.iter().zip(y).take_while(|(p, q)| p == q).count();
+    if i == x.len() || i == y.len() {
+        // One is the other, or a prefix of it: the shorter comes first
+        // (`a` before `a.b`, `a1` before `a12`, and `1` before `12` as numbers).
+        return x.len().cmp(&y.len());
+    }
+    // The differing segment: from after the last dot of the shared prefix
+    // to the next dot of each path.
+    let start = x[..i].iter().rposition(|&c| c == b'.').map_or(0, |d| d + 1);
+    let end = |s: &[u8]| {
+        s[i..]
+            .iter()
+            .position(|&c| c == b'.')
+            .map_or(s.len(), |e| i + e)
+    };
+    let (p, q) = (&x[start..end(x)], &y[start..end(y)]);
+    let numeric = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    if numeric(p) && numeric(q) {
+        return p.len().cmp(&q.len()).then_with(|| p.cmp(q));
+    }
+    // A segment that ended (at a dot, or at the end) is a prefix of the other.
+    match (x[i], y[i]) {
+        (b'.', _) => Ordering::Less,
+        (_, b'.') => Ordering::Greater,
+        (c, d) => c.cmp(&d),
+    }
+}
+
+/// [`path_order`] as it is defined, segment by segment: the reference the
+/// byte-wise version is tested against.
+#[cfg(test)]
+pub(super) fn path_order_by_segments(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
     let numeric = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
     let (mut x, mut y) = (a.split('.'), b.split('.'));
     loop {

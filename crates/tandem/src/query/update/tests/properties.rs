@@ -261,3 +261,16 @@ proptest! {
         prop_assert_eq!(format!("{taken}"), format!("{original}"));
     }
 }
+
+proptest! {
+    /// The byte-wise path order agrees with the segment-by-segment definition
+    /// (numbers by value, dots ending segments, prefixes first).
+    #[test]
+    fn path_order_agrees_with_its_definition(a in "[ab019.-]{0,7}", b in "[ab019.-]{0,7}") {
+        prop_assert_eq!(
+            path::path_order(&a, &b),
+            path::path_order_by_segments(&a, &b),
+            "{:?} against {:?}", a, b
+        );
+    }
+}
