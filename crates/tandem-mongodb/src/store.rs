@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bson::{doc, Document};
 use futures::TryStreamExt;
+use mongodb::action::Action;
 use mongodb::options::{ClientOptions, CollectionOptions, IndexOptions};
 use mongodb::{Client, Collection, IndexModel};
 use tandem::store::{
@@ -463,15 +464,23 @@ impl Store for MongoStore {
             ReturnDocument::Before => mongodb::options::ReturnDocument::Before,
             ReturnDocument::After => mongodb::options::ReturnDocument::After,
         };
+        let projection = options.fields.map(|fields| {
+            fields
+                .iter()
+                .map(|f| ((*f).to_owned(), bson::Bson::Int32(1)))
+                .collect::<Document>()
+        });
         self.run(Command::FindOneAndUpdate, &ns_name, || {
             let coll = coll.clone();
             let filter = filter.clone();
             let update = update.clone();
             let ret = ret.clone();
+            let projection = projection.clone();
             async move {
                 coll.find_one_and_update(filter, update)
                     .return_document(ret)
                     .upsert(options.upsert)
+                    .optional(projection, |op, p| op.projection(p))
                     .await
             }
         })

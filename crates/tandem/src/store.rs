@@ -102,9 +102,12 @@ impl UpdateOptions {
 /// ```
 /// use tandem::store::{FindOneAndUpdateOptions, ReturnDocument};
 ///
-/// let options = FindOneAndUpdateOptions::returning(ReturnDocument::After).with_upsert(true);
+/// let options = FindOneAndUpdateOptions::returning(ReturnDocument::After)
+///     .with_upsert(true)
+///     .with_fields(&["created"]);
 /// assert_eq!(options.return_document, ReturnDocument::After);
 /// assert!(options.upsert);
+/// assert_eq!(options.fields, Some(&["created"][..]));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -114,6 +117,9 @@ pub struct FindOneAndUpdateOptions {
     /// When nothing matches, insert a document made of the filter's
     /// equalities with the update applied.
     pub upsert: bool,
+    /// The top-level fields to return, with `_id` (a projection such as
+    /// `{created: 1, leaseStart: 1}`); `None` returns the whole document.
+    pub fields: Option<&'static [&'static str]>,
 }
 
 impl FindOneAndUpdateOptions {
@@ -122,12 +128,20 @@ impl FindOneAndUpdateOptions {
         FindOneAndUpdateOptions {
             return_document,
             upsert: false,
+            fields: None,
         }
     }
 
     /// These options, upserting or not.
     pub fn with_upsert(mut self, upsert: bool) -> Self {
         self.upsert = upsert;
+        self
+    }
+
+    /// These options, returning only `fields` (top-level names) and `_id`.
+    /// A field the document lacks is left out of the answer.
+    pub fn with_fields(mut self, fields: &'static [&'static str]) -> Self {
+        self.fields = Some(fields);
         self
     }
 }

@@ -288,7 +288,9 @@ impl Coordinator {
                             filter,
                             update,
                             crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
-                                .with_upsert(true),
+                                .with_upsert(true)
+                                // What is read of the answer: not the whole record back.
+                                .with_fields(&["created", "createBy", "leaseStart"]),
                         )
                         .await
                 }

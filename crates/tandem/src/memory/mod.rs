@@ -19,8 +19,8 @@ use crate::query::update::{
 };
 use crate::query::{self, is_operator_doc, lookup, total_cmp, Ctx};
 use crate::store::{
-    FindOptions, IndexSpec, Namespace, ReturnDocument, Store, StoreError, StoreErrorKind,
-    UpdateOutcome,
+    FindOneAndUpdateOptions, FindOptions, IndexSpec, Namespace, ReturnDocument, Store, StoreError,
+    StoreErrorKind, UpdateOutcome,
 };
 use storage::{Collection, Collections, Stored};
 
@@ -175,7 +175,7 @@ impl MemoryStore {
         filter: &Document,
         mut update: Document,
         upsert: bool,
-        ret: Option<ReturnDocument>,
+        ret: Option<FindOneAndUpdateOptions>,
         now: bson::DateTime,
     ) -> Result<(UpdateOutcome, Option<Document>), StoreError> {
         query::validate(filter)?;
@@ -200,7 +200,9 @@ impl MemoryStore {
         check_id(&created)?;
         let created = checked(created)?;
         let returned = match ret {
-            Some(ReturnDocument::After) => Some(created.doc.clone()),
+            Some(o) if o.return_document == ReturnDocument::After => {
+                Some(returned(&created.doc, o.fields))
+            }
             _ => None,
         };
         collection(&mut data, ns).insert_new(ns, created)?;
@@ -340,14 +342,7 @@ impl Store for MemoryStore {
     ) -> Result<Option<Document>, StoreError> {
         self.count_command();
         let now = self.inner.clock.now();
-        let (_, returned) = self.update(
-            ns,
-            &filter,
-            update,
-            options.upsert,
-            Some(options.return_document),
-            now,
-        )?;
+        let (_, returned) = self.update(ns, &filter, update, options.upsert, Some(options), now)?;
         Ok(returned)
     }
 
@@ -538,13 +533,15 @@ fn collection<'a>(data: &'a mut Collections, ns: &Namespace) -> &'a mut Collecti
 fn update_stored(
     stored: &mut Stored,
     update: &mut Document,
-    ret: Option<ReturnDocument>,
+    ret: Option<FindOneAndUpdateOptions>,
     now: bson::DateTime,
 ) -> Result<(UpdateOutcome, Option<Document>), StoreError> {
     // Applied in place, with an undo log: the stored document is
     // restored unless every operator succeeded and the result fits.
     let before = match ret {
-        Some(ReturnDocument::Before) => Some(stored.doc.clone()),
+        Some(o) if o.return_document == ReturnDocument::Before => {
+            Some(returned(&stored.doc, o.fields))
+        }
         _ => None,
     };
     let mut undo = UndoLog::default();
@@ -566,8 +563,10 @@ fn update_stored(
     let modified = undo.changed(&stored.doc);
     let returned = match ret {
         None => None,
-        Some(ReturnDocument::Before) => before,
-        Some(ReturnDocument::After) => Some(stored.doc.clone()),
+        Some(o) => match o.return_document {
+            ReturnDocument::Before => before,
+            ReturnDocument::After => Some(returned(&stored.doc, o.fields)),
+        },
     };
     let outcome = UpdateOutcome {
         matched: 1,
@@ -575,6 +574,19 @@ fn update_stored(
         upserted: false,
     };
     Ok((outcome, returned))
+}
+
+/// The answer of a `find_one_and_update`: `doc`, or only its `_id` and
+/// `fields` (those it has, in its order), copied.
+fn returned(doc: &Document, fields: Option<&[&str]>) -> Document {
+    match fields {
+        None => doc.clone(),
+        Some(fields) => doc
+            .iter()
+            .filter(|(k, _)| *k == "_id" || fields.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    }
 }
 
 /// Whether `doc`, found by looking up the `_id` equality of `filter`,

@@ -75,6 +75,7 @@ macro_rules! __store_contract_list {
             upserts_build_documents_in_path_order,
             current_date_stamps_the_store_clock,
             find_one_and_update_before_and_after,
+            find_one_and_update_returns_the_listed_fields,
             replace_keeps_the_id,
             delete_counts,
             delete_many_deletes_every_match,
@@ -720,6 +721,67 @@ pub async fn current_date_stamps_the_store_clock<F: StoreFactory + ?Sized>(facto
             && stamped.timestamp_millis() <= after.timestamp_millis() + slack,
         "{stamped} is not between {before} and {after}"
     );
+}
+
+/// `findAndModify` with a projection of top-level fields returns those the
+/// document has and `_id`, in the document's order, before or after the
+/// update and for an upsert, and changes the document as without one.
+pub async fn find_one_and_update_returns_the_listed_fields<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let ns = docs(db);
+    seed(
+        store.as_ref(),
+        &ns,
+        vec![doc! { "_id": 1, "n": 1, "big": { "x": [1, 2, 3] }, "s": "a" }],
+    )
+    .await;
+    let options = |ret| {
+        crate::store::FindOneAndUpdateOptions::returning(ret).with_fields(&["s", "n", "absent"])
+    };
+    let inc = || doc! { "$inc": { "n": 1 } };
+    let before = store
+        .find_one_and_update(
+            &ns,
+            doc! { "_id": 1 },
+            inc(),
+            options(ReturnDocument::Before),
+        )
+        .await
+        .unwrap();
+    assert_eq!(before, Some(doc! { "_id": 1, "n": 1, "s": "a" }));
+    let after = store
+        .find_one_and_update(
+            &ns,
+            doc! { "_id": 1 },
+            inc(),
+            options(ReturnDocument::After),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after, Some(doc! { "_id": 1, "n": 3, "s": "a" }));
+    assert_eq!(
+        get(store.as_ref(), &ns, 1).await,
+        Some(doc! { "_id": 1, "n": 3, "big": { "x": [1, 2, 3] }, "s": "a" }),
+        "the document keeps every field"
+    );
+    let upserted = store
+        .find_one_and_update(
+            &ns,
+            doc! { "_id": 2, "s": { "$in": [] } },
+            doc! { "$setOnInsert": { "s": "b", "big": [1] }, "$currentDate": { "n": true } },
+            options(ReturnDocument::After).with_upsert(true),
+        )
+        .await
+        .unwrap()
+        .expect("the upserted document");
+    assert_eq!(
+        upserted.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["_id", "n", "s"]
+    );
+    assert!(upserted.get_datetime("n").is_ok(), "{upserted}");
 }
 
 /// `findAndModify` returns the document before or after the update, nothing
