@@ -69,6 +69,9 @@ pub(crate) async fn run(
     let mut session = client.start_session().await.map_err(|e| failed(&e))?;
     let txn_options = TransactionOptions::builder()
         .read_concern(ReadConcern::snapshot())
+        // A transaction reads from the primary only (the client's read
+        // preference may say otherwise).
+        .selection_criteria(crate::store::primary())
         .write_concern(
             WriteConcern::builder()
                 .w(Acknowledgment::Majority)

@@ -22,6 +22,11 @@ use crate::error::{map_driver_error, uri_secrets};
 use crate::metrics::{Command, CommandCounts, Counters};
 use crate::options::{MongoStoreBuilder, MongoStoreOptions};
 
+/// Where every command of the store goes: the primary.
+pub(crate) fn primary() -> mongodb::options::SelectionCriteria {
+    mongodb::options::SelectionCriteria::ReadPreference(mongodb::options::ReadPreference::Primary)
+}
+
 /// A [`Store`] on a MongoDB deployment, through the official driver.
 ///
 /// Each [`Store`] method sends exactly one command, once (a transient error
@@ -160,6 +165,12 @@ impl MongoStore {
                 let mut options = CollectionOptions::default();
                 options.write_concern = self.inner.options.write_concern.clone();
                 options.read_concern = self.inner.options.read_concern.clone();
+                // Every read goes to the primary, whatever the client's read
+                // preference: a probe on a secondary that lags could miss a
+                // marker whose apply was acknowledged, and roll back a
+                // transaction answered committed; its `$$NOW` would be
+                // another server's clock.
+                options.selection_criteria = Some(primary());
                 self.inner
                     .client
                     .database(&ns.db)
@@ -609,5 +620,35 @@ impl tandem::NativeTransactions for MongoStore {
         retry: tandem::RetryPolicy,
     ) -> Result<(), StepError> {
         crate::native::run(&self.inner.client, retry, &self.inner.secrets, changes).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client told to read from secondaries still gets the store's reads
+    /// on the primary (no server needed: nothing is sent).
+    #[tokio::test]
+    async fn reads_go_to_the_primary_whatever_the_client_prefers() {
+        let options = ClientOptions::parse(
+            "mongodb://127.0.0.1:9/?readPreference=secondaryPreferred&serverSelectionTimeoutMS=1",
+        )
+        .await
+        .unwrap();
+        assert!(options.selection_criteria.is_some(), "the URI's preference");
+        let client = Client::with_options(options).unwrap();
+        let store = MongoStore::builder().build(client);
+        let coll = store.collection(&Namespace::new("db", "c"));
+        assert!(
+            matches!(
+                coll.selection_criteria(),
+                Some(mongodb::options::SelectionCriteria::ReadPreference(
+                    mongodb::options::ReadPreference::Primary
+                ))
+            ),
+            "{:?}",
+            coll.selection_criteria()
+        );
     }
 }
