@@ -422,6 +422,15 @@
 //!   `hello` reading at most ten seconds old plus local elapsed time, which
 //!   is behind `R.now` by up to a round trip: `D_0` only comes earlier,
 //!   making more creates inert, never fewer.
+//! * **Stale reads**: every read of the model sees the latest write to its
+//!   record or document, as a read from the primary does. The code holds
+//!   the store to it: `MongoStore` sends every command to the primary,
+//!   whatever read preference the client names (a secondary that lags could
+//!   answer a probe without the marker of an acknowledged apply, and its
+//!   `$$NOW` would be another clock); the embedded store has one copy.
+//! * **Reporting**: events and counts are not state; a move that matches
+//!   nothing takes the record as moved by its own earlier attempt only
+//!   under its epoch and creation token, as the model's moves name them.
 //! * **Operation outside the rules**: the application respects locks and
 //!   markers (it inserts only a free `_id` or over a ghost, deletes only
 //!   unlocked, unmarked documents); clocks step back at most once.
