@@ -425,14 +425,27 @@ impl RecoveryWorker {
                     &ns,
                     filter,
                     update,
-                    crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After),
+                    crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
+                        .with_fields(Claimed::FIELDS),
                 )
             })
             .await?;
-        let claimed = claimed
-            .map(TxRecord::from_document)
-            .transpose()
-            .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
+        let claimed = match claimed {
+            None => None,
+            Some(doc) => {
+                let changed: Claimed = bson::from_document(doc)
+                    .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
+                let epoch = changed.epoch;
+                match changed.onto(record) {
+                    Some(claimed) => Some(claimed),
+                    // Not the record scanned (its id used again since): read
+                    // it whole, if this claim still holds it.
+                    None => engine.load(&record.id).await?.filter(|now| {
+                        now.claim_token.as_deref() == Some(token.as_str()) && now.epoch == epoch
+                    }),
+                }
+            }
+        };
         if claimed.is_none() {
             if let Some(now) = engine.load(&record.id).await? {
                 if now.claim_token.as_deref() == Some(token.as_str())
@@ -823,5 +836,124 @@ impl RecoveryWorker {
             })
             .await? as usize;
         Ok(removed)
+    }
+}
+
+/// The fields of a record that a claim changes, read back in place of the
+/// whole record. The claim's filter names the record's state, epoch and
+/// `lastModified` as scanned, and every other write of a live record moves
+/// its state or epoch and stamps `lastModified`: whatever the claim did not
+/// change is as scanned. The creation token, read back too, tells the
+/// scanned record from another one under the same id.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Claimed {
+    state: TxState,
+    epoch: i64,
+    #[serde(default)]
+    attempts: i32,
+    owner: String,
+    lease_millis: i64,
+    claim_token: Option<String>,
+    not_before: Option<bson::DateTime>,
+    last_modified: Option<bson::DateTime>,
+    lease_start: Option<bson::DateTime>,
+    #[serde(default)]
+    history: Vec<crate::record::HistoryEntry>,
+    token: Option<String>,
+}
+
+impl Claimed {
+    /// The fields a claim returns.
+    const FIELDS: &'static [&'static str] = &[
+        "state",
+        "epoch",
+        "attempts",
+        "owner",
+        "leaseMillis",
+        "claimToken",
+        "notBefore",
+        "lastModified",
+        "leaseStart",
+        "history",
+        "token",
+    ];
+
+    /// `scanned` as this claim left it; `None` if the claimed record is not
+    /// the one scanned (another creation token).
+    fn onto(self, scanned: &TxRecord) -> Option<TxRecord> {
+        if self.token != scanned.token {
+            return None;
+        }
+        let mut record = scanned.clone();
+        record.state = self.state;
+        record.epoch = self.epoch;
+        record.attempts = self.attempts;
+        record.owner = self.owner;
+        record.lease_millis = self.lease_millis;
+        record.claim_token = self.claim_token;
+        record.not_before = self.not_before;
+        record.last_modified = self.last_modified;
+        record.lease_start = self.lease_start;
+        record.history = self.history;
+        Some(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(token: &str) -> TxRecord {
+        TxRecord::from_document(doc! {
+            "_id": "t1", "state": "pending", "epoch": 0_i64, "owner": "a",
+            "leaseMillis": 30_000_i64, "token": token, "earlyCommit": true,
+            "participants": [{ "kind": "document", "label": "db.c/x", "spec": { "id": "x" } }],
+            "lastModified": bson::DateTime::from_millis(1_000),
+            "history": [{ "state": "pending", "owner": "a", "epoch": 0_i64, "event": "create" }],
+        })
+        .unwrap()
+    }
+
+    fn claimed(token: &str) -> Claimed {
+        bson::from_document(doc! {
+            "_id": "t1", "state": "pending", "epoch": 1_i64, "attempts": 1, "owner": "b",
+            "leaseMillis": 60_000_i64, "claimToken": "c1", "token": token,
+            "notBefore": bson::DateTime::from_millis(33_000),
+            "lastModified": bson::DateTime::from_millis(40_000),
+            "leaseStart": bson::DateTime::from_millis(1_000),
+            "history": [
+                { "state": "pending", "owner": "a", "epoch": 0_i64, "event": "create" },
+                { "state": "pending", "owner": "b", "epoch": 1_i64, "event": "claim" },
+            ],
+        })
+        .unwrap()
+    }
+
+    /// What a claim read back replaces every field the claim changes, and
+    /// keeps the rest as scanned: the same record the whole read would give.
+    #[test]
+    fn a_claim_read_back_equals_the_whole_record() {
+        let scanned = record("k1");
+        let merged = claimed("k1").onto(&scanned).expect("the same record");
+        let mut whole = scanned.clone();
+        whole.epoch = 1;
+        whole.attempts = 1;
+        whole.owner = "b".into();
+        whole.lease_millis = 60_000;
+        whole.claim_token = Some("c1".into());
+        whole.not_before = Some(bson::DateTime::from_millis(33_000));
+        whole.last_modified = Some(bson::DateTime::from_millis(40_000));
+        whole.lease_start = Some(bson::DateTime::from_millis(1_000));
+        whole.history = claimed("k1").history;
+        assert_eq!(merged, whole);
+        assert_eq!(merged.participants, scanned.participants);
+    }
+
+    /// A record of another creation token under the same id is not merged
+    /// into the one scanned.
+    #[test]
+    fn a_claim_of_another_record_under_the_id_is_not_merged() {
+        assert!(claimed("k2").onto(&record("k1")).is_none());
     }
 }
