@@ -261,6 +261,12 @@ impl StoreError {
 /// [`Transient`](StoreErrorKind::Transient), never repeated inside the call:
 /// the coordinator repeats it ([`RetryPolicy`](crate::RetryPolicy)), and must
 /// know that an earlier copy may still land.
+///
+/// Every read sees every write the store has acknowledged, and `$$NOW` is
+/// the clock of the server that holds the documents: recovery decides from
+/// what it reads whether an apply landed, and a read from a copy that lags
+/// (a MongoDB secondary) could miss one and roll back a transaction answered
+/// committed. `MongoStore` sends everything to the primary for this reason.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// A short name for logs and metrics, e.g. `"memory"` or `"mongodb"`.
