@@ -703,9 +703,14 @@ impl RecoveryWorker {
     }
 
     /// Removes `done` and `canceled` records older than `older_than` (by the
-    /// store's clock), running each participant's [`forget`](crate::Participant::forget)
-    /// first. A record whose id the caller chose (an idempotency key) becomes
-    /// a stub instead, holding its id and state until the
+    /// store's clock) whose create deadline has passed by the clock margin,
+    /// running each participant's [`forget`](crate::Participant::forget)
+    /// first. (The create deadline is the writing coordinator's lease from
+    /// the start; a late copy of the record's create is inert only once it
+    /// has passed, so a record is kept until then even where this worker's
+    /// lease is shorter.) A record whose id the caller chose (an
+    /// idempotency key) becomes a stub instead, holding its id and state
+    /// until the
     /// [idempotency window](RecoveryConfig::idempotency_window) after it
     /// finished has passed; stubs past it are removed. Returns how many
     /// records were removed or reduced to stubs.
@@ -736,11 +741,22 @@ impl RecoveryWorker {
             now.timestamp_millis()
                 .saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX)),
         );
-        let filter = doc! {
+        // A record is due once its age passed `older_than` and its create
+        // deadline passed by the margin: only then is a late copy of its
+        // create, arriving after the record is gone, sure to write an inert
+        // record. (The create deadline is the lease of the coordinator that
+        // wrote the record, which may be longer than this worker's.)
+        let created_cutoff = bson::DateTime::from_millis(
+            now.timestamp_millis()
+                .saturating_sub(engine.margin_millis()),
+        );
+        let due_filter = doc! {
             "state": { "$in": [TxState::Done, TxState::Canceled] },
             "lastModified": { "$lte": cutoff },
+            "createBy": { "$not": { "$gt": created_cutoff } },
             "stubUntil": { "$exists": false },
         };
+        let filter = due_filter.clone();
         let window = i64::try_from(self.config.idempotency_window.as_millis()).unwrap_or(i64::MAX);
         // Records whose participants are all document changes keep nothing on
         // their documents: they go at once. Others are rebuilt to run their
@@ -798,7 +814,18 @@ impl RecoveryWorker {
             }
             match keep_until {
                 Some(until) => {
-                    let filter = doc! { "_id": record.id.as_str(), "state": record.state };
+                    // Under the scan's own conditions and the record's
+                    // creation token, as the deletes below: a worker that
+                    // stalled since its scan must not stub a record written
+                    // again under the id after this one was collected (its
+                    // window would already be over, and the next pass would
+                    // remove a record seconds old).
+                    let mut filter = due_filter.clone();
+                    filter.insert("_id", record.id.as_str());
+                    filter.insert("state", record.state);
+                    if let Some(token) = &record.token {
+                        filter.insert("token", token.as_str());
+                    }
                     let stub =
                         doc! { "$set": { "participants": [], "history": [], "stubUntil": until } };
                     removed += engine
@@ -817,12 +844,8 @@ impl RecoveryWorker {
             }
         }
         for batch in ids.chunks(GC_BATCH) {
-            let filter = doc! {
-                "_id": { "$in": batch },
-                "state": { "$in": [TxState::Done, TxState::Canceled] },
-                "lastModified": { "$lte": cutoff },
-                "stubUntil": { "$exists": false },
-            };
+            let mut filter = due_filter.clone();
+            filter.insert("_id", doc! { "$in": batch });
             removed += engine
                 .retry(|| engine.records().delete_many(&ns, filter.clone()))
                 .await? as usize;

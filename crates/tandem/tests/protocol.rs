@@ -759,6 +759,141 @@ async fn garbage_collection_removes_records_and_leaves_documents_clean() {
     assert!(store.documents(&records()).is_empty());
 }
 
+/// A transfer under the caller's id `id`, of `amount` from `from` to `to`.
+fn keyed_transfer(id: &str, from: &str, to: &str, amount: i64) -> Transaction {
+    Transaction::with_id(id)
+        .change(
+            DocumentChange::update(accounts(), from)
+                .inc("balance", -amount)
+                .require_gte("balance", amount),
+        )
+        .change(DocumentChange::update(accounts(), to).inc("balance", amount))
+}
+
+/// A garbage collector that stalled between its scan (which found `K`
+/// `done`, inside its idempotency window) and its stub update wakes after
+/// the old `K` was stubbed and removed, and a new transaction under the id
+/// `K` reached `done`. Its stub update must not touch the new record: with a
+/// filter of the id and state alone it made the new record a stub whose
+/// window was already over, the next collection removed it seconds old, a
+/// late copy of its create then landed live, and recovery rolled it forward:
+/// the new transaction's debit landed twice.
+#[tokio::test]
+async fn a_stalled_stub_update_leaves_a_new_record_under_the_id_alone() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let config = || RecoveryConfig {
+        idempotency_window: Duration::from_secs(100),
+        pending: PendingPolicy::RollForward,
+        ..RecoveryConfig::default()
+    };
+    let age = Duration::from_secs(32);
+
+    let first = Coordinator::new(store.clone());
+    first.run(keyed_transfer("K", "A", "B", 100)).await.unwrap();
+    first.drain().await;
+    clock.advance(Duration::from_secs(40));
+
+    // The stalled collector: its operations are the clock, the scan, the stub.
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    let stalled = Coordinator::new(faulty.clone()).recovery(config());
+    let pause = faulty.pause_at(3);
+    let stalled = tokio::spawn(async move { stalled.collect_garbage(age).await });
+    pause.reached.await.unwrap();
+
+    // Another collector stubs the old `K`, and removes the stub after its window.
+    let collector = Coordinator::new(store.clone()).recovery(config());
+    assert_eq!(collector.collect_garbage(age).await.unwrap(), 1);
+    clock.advance(Duration::from_secs(70));
+    collector.collect_garbage(age).await.unwrap();
+    assert!(store.documents(&records()).is_empty(), "the old K is gone");
+
+    // A new transaction under `K`, its create kept to be delivered again.
+    let kept = FaultStore::new(Arc::new(store.clone())).keeping_upserts();
+    let second = Coordinator::new(kept.clone());
+    second.run(keyed_transfer("K", "A", "B", 50)).await.unwrap();
+    second.drain().await;
+    assert_eq!(balance(&store, "A").await, 850);
+    let new_record = get(&store, &records(), "K").await.unwrap();
+
+    // The stalled collector wakes and finds nothing of its own to stub.
+    pause.release.send(()).unwrap();
+    assert_eq!(stalled.await.unwrap().unwrap(), 0);
+    assert_eq!(get(&store, &records(), "K").await, Some(new_record.clone()));
+
+    // The next collection leaves the record, seconds old, where it is, so a
+    // late copy of its create meets it and writes nothing.
+    collector.collect_garbage(age).await.unwrap();
+    assert_eq!(get(&store, &records(), "K").await, Some(new_record));
+    let create = kept.upserts().into_iter().next().expect("the create");
+    let late = kept.deliver_again(&create).await;
+    assert_eq!(late.unwrap_err().kind, tandem::StoreErrorKind::DuplicateKey);
+    clock.advance(Duration::from_secs(33));
+    collector.run_once().await.unwrap();
+    assert_eq!(
+        balance(&store, "A").await,
+        850,
+        "the new K was applied once"
+    );
+    assert_eq!(balance(&store, "B").await, 1150);
+}
+
+/// A collector configured with a shorter lease than a coordinator's may not
+/// collect that coordinator's record before the record's own create
+/// deadline: a late copy of its create (its first attempt lost its answer,
+/// the retry wrote the record, the transaction finished) would then land
+/// live after the collection, `pending` at epoch 0, and recovery rolling it
+/// forward would pay a second time. The record carries its create deadline;
+/// collection waits for it, whatever the collector's own lease.
+#[tokio::test]
+async fn collection_waits_for_the_create_deadline_of_a_longer_lease() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()))
+        .keeping_upserts()
+        .lose_at(1);
+    let coordinator = Coordinator::builder(faulty.clone())
+        .lease(Duration::from_secs(60))
+        .early_commit(false)
+        .commit_point(CommitPoint::Done)
+        .build();
+    let receipt = coordinator.run(transfer("A", "B", 100)).await.unwrap();
+    assert_eq!(receipt.state, TxState::Done);
+    assert_eq!(balance(&store, "A").await, 900);
+
+    clock.advance(Duration::from_secs(10));
+    let short = Coordinator::builder(store.clone())
+        .lease(Duration::from_secs(5))
+        .build()
+        .recovery(RecoveryConfig {
+            pending: PendingPolicy::RollForward,
+            ..RecoveryConfig::default()
+        });
+    assert_eq!(
+        short.collect_garbage(Duration::from_secs(7)).await.unwrap(),
+        0
+    );
+
+    let lost = faulty
+        .upserts()
+        .into_iter()
+        .next()
+        .expect("the lost create");
+    let late = faulty.deliver_again(&lost).await;
+    assert_eq!(
+        late.unwrap_err().kind,
+        tandem::StoreErrorKind::DuplicateKey,
+        "the late copy meets the record"
+    );
+    clock.advance(Duration::from_secs(70));
+    short.run_once().await.unwrap();
+    assert_eq!(balance(&store, "A").await, 900, "debited once");
+    assert_eq!(balance(&store, "B").await, 1100);
+    // Past its create deadline plus the margin, the record goes.
+    assert_eq!(
+        short.collect_garbage(Duration::from_secs(7)).await.unwrap(),
+        1
+    );
+}
+
 #[tokio::test]
 async fn events_report_every_state_change() {
     let (store, _, _) = bank(&["A", "B"], 1000).await;

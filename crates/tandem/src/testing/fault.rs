@@ -24,6 +24,7 @@ pub struct Pause {
 #[derive(Default)]
 struct Plan {
     crash_after: Option<u64>,
+    lose_at: Option<u64>,
     pause_at: Option<(u64, oneshot::Sender<()>, oneshot::Receiver<()>)>,
     yield_seed: Option<u64>,
     /// Copies of the upserts sent through the wrapper, when kept.
@@ -87,6 +88,17 @@ impl FaultStore {
         self.lock().crash_after = Some(done);
     }
 
+    /// Operation number `n` (1-based) fails with
+    /// [`StoreErrorKind::Transient`] without reaching the wrapped store: to
+    /// the caller, a request whose answer was lost, its outcome unknown. The
+    /// request itself may still arrive: an upserting `findAndModify` lost so
+    /// is kept (with [`keeping_upserts`](Self::keeping_upserts)), to be
+    /// delivered late with [`deliver_again`](Self::deliver_again).
+    pub fn lose_at(self, n: u64) -> Self {
+        self.lock().lose_at = Some(n);
+        self
+    }
+
     /// Pauses before operation number `n` (1-based) until released.
     pub fn pause_at(&self, n: u64) -> Pause {
         let (reached_tx, reached_rx) = oneshot::channel();
@@ -136,8 +148,9 @@ impl FaultStore {
 
     async fn gate(&self) -> Result<(), StoreError> {
         let n = self.ops.fetch_add(1, Ordering::SeqCst) + 1;
-        let (crash_after, pause, yields) = {
+        let (crash_after, lost, pause, yields) = {
             let mut plan = self.lock();
+            let lost = plan.lose_at == Some(n);
             let pause = match &plan.pause_at {
                 Some((at, _, _)) if *at == n => plan.pause_at.take(),
                 _ => None,
@@ -149,7 +162,7 @@ impl FaultStore {
                 z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
                 (z ^ (z >> 31)) % 4
             });
-            (plan.crash_after, pause, yields)
+            (plan.crash_after, lost, pause, yields)
         };
         if let Some((_, reached, release)) = pause {
             let _ = reached.send(());
@@ -162,6 +175,10 @@ impl FaultStore {
             Some(limit) if n > limit => Err(StoreError::new(
                 StoreErrorKind::Crashed,
                 format!("injected crash before operation {n}"),
+            )),
+            _ if lost => Err(StoreError::new(
+                StoreErrorKind::Transient,
+                format!("injected: the answer of operation {n} was lost"),
             )),
             _ => Ok(()),
         }
@@ -205,8 +222,9 @@ impl Store for FaultStore {
         update: Document,
         options: crate::store::FindOneAndUpdateOptions,
     ) -> Result<Option<Document>, StoreError> {
-        self.gate().await?;
-        if options.upsert {
+        let gate = self.gate().await;
+        let lost = matches!(&gate, Err(e) if e.kind == StoreErrorKind::Transient);
+        if options.upsert && (gate.is_ok() || lost) {
             if let Some(kept) = &mut self.lock().upserts {
                 kept.push(Upsert {
                     ns: ns.clone(),
@@ -215,6 +233,7 @@ impl Store for FaultStore {
                 });
             }
         }
+        gate?;
         self.inner
             .find_one_and_update(ns, filter, update, options)
             .await
