@@ -393,6 +393,11 @@ impl RecoveryWorker {
             if let Some(lm) = record.last_modified {
                 filter.insert("lastModified", lm);
             }
+            // Every record move names the creation token: a record written
+            // again under the id is never claimed for the one scanned.
+            if let Some(creation) = &record.token {
+                filter.insert("token", creation.as_str());
+            }
             let mut set = doc! { "owner": owner, "leaseMillis": lease, "claimToken": &token, "notBefore": not_before };
             let mut stamps = doc! { "lastModified": true };
             if applies {
