@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use bson::{doc, Document};
 use futures::TryStreamExt;
 use mongodb::action::Action;
-use mongodb::options::{ClientOptions, CollectionOptions, IndexOptions};
+use mongodb::options::{ClientOptions, CollectionOptions, IndexOptions, ReadConcern};
 use mongodb::{Client, Collection, IndexModel};
 use tandem::store::{
     FindOptions, IndexSpec, Namespace, ReturnDocument, Store, StoreError, StoreErrorKind,
@@ -46,10 +46,12 @@ pub(crate) fn primary() -> mongodb::options::SelectionCriteria {
 /// | [`update_many`](Store::update_many) | `update` (`multi: true`) |
 /// | [`find_one`](Store::find_one) | `find` (`limit: 1`) |
 /// | [`find`](Store::find) | `find` (and `getMore` for further batches) |
+/// | [`exists`](Store::exists) | `find` (`limit: 1`, projection `{_id: 1}`, read concern `linearizable`, `maxTimeMS` 10 s) |
 /// | [`ensure_index`](Store::ensure_index) | `createIndexes` |
 ///
 /// Writes use the configured write concern (default `{ w: "majority", j: true }`),
-/// `find` and `findOne` the configured read concern (default `majority`).
+/// `find` and `findOne` the configured read concern (default `majority`);
+/// `exists`, which recovery's decisions rest on, reads `linearizable`.
 ///
 /// Cloning is cheap: clones share the client, the collection handles and the
 /// [metrics](MongoStore::metrics).
@@ -79,6 +81,10 @@ struct Inner {
 
 /// How long a reading of the server's clock serves [`Store::clock_estimate`].
 const CLOCK_READING_KEPT: Duration = Duration::from_secs(10);
+
+/// How long [`Store::exists`] (a `linearizable` read) waits for a majority
+/// to hold what it read before it gives up (`maxTimeMS`).
+const DECISIVE_READ_MAX_TIME: Duration = Duration::from_secs(10);
 
 impl fmt::Debug for MongoStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -562,6 +568,39 @@ impl Store for MongoStore {
             let coll = coll.clone();
             let filter = filter.clone();
             async move { coll.find_one(filter).await }
+        })
+        .await
+    }
+
+    /// `find` with `limit: 1`, the projection `{_id: 1}` and the read
+    /// concern `linearizable`, on the primary, whatever the store's read
+    /// concern: the answer carries the `_id` alone, and sees every write
+    /// that reached the primary before the read, once a majority holds it.
+    ///
+    /// A `majority` read is not enough here. Its snapshot lags the primary's
+    /// latest writes: an apply that landed before its deadline but is not
+    /// yet held by a majority (a secondary that lags, or is down) would be
+    /// missed, recovery would roll the transaction back, and the apply's
+    /// acknowledgement, coming later, would tell the coordinator it
+    /// committed. A `local` read would see an apply that a failover can
+    /// still take back. A `linearizable` read does neither: it returns what
+    /// the primary holds once a majority holds it too. It waits for that at
+    /// most 10 s (`maxTimeMS`; then it fails, and recovery asks again on a
+    /// later pass).
+    async fn exists(&self, ns: &Namespace, filter: Document) -> Result<bool, StoreError> {
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        self.run(Command::FindOne, &ns_name, || {
+            let coll = coll.clone();
+            let filter = filter.clone();
+            async move {
+                coll.find_one(filter)
+                    .projection(doc! { "_id": 1 })
+                    .read_concern(ReadConcern::linearizable())
+                    .max_time(DECISIVE_READ_MAX_TIME)
+                    .await
+                    .map(|found| found.is_some())
+            }
         })
         .await
     }

@@ -958,6 +958,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn own_record_landing_while_the_id_is_taken() {
+        let Some(f) = factory("s_own_record").await else {
+            return;
+        };
+        safety::own_record_landing_while_the_id_is_taken(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn reused_id_keeps_markers_apart() {
         let Some(f) = factory("s_reused_id").await else {
             return;

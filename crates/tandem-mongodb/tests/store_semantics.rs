@@ -334,3 +334,70 @@ async fn metrics_count_commands_per_kind() {
     assert_eq!(t.store.name(), "mongodb");
     t.drop().await;
 }
+
+/// `exists`, the read recovery decides on ("is the marker there?"), is a
+/// `find` of one document's `_id` at read concern `linearizable`, bounded
+/// by `maxTimeMS`, whatever read concern the store's other reads use: a
+/// `majority` snapshot can miss an apply that reached the primary and will
+/// be acknowledged. SecantusDB accepts the level (it reads its latest state
+/// at every level); this pins what goes on the wire, and the answers.
+#[tokio::test]
+async fn exists_reads_linearizable_and_returns_only_the_id() {
+    use std::sync::{Arc, Mutex};
+
+    use mongodb::event::command::CommandEvent;
+    use mongodb::event::EventHandler;
+    use mongodb::options::ClientOptions;
+    use tandem_mongodb::MongoStore;
+
+    let Some(uri) = common::mongodb_uri() else {
+        return;
+    };
+    let sent: Arc<Mutex<Vec<bson::Document>>> = Arc::default();
+    let mut options = ClientOptions::parse(&uri).await.unwrap();
+    let seen = Arc::clone(&sent);
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            if started.command_name == "find" {
+                seen.lock().unwrap().push(started.command);
+            }
+        }
+    }));
+    let store = MongoStore::builder().build(mongodb::Client::with_options(options).unwrap());
+    let db = common::unique_name("exists");
+    let ns = tandem::store::Namespace::new(&db, "docs");
+    store
+        .insert_one(
+            &ns,
+            doc! { "_id": "a", "marks": ["t1"], "big": "x".repeat(1000) },
+        )
+        .await
+        .unwrap();
+
+    assert!(store
+        .exists(&ns, doc! { "_id": "a", "marks": "t1" })
+        .await
+        .unwrap());
+    assert!(!store
+        .exists(&ns, doc! { "_id": "a", "marks": "t2" })
+        .await
+        .unwrap());
+    assert!(!store.exists(&ns, doc! { "_id": "b" }).await.unwrap());
+
+    let sent = sent.lock().unwrap().clone();
+    assert_eq!(sent.len(), 3, "one find each: {sent:?}");
+    for command in &sent {
+        let concern = command.get_document("readConcern").expect("a read concern");
+        assert_eq!(
+            concern.get_str("level").unwrap(),
+            "linearizable",
+            "{command}"
+        );
+        assert_eq!(
+            command.get_document("projection").unwrap(),
+            &doc! { "_id": 1 }
+        );
+        assert!(command.get("maxTimeMS").is_some(), "bounded: {command}");
+    }
+    store.client().database(&db).drop().await.unwrap();
+}

@@ -263,10 +263,12 @@ impl StoreError {
 /// know that an earlier copy may still land.
 ///
 /// Every read sees every write the store has acknowledged, and `$$NOW` is
-/// the clock of the server that holds the documents: recovery decides from
-/// what it reads whether an apply landed, and a read from a copy that lags
-/// (a MongoDB secondary) could miss one and roll back a transaction answered
-/// committed. `MongoStore` sends everything to the primary for this reason.
+/// the clock of the server that holds the documents: a read from a copy
+/// that lags (a MongoDB secondary) could miss an apply, and its `$$NOW`
+/// would be another server's clock. `MongoStore` sends everything to the
+/// primary for this reason. The read recovery decides on,
+/// [`exists`](Store::exists), must see more: every write that reached the
+/// store, acknowledged yet or not.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// A short name for logs and metrics, e.g. `"memory"` or `"mongodb"`.
@@ -376,6 +378,24 @@ pub trait Store: Send + Sync + 'static {
         filter: Document,
         options: FindOptions,
     ) -> Result<Vec<Document>, StoreError>;
+
+    /// Whether any document matches `filter`, read back as nothing but the
+    /// answer: the read tandem decides on. Recovery asks it of every
+    /// participant of a stuck transaction ("is my marker there?"), and a
+    /// coordinator whose record's `_id` is taken asks it whether the record
+    /// is its own.
+    ///
+    /// It must see every write that reached the store before it, whether
+    /// acknowledged yet or not, and none that the store could still lose:
+    /// an apply that landed but is not acknowledged yet will be, and an
+    /// answer "not there" would roll back a transaction its coordinator is
+    /// about to answer committed. MongoDB: `find` with `limit: 1`, the
+    /// projection `{_id: 1}` and the read concern `linearizable`. The
+    /// default reads with [`find_one`](Store::find_one), enough for a store
+    /// whose every read sees its latest writes, as the embedded one does.
+    async fn exists(&self, ns: &Namespace, filter: Document) -> Result<bool, StoreError> {
+        Ok(self.find_one(ns, filter).await?.is_some())
+    }
 
     /// Several single-document updates in one request, each `(filter, update)`
     /// statement updating at most one document atomically on its own; returns
@@ -517,6 +537,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         options: FindOptions,
     ) -> Result<Vec<Document>, StoreError> {
         (**self).find(ns, filter, options).await
+    }
+    async fn exists(&self, ns: &Namespace, filter: Document) -> Result<bool, StoreError> {
+        (**self).exists(ns, filter).await
     }
     async fn count(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
         (**self).count(ns, filter).await

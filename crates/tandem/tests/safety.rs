@@ -164,3 +164,8 @@ async fn late_create_after_collection() {
 async fn reused_id_keeps_markers_apart() {
     safety::reused_id_keeps_markers_apart(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn own_record_landing_while_the_id_is_taken() {
+    safety::own_record_landing_while_the_id_is_taken(&MemoryFactory::new(), "bank").await;
+}

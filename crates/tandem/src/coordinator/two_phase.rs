@@ -309,58 +309,8 @@ impl Coordinator {
                 })
             }
             Err(e) if e.kind == StoreErrorKind::DuplicateKey => {
-                // Ours, if an earlier attempt landed before its answer was lost.
-                let existing =
-                    engine
-                        .load(&live.id)
-                        .await
-                        .map_err(|source| TxError::Interrupted {
-                            id: live.id.clone(),
-                            state: None,
-                            source,
-                        })?;
-                match existing {
-                    Some(r) if r.token.as_deref() == Some(token.as_str()) => {
-                        if r.is_inert() {
-                            let retried = attempts.load(std::sync::atomic::Ordering::Relaxed) > 1;
-                            return Err(self.cancel_inert(live, r.epoch, retried).await);
-                        }
-                        if r.state != TxState::Pending || r.epoch != live.epoch {
-                            // Written by us, then claimed by recovery before we heard back.
-                            return Err(TxError::Superseded {
-                                id: live.id.clone(),
-                                state: Some(r.state),
-                                epoch: r.epoch,
-                            });
-                        }
-                        engine.emit(TxEvent::Created {
-                            id: live.id.clone(),
-                            participants: live.parties.len(),
-                        });
-                        return Ok(r.deadline());
-                    }
-                    other => {
-                        if attempts.load(std::sync::atomic::Ordering::Relaxed) > 1
-                            && !self.wait_until(create_by).await
-                        {
-                            // An earlier attempt of ours may still be on its way:
-                            // it can take effect only before the create deadline.
-                            return Err(TxError::Interrupted {
-                                id: live.id.clone(),
-                                state: None,
-                                source: StoreError::new(
-                                    StoreErrorKind::Other,
-                                    "the id is taken, and an earlier attempt to write this \
-                                     transaction's record may still land until its create deadline",
-                                ),
-                            });
-                        }
-                        return Err(TxError::Duplicate {
-                            id: live.id.clone(),
-                            state: other.map(|r| r.state),
-                        });
-                    }
-                }
+                let retried = attempts.load(std::sync::atomic::Ordering::Relaxed) > 1;
+                return self.id_taken(live, &token, create_by, retried).await;
             }
             Err(source) if source.kind == StoreErrorKind::DocumentTooLarge => {
                 // The record holds every change: one too large for it is refused outright.
@@ -403,6 +353,114 @@ impl Coordinator {
         Ok(bson::DateTime::from_millis(
             start.saturating_add(lease_millis),
         ))
+    }
+
+    /// The record's `_id` is taken: by the record of an earlier attempt of
+    /// ours whose answer was lost, or by another transaction's. `Ok` (the
+    /// deadline of its applies) to go on with our own record, live and as
+    /// written; otherwise the answer.
+    ///
+    /// The record is ours only under our creation token, as a read that sees
+    /// every write that landed finds it ([`Store::exists`]): a read that may
+    /// lag (a MongoDB `majority` snapshot) could miss our own record, and the
+    /// answer `Duplicate` ("this one wrote nothing") would stand for a
+    /// transaction that recovery then finishes. After a retry (`retried`),
+    /// an earlier attempt of ours may also land later, once the record now
+    /// under the id is collected, until the create deadline: wait for it,
+    /// then look again.
+    async fn id_taken(
+        &self,
+        live: &Live,
+        token: &str,
+        create_by: bson::DateTime,
+        retried: bool,
+    ) -> Result<bson::DateTime, TxError> {
+        let engine = &self.engine;
+        let ns = engine.records_ns();
+        let interrupted = |source| TxError::Interrupted {
+            id: live.id.clone(),
+            state: None,
+            source,
+        };
+        let ours = || {
+            engine.retry(|| {
+                engine
+                    .records()
+                    .exists(&ns, doc! { "_id": live.id.as_str(), "token": token })
+            })
+        };
+        let mut waited = false;
+        loop {
+            if ours().await.map_err(interrupted)? {
+                let Some(r) = engine.load(&live.id).await.map_err(interrupted)? else {
+                    return Err(interrupted(StoreError::new(
+                        StoreErrorKind::Other,
+                        "this transaction's record was found, then not: collected meanwhile",
+                    )));
+                };
+                if r.token.as_deref() != Some(token) {
+                    return Err(interrupted(StoreError::new(
+                        StoreErrorKind::Other,
+                        "this transaction's record was found, then another under its id",
+                    )));
+                }
+                if r.is_inert() {
+                    return Err(self.cancel_inert(live, r.epoch, retried).await);
+                }
+                if r.state != TxState::Pending || r.epoch != live.epoch {
+                    // Written by us, then claimed by recovery before we heard back.
+                    return Err(TxError::Superseded {
+                        id: live.id.clone(),
+                        state: Some(r.state),
+                        epoch: r.epoch,
+                    });
+                }
+                engine.emit(TxEvent::Created {
+                    id: live.id.clone(),
+                    participants: live.parties.len(),
+                });
+                return Ok(r.deadline());
+            }
+            if retried && !waited {
+                // An earlier attempt of ours may still be on its way: it can
+                // take effect only before the create deadline.
+                if !self.wait_until(create_by).await {
+                    return Err(interrupted(StoreError::new(
+                        StoreErrorKind::Other,
+                        "the id is taken, and an earlier attempt to write this \
+                         transaction's record may still land until its create deadline",
+                    )));
+                }
+                waited = true;
+                continue;
+            }
+            if waited {
+                // Not there after the create deadline: no attempt of ours
+                // landed in time, unless one did and its record was finished
+                // and collected already, which garbage collection does only
+                // once the create deadline has passed by the clock margin.
+                // Only read before then is "not there" an answer.
+                let now = engine
+                    .retry(|| engine.records().now())
+                    .await
+                    .map_err(interrupted)?;
+                let collectable = create_by
+                    .timestamp_millis()
+                    .saturating_add(engine.margin_millis());
+                if now.timestamp_millis() >= collectable {
+                    return Err(interrupted(StoreError::new(
+                        StoreErrorKind::Other,
+                        "the id is taken by another record, and an earlier attempt of this \
+                         transaction may have written a record since finished and collected",
+                    )));
+                }
+            }
+            let other = engine.load(&live.id).await.map_err(interrupted)?;
+            return Err(TxError::Duplicate {
+                id: live.id.clone(),
+                state: other.map(|r| r.state),
+            });
+        }
     }
 
     /// The answer for a record the store wrote at or after its create

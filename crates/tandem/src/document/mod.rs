@@ -427,9 +427,8 @@ impl Participant for DocumentChange {
         // read decides both.
         let marked = |filter| async {
             store
-                .find_one(&self.namespace, filter)
+                .exists(&self.namespace, filter)
                 .await
-                .map(|found| found.is_some())
                 .map_err(|e| self.store_err(e))
         };
         let found = marked(self.applied_filter(&ctx)).await?;

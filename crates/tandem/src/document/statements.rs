@@ -639,10 +639,9 @@ impl DocumentChange {
             return Ok(current);
         }
         let exists = store
-            .find_one(&self.namespace, doc! { "_id": self.id.clone() })
+            .exists(&self.namespace, doc! { "_id": self.id.clone() })
             .await
-            .map_err(|e| self.store_err(e))?
-            .is_some();
+            .map_err(|e| self.store_err(e))?;
         if exists {
             return Err(StepError::Expired {
                 participant: self.label(),

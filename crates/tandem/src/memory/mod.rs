@@ -452,6 +452,19 @@ impl Store for MemoryStore {
         Ok(found)
     }
 
+    /// Looks, without copying the document.
+    async fn exists(&self, ns: &Namespace, filter: Document) -> Result<bool, StoreError> {
+        self.count_command();
+        query::validate(&filter)?;
+        let cx = Ctx::clock(&*self.inner.clock);
+        let data = self.lock();
+        let found = data
+            .get(ns)
+            .is_some_and(|coll| coll.matching(&filter, &cx).next().is_some());
+        cx.check()?;
+        Ok(found)
+    }
+
     async fn count(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
         self.count_command();
         query::validate(&filter)?;

@@ -281,6 +281,10 @@ impl Store for FaultStore {
         self.gate().await?;
         self.inner.find(ns, filter, options).await
     }
+    async fn exists(&self, ns: &Namespace, filter: Document) -> Result<bool, StoreError> {
+        self.gate().await?;
+        self.inner.exists(ns, filter).await
+    }
     async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {
         self.gate().await?;
         self.inner.ensure_index(ns, index).await

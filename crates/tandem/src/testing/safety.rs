@@ -1019,8 +1019,8 @@ pub async fn late_create_after_collection<F: StoreFactory + ?Sized>(factory: &F,
     );
     assert_eq!(balance(store.as_ref(), db, "A").await, 90, "debited once");
     assert_eq!(balance(store.as_ref(), db, "B").await, 10, "credited once");
-    let a = get(store.as_ref(), &ns, "A").await.expect("A");
-    let b = get(store.as_ref(), &ns, "B").await.expect("B");
+    let a = get(store.as_ref(), &accounts(db), "A").await.expect("A");
+    let b = get(store.as_ref(), &accounts(db), "B").await.expect("B");
     assert!(!held(&a) && !held(&b), "nothing left on documents: {a} {b}");
 }
 
@@ -1085,4 +1085,104 @@ pub async fn reused_id_keeps_markers_apart<F: StoreFactory + ?Sized>(factory: &F
     assert_eq!(balance(store.as_ref(), db, "B").await, 15);
     let b = get(store.as_ref(), &ns, "B").await.expect("B");
     assert!(!held(&b), "nothing left: {b}");
+}
+
+/// Review finding: *our own record taken for another transaction's.* The
+/// request that writes a transaction's record loses its answer; the retry
+/// meets another transaction's record under the id (a caller-chosen id whose
+/// earlier use is about to be collected) and waits out the create deadline,
+/// as an earlier attempt of its own may still land. It does: the other
+/// record is collected and the first request arrives in time, live. Before,
+/// the coordinator answered `Duplicate` ("this transaction wrote nothing")
+/// without looking again, and recovery, which rolls a record that commits at
+/// the move to `applied` forward, then made the transfer: answered as not
+/// made, made. Now it looks again, finds its own record, and goes on with it.
+pub async fn own_record_landing_while_the_id_is_taken<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
+    let lease = factory.lease();
+    let pay = move |amount: i64| {
+        Transaction::with_id("taken")
+            .change(
+                DocumentChange::update(ns.clone(), "A")
+                    .inc("balance", -amount)
+                    .require_gte("balance", amount),
+            )
+            .change(DocumentChange::update(ns.clone(), "B").inc("balance", amount))
+    };
+    let first = coordinator(store.clone(), db, lease)
+        .run(pay(10))
+        .await
+        .expect("the first use of the id commits");
+    assert_eq!(first.state, TxState::Done);
+    factory.pass(store.as_ref(), lease).await;
+
+    // The second use of the id: its record's create (operation 1) loses its
+    // answer; the retry (2) meets the first record; the look at it (3); the
+    // wait for the create deadline reads the clock (4): stopped there.
+    let faulty = FaultStore::new(store.clone()).keeping_upserts().lose_at(1);
+    let pause = faulty.pause_at(4);
+    let second = Coordinator::builder(faulty.clone())
+        .database(db)
+        .lease(lease)
+        .clock_margin(Duration::ZERO)
+        .commit_point(CommitPoint::Done)
+        .early_commit(false)
+        .build();
+    let run = tokio::spawn(async move { second.run(pay(5)).await });
+    pause
+        .reached
+        .await
+        .expect("the retry waits for the create deadline");
+
+    // The first record is collected, and the lost create arrives, in time.
+    let collector = collector(store.clone(), db, lease, Duration::ZERO);
+    assert_eq!(
+        collector.collect_garbage(lease).await.expect("collection"),
+        1
+    );
+    let create = faulty
+        .upserts()
+        .into_iter()
+        .next()
+        .expect("the lost create was kept");
+    let landed = faulty
+        .deliver_again(&create)
+        .await
+        .expect("the lost create lands")
+        .expect("the record as written");
+    assert!(
+        !crate::TxRecord::from_document(landed)
+            .expect("a record")
+            .is_inert(),
+        "it arrived before its create deadline"
+    );
+    pause.release.send(()).expect("the coordinator waits");
+    factory.pass(store.as_ref(), lease).await;
+    let answer = run.await.expect("the coordinator's task");
+
+    factory.pass(store.as_ref(), lease).await;
+    let report = recovery(store.clone(), db, lease, PendingPolicy::RollForward)
+        .run_once()
+        .await
+        .expect("recovery pass");
+    let (a, b) = (
+        balance(store.as_ref(), db, "A").await,
+        balance(store.as_ref(), db, "B").await,
+    );
+    match &answer {
+        Ok(receipt) => assert_eq!((a, b), (85, 15), "{receipt:?}, {report:?}"),
+        // `Interrupted` claims nothing; any other refusal says nothing was made.
+        Err(TxError::Interrupted { .. }) => {}
+        Err(e) => assert_eq!((a, b), (90, 10), "answered {e}, yet: {report:?}"),
+    }
+    assert_eq!(a + b, 100, "no money made or lost: {report:?}");
+    let a = get(store.as_ref(), &accounts(db), "A").await.expect("A");
+    let b = get(store.as_ref(), &accounts(db), "B").await.expect("B");
+    assert!(!held(&a) && !held(&b), "nothing left on documents: {a} {b}");
 }
