@@ -417,17 +417,36 @@
 //!   model's application never writes a document in flight), how much of a
 //!   record's history is kept, how long a claim waits, and how long an id
 //!   stays taken after collection (the model removes a collected record
-//!   outright, with no stub: the harder case for late steps).
+//!   outright, with no stub: the harder case for late steps). A stub update
+//!   is a collection step and carries the delete's conditions (age, create
+//!   deadline, state, creation token), so it acts only on a record the
+//!   model's `Collect` could remove.
 //! * **How the coordinator reads `R`'s clock for `D_0`**: the code uses a
 //!   `hello` reading at most ten seconds old plus local elapsed time, which
 //!   is behind `R.now` by up to a round trip: `D_0` only comes earlier,
 //!   making more creates inert, never fewer.
 //! * **Stale reads**: every read of the model sees the latest write to its
-//!   record or document, as a read from the primary does. The code holds
-//!   the store to it: `MongoStore` sends every command to the primary,
-//!   whatever read preference the client names (a secondary that lags could
-//!   answer a probe without the marker of an acknowledged apply, and its
-//!   `$$NOW` would be another clock); the embedded store has one copy.
+//!   record or document, acknowledged or not. The code holds the reads it
+//!   decides on to that: a probe and a coordinator's "is the record under
+//!   this id mine?" use `Store::exists`, which `MongoStore` reads
+//!   `linearizable` on the primary (a `majority` snapshot could miss an
+//!   apply that landed but is not yet held by a majority, whose
+//!   acknowledgement then arrives after recovery rolled it back); every
+//!   other command goes to the primary too; the embedded store has one copy.
+//!   Other reads of the code (a record read after a move matched nothing, a
+//!   document read to explain a refusal) only ever lead to a weaker answer
+//!   when they lag (`Superseded`, `Interrupted`, a refusal whose apply is
+//!   undone with its doubt).
+//! * **One lease for every process**: the model's `LEASE` and `MARGIN` are
+//!   constants. In the code each coordinator has its own lease, and a
+//!   record's create deadline is its coordinator's; garbage collection
+//!   therefore waits for each record's own create deadline plus the margin
+//!   as well as its age, which is the model's rule when leases agree.
+//! * **Looking again after the create deadline**: the model's coordinator
+//!   that met another record under its id after a lost create answer tries
+//!   the create again once `R.now >= D_0`; the code reads instead whether
+//!   the record under the id is its own (its creation token, read as
+//!   above), which tells the same, without writing an inert record.
 //! * **Reporting**: events and counts are not state; a move that matches
 //!   nothing takes the record as moved by its own earlier attempt only
 //!   under its epoch and creation token, as the model's moves name them.
