@@ -198,7 +198,7 @@ impl RecoveryWorker {
         let filter = doc! { "state": { "$in": in_flight }, "lastModified": { "$lte": now } };
         let mut unreadable = 0;
         let (expired, scanned) = self
-            .scan(&ns, filter, |d| match TxRecord::from_document(d.clone()) {
+            .scan(&ns, filter, |d| match TxRecord::from_document(d) {
                 Ok(r) => (r.lease_expired(now) && self.past_margin(&r, now)).then_some(r),
                 Err(e) => {
                     unreadable += 1;
@@ -287,7 +287,7 @@ impl RecoveryWorker {
         &self,
         ns: &crate::Namespace,
         filter: bson::Document,
-        mut pick: impl FnMut(&bson::Document) -> Option<T>,
+        mut pick: impl FnMut(bson::Document) -> Option<T>,
     ) -> Result<(Vec<T>, usize), StoreError> {
         let engine = &self.engine;
         let batch = self.config.batch.max(1);
@@ -335,7 +335,7 @@ impl RecoveryWorker {
                 );
                 after = Some((last, ids));
             }
-            kept.extend(page.iter().filter_map(&mut pick));
+            kept.extend(page.into_iter().filter_map(&mut pick));
             if kept.len() >= batch || !full || last.is_none() {
                 break;
             }
@@ -770,7 +770,7 @@ impl RecoveryWorker {
         // idempotency window becomes a stub instead.
         let (due, _) = self
             .scan(&ns, filter, |d| {
-                let record = match TxRecord::from_document(d.clone()) {
+                let record = match TxRecord::from_document(d) {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::error!(target: "tandem", "skipping unreadable record: {e}");
