@@ -157,8 +157,13 @@ impl Coordinator {
     ///
     /// `after` must be at least the lease plus the clock margin, as for
     /// [`RecoveryWorker::collect_garbage`]; a shorter one is refused with
-    /// [`StoreErrorKind::BadRequest`] and creates nothing. Nothing is left on
-    /// documents when a record expires: a finished transaction keeps nothing there.
+    /// [`StoreErrorKind::BadRequest`] and creates nothing. Unlike
+    /// `collect_garbage`, the index cannot wait for each record's own create
+    /// deadline: give `after` at least the longest lease of any coordinator
+    /// writing to these records, plus the margin, or a late copy of a
+    /// record's create, arriving after its record expired, could write it
+    /// again live. Nothing is left on documents when a record expires: a
+    /// finished transaction keeps nothing there.
     pub async fn ensure_ttl(&self, after: Duration) -> Result<(), StoreError> {
         let least = self
             .engine
