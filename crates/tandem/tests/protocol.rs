@@ -759,6 +759,34 @@ async fn garbage_collection_removes_records_and_leaves_documents_clean() {
     assert!(store.documents(&records()).is_empty());
 }
 
+/// Garbage collection goes in batches, not record by record: 600 finished
+/// transfers are collected with a clock reading, one page of the scan, two
+/// deletes (up to 500 records each) and the removal of expired stubs.
+#[tokio::test]
+async fn garbage_collection_removes_records_in_batches() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let coordinator = done(&store);
+    for _ in 0..600 {
+        coordinator.run(transfer("A", "B", 1)).await.unwrap();
+    }
+    clock.advance(Duration::from_secs(40));
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    let before = store.command_count();
+    assert_eq!(
+        worker
+            .collect_garbage(Duration::from_secs(32))
+            .await
+            .unwrap(),
+        600
+    );
+    assert_eq!(
+        store.command_count() - before,
+        5,
+        "now, find, 2 deletes, stubs"
+    );
+    assert!(store.documents(&records()).is_empty());
+}
+
 /// A transfer under the caller's id `id`, of `amount` from `from` to `to`.
 fn keyed_transfer(id: &str, from: &str, to: &str, amount: i64) -> Transaction {
     Transaction::with_id(id)
