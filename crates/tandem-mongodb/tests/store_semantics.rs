@@ -401,3 +401,55 @@ async fn exists_reads_linearizable_and_returns_only_the_id() {
     }
     store.client().database(&db).drop().await.unwrap();
 }
+
+/// `Coordinator::ensure_ttl` creates its two TTL indexes with the age in
+/// whole seconds rounded up (4.9 s is 5 s, never the 4 s below the lease
+/// plus the margin that was checked), and refuses an age below that.
+#[tokio::test]
+async fn ensure_ttl_rounds_the_age_up_and_refuses_one_too_short() {
+    use std::time::Duration;
+
+    let Some(t) = TestDb::new("ttl").await else {
+        return;
+    };
+    let coordinator = tandem::Coordinator::builder(t.store.clone())
+        .database(&t.db)
+        .lease(Duration::from_millis(2_500))
+        .clock_margin(Duration::from_secs(2))
+        .build();
+    let refused = coordinator
+        .ensure_ttl(Duration::from_millis(4_400))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind, StoreErrorKind::BadRequest, "{refused}");
+    coordinator
+        .ensure_ttl(Duration::from_millis(4_900))
+        .await
+        .unwrap();
+
+    let mut cursor = t
+        .store
+        .collection(&t.ns("transactions"))
+        .list_indexes()
+        .await
+        .expect("list indexes");
+    let mut found = Vec::new();
+    while cursor.advance().await.unwrap() {
+        found.push(cursor.deserialize_current().unwrap());
+    }
+    let expiry = |name: &str| {
+        found
+            .iter()
+            .find(|m| m.options.as_ref().and_then(|o| o.name.as_deref()) == Some(name))
+            .unwrap_or_else(|| panic!("index {name} in {found:?}"))
+            .options
+            .as_ref()
+            .and_then(|o| o.expire_after)
+    };
+    assert_eq!(
+        expiry("tandem_finishedAt_ttl_unkeyed"),
+        Some(Duration::from_secs(5))
+    );
+    assert_eq!(expiry("tandem_stubUntil_ttl"), Some(Duration::from_secs(0)));
+    t.drop().await;
+}

@@ -162,8 +162,13 @@ impl Coordinator {
     /// deadline: give `after` at least the longest lease of any coordinator
     /// writing to these records, plus the margin, or a late copy of a
     /// record's create, arriving after its record expired, could write it
-    /// again live. Nothing is left on documents when a record expires: a
-    /// finished transaction keeps nothing there.
+    /// again live. The index counts whole seconds: `after` is rounded up.
+    ///
+    /// Nothing is left on documents when a record expires: a finished
+    /// transaction keeps nothing there. The index does not run the
+    /// participants' [`forget`](crate::Participant::forget), as
+    /// `collect_garbage` does: what a hand-written participant keeps until
+    /// then stays; collect such records with `collect_garbage` instead.
     pub async fn ensure_ttl(&self, after: Duration) -> Result<(), StoreError> {
         let least = self
             .engine
@@ -186,7 +191,8 @@ impl Coordinator {
                 IndexSpec {
                     name: "tandem_finishedAt_ttl_unkeyed".into(),
                     keys: doc! { "finishedAt": 1 },
-                    expire_after_secs: Some(after.as_secs()),
+                    // Whole seconds, rounded up: never below the age checked above.
+                    expire_after_secs: Some(after.as_secs() + u64::from(after.subsec_nanos() > 0)),
                     partial_filter: Some(doc! { "keyed": false }),
                 },
             )
