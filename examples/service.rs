@@ -1,5 +1,6 @@
 //! A hand-written participant: a card payment at an outside gateway, made
-//! idempotent by using the transaction id as the idempotency key.
+//! idempotent by using the transaction's marker (its id tagged with its
+//! record's creation token) as the idempotency key.
 //!
 //! apply = authorize (a hold on the card), clear marker = capture, compensate = void.
 //! The gateway refuses an authorization whose key was voided, which fences a
@@ -19,7 +20,7 @@ use bson::{doc, Document};
 use serde::{Deserialize, Serialize};
 use tandem::{
     participant, ChangeError, CommitPoint, Coordinator, Participant, StepContext, StepError,
-    Transaction, TxError,
+    Transaction, TxError, TxId,
 };
 
 // ANCHOR: gateway
@@ -57,6 +58,15 @@ impl Gateway {
                 Ok(())
             }
         }
+    }
+
+    /// The hold of the transaction `id`, whatever its key's tag.
+    fn hold_of(&self, id: &TxId) -> Option<Hold> {
+        let holds = self.holds.lock().unwrap();
+        holds
+            .iter()
+            .find(|(key, _)| TxId::of_marker(key) == id.as_str())
+            .map(|(_, hold)| *hold)
     }
 
     fn capture(&self, key: &str) {
@@ -98,7 +108,10 @@ impl Participant for CardPayment {
         format!("gateway/{}", self.card)
     }
     async fn apply(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
-        match self.gateway.authorize(ctx.tx.as_str(), self.amount) {
+        // The marker, not the bare id: a caller-chosen id is free again once
+        // its record is collected, and the gateway would take a new payment
+        // under it for the old one.
+        match self.gateway.authorize(ctx.marker.as_str(), self.amount) {
             Ok(()) => Ok(()),
             Err(Refusal::Declined) => Err(StepError::Rejected {
                 participant: self.label(),
@@ -110,11 +123,11 @@ impl Participant for CardPayment {
         }
     }
     async fn compensate(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
-        self.gateway.void(ctx.tx.as_str());
+        self.gateway.void(ctx.marker.as_str());
         Ok(())
     }
     async fn clear_marker(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
-        self.gateway.capture(ctx.tx.as_str());
+        self.gateway.capture(ctx.marker.as_str());
         Ok(())
     }
 }
@@ -187,14 +200,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
     };
     let ok = coordinator.run(pay("o-1", 120)).await?;
-    println!(
-        "  o-1 paid: hold {:?}",
-        gateway.holds.lock().unwrap().get(ok.id.as_str())
-    );
-    assert_eq!(
-        gateway.holds.lock().unwrap().get(ok.id.as_str()),
-        Some(&Hold::Captured(120))
-    );
+    println!("  o-1 paid: hold {:?}", gateway.hold_of(&ok.id));
+    assert_eq!(gateway.hold_of(&ok.id), Some(Hold::Captured(120)));
 
     match coordinator.run(pay("o-2", 900)).await {
         Err(TxError::Canceled {
@@ -206,13 +213,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!(
                 "  o-2 rolled back: {cause} (participant #{} of the transaction); hold {:?}",
                 by.index,
-                gateway.holds.lock().unwrap().get(id.as_str())
+                gateway.hold_of(&id)
             );
             assert_eq!(by.label, cause.participant().unwrap_or_default());
-            assert_eq!(
-                gateway.holds.lock().unwrap().get(id.as_str()),
-                Some(&Hold::Voided)
-            );
+            assert_eq!(gateway.hold_of(&id), Some(Hold::Voided));
         }
         other => return Err(format!("expected a decline, got {other:?}").into()),
     }

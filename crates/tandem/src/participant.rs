@@ -105,12 +105,15 @@ impl fmt::Debug for Stores {
 /// once its marker is gone.
 #[derive(Clone, Copy, Debug)]
 pub struct StepContext<'a> {
-    /// The transaction id (also what an outside system may key the
-    /// participant's side effects by, e.g. a payment gateway's idempotency key).
+    /// The transaction id. Key nothing by it that must outlive the record:
+    /// a caller-chosen id is free again once its record is collected, and a
+    /// later transaction under it would find the earlier one's effects. Use
+    /// [`marker`](Self::marker), e.g. as a payment gateway's idempotency key.
     pub tx: &'a TxId,
     /// The value this transaction's markers and locks hold: its id tagged
     /// with its record's creation token ([`TxId::marker`]), so that a late
     /// step of an earlier transaction under the same id never matches them.
+    /// What a participant keys its effects by (markers, idempotency keys).
     pub marker: &'a TxId,
     /// The epoch of the worker running the step.
     pub epoch: i64,
@@ -155,8 +158,9 @@ impl fmt::Debug for StepUpdate {
 /// One party of a transaction.
 ///
 /// Document changes implement it already (see [`DocumentChange`](crate::DocumentChange));
-/// implement it by hand for anything else that can be made idempotent by the
-/// transaction id, such as a remote service called with an idempotency key.
+/// implement it by hand for anything else that can be made idempotent per
+/// transaction, such as a remote service called with an idempotency key
+/// (key it by [`StepContext::marker`], not by the bare id).
 /// Register the kind with
 /// [`CoordinatorBuilder::kind`](crate::CoordinatorBuilder::kind) so recovery can
 /// rebuild it.
@@ -194,7 +198,14 @@ pub trait Participant: Send + Sync + fmt::Debug {
         Ok(None)
     }
 
-    /// Applies the change and leaves the marker. Succeeds if it was applied already.
+    /// Applies the change and leaves the marker, keyed by
+    /// [`StepContext::marker`], only while the store's clock reads earlier
+    /// than [`StepContext::deadline`]. Succeeds if this transaction applied
+    /// it already; a participant that [`probes`](Participant::probes) may
+    /// count a marker it finds as its own only if the same read shows the
+    /// store's clock still before the deadline (after it, a later epoch of
+    /// recovery may have applied it, and may still cancel), and fails with
+    /// [`StepError::Expired`] otherwise.
     async fn apply(&self, ctx: StepContext<'_>) -> Result<(), StepError>;
 
     /// The [`apply`](Participant::apply) step as one guarded update of one
@@ -238,6 +249,20 @@ pub trait Participant: Send + Sync + fmt::Debug {
     /// transaction back ([`TxRecord::early_commit`](crate::TxRecord::early_commit)).
     /// The default, `false`, keeps the commit point at the record's move to
     /// `applied`. Document changes can.
+    ///
+    /// Return `true` only if the participant keeps, beyond the rules every
+    /// participant keeps:
+    ///
+    /// * its [`apply`](Participant::apply) takes a marker it finds for its
+    ///   own only in time (read together with the store's clock, before the
+    ///   deadline); a coordinator answers committed on that answer;
+    /// * [`applied`](Participant::applied) sees every write that reached
+    ///   the store, acknowledged yet or not ([`Store::exists`](crate::Store::exists)
+    ///   does; a read of a snapshot that may lag does not);
+    /// * nothing but `clear_marker` and `compensate` removes its marker.
+    ///
+    /// `tests/custom_probes.rs` shows a hand-written participant that keeps
+    /// them, and what goes wrong with one that takes a late marker for its own.
     fn probes(&self) -> bool {
         false
     }
@@ -264,6 +289,10 @@ pub trait Participant: Send + Sync + fmt::Debug {
     /// Runs when the record is garbage-collected, for a participant that keeps
     /// something about the transaction until then (document changes keep
     /// nothing). Idempotent. The default does nothing.
+    ///
+    /// A participant whose `apply` is fenced by what it keeps (a gateway
+    /// that refuses a voided key) rather than by the deadline must keep it
+    /// here: a late apply may arrive at any time after.
     async fn forget(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
         let _ = ctx;
         Ok(())
