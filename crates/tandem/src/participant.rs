@@ -257,7 +257,7 @@ pub trait Participant: Send + Sync + fmt::Debug {
     ///   own only in time (read together with the store's clock, before the
     ///   deadline); a coordinator answers committed on that answer;
     /// * [`applied`](Participant::applied) sees every write that reached
-    ///   the store, acknowledged yet or not ([`Store::exists`](crate::Store::exists)
+    ///   the store, acknowledged yet or not ([`Store::exists`]
     ///   does; a read of a snapshot that may lag does not);
     /// * nothing but `clear_marker` and `compensate` removes its marker.
     ///

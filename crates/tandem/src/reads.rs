@@ -120,8 +120,12 @@ impl Coordinator {
     }
 
     /// Whether document `id` of `D` has a transaction in flight: a marker,
-    /// a lock, or a pending count (`false` when it does not exist). Reads
-    /// that must not see half of a transaction wait until this is `false`.
+    /// a lock, or a pending count (`false` when it does not exist).
+    ///
+    /// The answer is about the moment of the read: a transaction may start
+    /// on the document right after it. To read a document only while it is
+    /// settled, read it once with [`get_settled`](Coordinator::get_settled),
+    /// not this and then [`get`](Coordinator::get).
     pub async fn in_flight<D, I>(&self, id: &I) -> Result<bool, StoreError>
     where
         D: ParticipantDocument,
@@ -132,24 +136,41 @@ impl Coordinator {
         let Some(doc) = store.find_one(&ns, doc! { "_id": id_bson(id)? }).await? else {
             return Ok(false);
         };
-        let marked = doc
-            .get_array(D::MARKER)
-            .map(|m| !m.is_empty())
-            .unwrap_or(false);
-        let meta = doc.get_document(META_FIELD).ok();
-        let locked = meta
-            .and_then(|m| m.get("lock"))
-            .is_some_and(|l| *l != Bson::Null);
-        let pending = meta
-            .and_then(|m| m.get("pending"))
-            .and_then(|p| match p {
-                Bson::Int32(n) => Some(i64::from(*n)),
-                Bson::Int64(n) => Some(*n),
-                _ => None,
-            })
-            .unwrap_or(0);
-        let ghost = meta.and_then(|m| m.get_bool("ghost").ok()).unwrap_or(false);
-        Ok(marked || locked || pending > 0 || ghost)
+        Ok(has_transaction(&doc, D::MARKER))
+    }
+
+    /// The document `id` of `D`, read once, if no transaction is in flight
+    /// on it: `Ok(None)` when there is none (or only the placeholder an
+    /// insert reserved), [`StoreErrorKind::InFlight`] when a transaction has
+    /// a change applied to it and not yet committed or undone (a marker, a
+    /// lock, a pending count), so that what is read is never half of a
+    /// transaction.
+    ///
+    /// One document only: settled reads of several documents are each
+    /// settled, not a snapshot of them together (a transaction may commit
+    /// between two of them). For that, read inside one of MongoDB's own
+    /// multi-document transactions.
+    pub async fn get_settled<D, I>(&self, id: &I) -> Result<Option<D>, StoreError>
+    where
+        D: ParticipantDocument + DeserializeOwned,
+        I: Serialize + ?Sized,
+    {
+        let ns = self.namespace_of::<D>();
+        let store = self.stores().default_store();
+        let id = id_bson(id)?;
+        let Some(doc) = store.find_one(&ns, doc! { "_id": id.clone() }).await? else {
+            return Ok(None);
+        };
+        if changed_in_flight(&doc, D::MARKER) {
+            return Err(StoreError::new(
+                StoreErrorKind::InFlight,
+                format!("{ns}/{id} has a transaction in flight"),
+            ));
+        }
+        if is_placeholder(&doc) {
+            return Ok(None);
+        }
+        read_as(&ns, doc).map(Some)
     }
 
     /// Inserts `doc` into the default store as a plain insert, outside any
@@ -223,6 +244,42 @@ impl Coordinator {
             other => other,
         }
     }
+}
+
+/// Whether `doc` has a transaction in flight: a change applied to it
+/// ([`changed_in_flight`]), or the placeholder an insert reserved.
+fn has_transaction(doc: &Document, marker: &str) -> bool {
+    changed_in_flight(doc, marker) || is_placeholder(doc)
+}
+
+/// Whether a transaction has a change applied to `doc` and not yet
+/// committed or undone: a marker in `marker`, a lock, or a pending count.
+fn changed_in_flight(doc: &Document, marker: &str) -> bool {
+    let marked = doc
+        .get_array(marker)
+        .map(|m| !m.is_empty())
+        .unwrap_or(false);
+    let meta = doc.get_document(META_FIELD).ok();
+    let locked = meta
+        .and_then(|m| m.get("lock"))
+        .is_some_and(|l| *l != Bson::Null);
+    let pending = meta
+        .and_then(|m| m.get("pending"))
+        .and_then(|p| match p {
+            Bson::Int32(n) => Some(i64::from(*n)),
+            Bson::Int64(n) => Some(*n),
+            _ => None,
+        })
+        .unwrap_or(0);
+    marked || locked || pending > 0
+}
+
+/// Whether `doc` is the placeholder an insert reserved (`_tandem.ghost`).
+fn is_placeholder(doc: &Document) -> bool {
+    doc.get_document(META_FIELD)
+        .ok()
+        .and_then(|m| m.get_bool("ghost").ok())
+        .unwrap_or(false)
 }
 
 /// `doc` as stored outside a transaction: serialized, without the marker field.

@@ -229,3 +229,63 @@ async fn put_waits_for_this_coordinators_finishing() {
         Some(order("o-1", 45))
     );
 }
+
+/// `in_flight` answers for the moment of its read: a transaction can apply
+/// between it and a later `get`, which then sees a debit that is undone.
+/// `get_settled` reads once, and refuses a document with a change in flight.
+#[tokio::test]
+async fn get_settled_never_returns_half_a_transaction() {
+    use tandem::testing::FaultStore;
+    use tandem::DocumentChange;
+
+    let store = MemoryStore::new();
+    let orders = tandem::Namespace::new("shop", "orders");
+    store
+        .insert_one(
+            &orders,
+            doc! { "_id": "o-1", "amount": 100_i64, "state": "new" },
+        )
+        .await
+        .unwrap();
+    let docs = FaultStore::new(Arc::new(store.clone()));
+    let coordinator = Coordinator::builder(store.clone())
+        .database("shop")
+        .store("docs", docs.clone())
+        .build();
+    let reader = Coordinator::builder(store.clone()).database("shop").build();
+    assert!(!reader.in_flight::<Order, _>("o-1").await.unwrap());
+
+    // A change of o-1 and one of a missing order: o-1's apply lands, the
+    // other is refused, and the coordinator stops before its undo (the
+    // third operation on "docs": the applies, then the undo).
+    let undo = docs.pause_at(3);
+    let running = coordinator.clone();
+    let run = tokio::spawn(async move {
+        running
+            .run(
+                Transaction::new()
+                    .change(
+                        DocumentChange::update(orders.clone(), "o-1")
+                            .in_store("docs")
+                            .inc("amount", -10_i64),
+                    )
+                    .change(
+                        DocumentChange::update(orders.clone(), "missing")
+                            .in_store("docs")
+                            .inc("amount", 10_i64),
+                    ),
+            )
+            .await
+    });
+    undo.reached.await.unwrap();
+    let half = reader.get::<Order, _>("o-1").await.unwrap().unwrap();
+    assert_eq!(half.amount, 90, "get sees the change in flight");
+    let refused = reader.get_settled::<Order, _>("o-1").await.unwrap_err();
+    assert_eq!(refused.kind, StoreErrorKind::InFlight, "{refused}");
+
+    undo.release.send(()).unwrap();
+    assert!(run.await.unwrap().is_err(), "the transfer is refused");
+    let settled = reader.get_settled::<Order, _>("o-1").await.unwrap();
+    assert_eq!(settled.map(|o| o.amount), Some(100));
+    assert_eq!(reader.get_settled::<Order, _>("none").await.unwrap(), None);
+}
