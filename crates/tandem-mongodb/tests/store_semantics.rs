@@ -451,5 +451,29 @@ async fn ensure_ttl_rounds_the_age_up_and_refuses_one_too_short() {
         Some(Duration::from_secs(5))
     );
     assert_eq!(expiry("tandem_stubUntil_ttl"), Some(Duration::from_secs(0)));
+
+    // The placeholders of inserts in a participant collection expire after
+    // the lease plus the margin (4.5 s, so 5 s), and nothing else does.
+    let ledger = t.ns("ledger");
+    coordinator
+        .ensure_placeholder_ttl(None, &ledger)
+        .await
+        .unwrap();
+    let mut cursor = t.store.collection(&ledger).list_indexes().await.unwrap();
+    let mut placeholders = None;
+    while cursor.advance().await.unwrap() {
+        let model = cursor.deserialize_current().unwrap();
+        let options = model.options.clone().unwrap_or_default();
+        if options.name.as_deref() == Some("tandem_placeholder_ttl") {
+            placeholders = Some((model.keys, options));
+        }
+    }
+    let (keys, options) = placeholders.expect("the placeholder index");
+    assert_eq!(keys, doc! { "_tandem.reservedAt": 1 });
+    assert_eq!(options.expire_after, Some(Duration::from_secs(5)));
+    assert_eq!(
+        options.partial_filter_expression,
+        Some(doc! { "_tandem.ghost": true })
+    );
     t.drop().await;
 }

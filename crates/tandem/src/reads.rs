@@ -136,7 +136,31 @@ impl Coordinator {
         let Some(doc) = store.find_one(&ns, doc! { "_id": id_bson(id)? }).await? else {
             return Ok(false);
         };
-        Ok(has_transaction(&doc, D::MARKER))
+        if changed_in_flight(&doc, D::MARKER) {
+            return Ok(true);
+        }
+        if !is_placeholder(&doc) {
+            return Ok(false);
+        }
+        // A placeholder is in flight until no insert would fill it any more.
+        Ok(!self.left_behind(store.as_ref(), &doc).await?)
+    }
+
+    /// Whether the placeholder `doc` was reserved longer ago than the lease
+    /// plus the clock margin: left behind by a reservation that landed late.
+    async fn left_behind(
+        &self,
+        store: &dyn crate::Store,
+        doc: &Document,
+    ) -> Result<bool, StoreError> {
+        let reserved = doc
+            .get_document(META_FIELD)
+            .ok()
+            .and_then(|m| m.get_datetime("reservedAt").ok().copied());
+        let Some(reserved) = reserved else {
+            return Ok(false);
+        };
+        Ok(reserved <= self.placeholder_cutoff(store).await?)
     }
 
     /// The document `id` of `D`, read once, if no transaction is in flight
@@ -234,22 +258,28 @@ impl Coordinator {
         if replaced.matched > 0 {
             return Ok(());
         }
-        match store.insert_one(&ns, document).await {
-            Err(e) if e.kind == StoreErrorKind::DuplicateKey => Err(StoreError::new(
-                StoreErrorKind::InFlight,
-                format!(
-                    "{ns}/{id} has a transaction in flight; `put` replaces only settled documents"
-                ),
-            )),
+        match store.insert_one(&ns, document.clone()).await {
+            Err(e) if e.kind == StoreErrorKind::DuplicateKey => {
+                // A placeholder left behind by a late reservation goes first.
+                let cutoff = self.placeholder_cutoff(store.as_ref()).await?;
+                let stale = doc! {
+                    "_id": id.clone(),
+                    format!("{META_FIELD}.ghost"): true,
+                    crate::document::RESERVED_AT: { "$lte": cutoff },
+                };
+                if store.delete_one(&ns, stale).await? == 1 {
+                    return store.insert_one(&ns, document).await;
+                }
+                Err(StoreError::new(
+                    StoreErrorKind::InFlight,
+                    format!(
+                        "{ns}/{id} has a transaction in flight; `put` replaces only settled documents"
+                    ),
+                ))
+            }
             other => other,
         }
     }
-}
-
-/// Whether `doc` has a transaction in flight: a change applied to it
-/// ([`changed_in_flight`]), or the placeholder an insert reserved.
-fn has_transaction(doc: &Document, marker: &str) -> bool {
-    changed_in_flight(doc, marker) || is_placeholder(doc)
 }
 
 /// Whether a transaction has a change applied to `doc` and not yet

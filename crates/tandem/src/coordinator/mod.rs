@@ -219,12 +219,7 @@ impl Coordinator {
         ns: &crate::Namespace,
         marker: &str,
     ) -> Result<(), StoreError> {
-        let target = self.engine.stores.get(store).ok_or_else(|| {
-            StoreError::new(
-                StoreErrorKind::BadRequest,
-                format!("unknown store {:?}", store.unwrap_or("")),
-            )
-        })?;
+        let target = self.named_store(store)?;
         let mut keys = bson::Document::new();
         keys.insert(marker, 1);
         target
@@ -238,6 +233,89 @@ impl Coordinator {
                 },
             )
             .await
+    }
+
+    /// Creates a TTL index on a participant collection that lets the store
+    /// remove placeholders of inserts (`_tandem.ghost`) once they are older
+    /// than the lease plus the clock margin (idempotent). Only a reservation
+    /// that landed late, after its transaction had ended, leaves one behind
+    /// for longer; see [`collect_placeholders`](Self::collect_placeholders)
+    /// for stores without TTL indexes. `store` names the coordinator store
+    /// the collection lives in (`None`: the default).
+    pub async fn ensure_placeholder_ttl(
+        &self,
+        store: Option<&str>,
+        ns: &crate::Namespace,
+    ) -> Result<(), StoreError> {
+        let target = self.named_store(store)?;
+        let age = self.placeholder_age();
+        target
+            .ensure_index(
+                ns,
+                IndexSpec {
+                    name: "tandem_placeholder_ttl".into(),
+                    keys: doc! { crate::document::RESERVED_AT: 1 },
+                    expire_after_secs: Some(age.as_secs() + u64::from(age.subsec_nanos() > 0)),
+                    partial_filter: Some(doc! { "_tandem.ghost": true }),
+                },
+            )
+            .await
+    }
+
+    /// Removes the placeholders of inserts (`_tandem.ghost`) in `ns` reserved
+    /// longer ago than the lease plus the clock margin, by that store's
+    /// clock; returns how many. An insert fills its placeholder within its
+    /// deadline, so an older one is one that a reservation landing late
+    /// (after its transaction had ended) left behind: it would keep the
+    /// `_id` from a plain insert. Removing a placeholder is always safe (an
+    /// insert that finds none reserves its `_id` again). On MongoDB,
+    /// [`ensure_placeholder_ttl`](Self::ensure_placeholder_ttl) has the
+    /// server do it. `store` names the coordinator store the collection
+    /// lives in (`None`: the default).
+    pub async fn collect_placeholders(
+        &self,
+        store: Option<&str>,
+        ns: &crate::Namespace,
+    ) -> Result<u64, StoreError> {
+        let target = self.named_store(store)?;
+        let cutoff = self.placeholder_cutoff(target.as_ref()).await?;
+        target
+            .delete_many(
+                ns,
+                doc! { "_tandem.ghost": true, crate::document::RESERVED_AT: { "$lte": cutoff } },
+            )
+            .await
+    }
+
+    /// The age past which a placeholder is left behind: the lease plus the margin.
+    fn placeholder_age(&self) -> Duration {
+        self.engine
+            .config
+            .lease
+            .saturating_add(self.engine.config.clock_margin)
+    }
+
+    /// The store's time minus [`placeholder_age`](Self::placeholder_age):
+    /// placeholders reserved at or before it are left behind.
+    pub(crate) async fn placeholder_cutoff(
+        &self,
+        store: &dyn Store,
+    ) -> Result<bson::DateTime, StoreError> {
+        let now = store.now().await?;
+        let age = i64::try_from(self.placeholder_age().as_millis()).unwrap_or(i64::MAX);
+        Ok(bson::DateTime::from_millis(
+            now.timestamp_millis().saturating_sub(age),
+        ))
+    }
+
+    /// The coordinator store named `store` (`None`: the default).
+    fn named_store(&self, store: Option<&str>) -> Result<&Arc<dyn Store>, StoreError> {
+        self.engine.stores.get(store).ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!("unknown store {:?}", store.unwrap_or("")),
+            )
+        })
     }
 
     /// Reads a transaction record.

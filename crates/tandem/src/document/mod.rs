@@ -10,8 +10,11 @@
 //!   document, whatever marker field they use (an exclusive change requires
 //!   zero, so two marker names on one collection cannot hide a pending change);
 //! * `_tandem.ghost`: marks a placeholder: an `_id` reserved by an insert that
-//!   has not filled it (yet). Placeholders are invisible to every other change
-//!   and are filled, or removed, by inserts.
+//!   has not filled it (yet), with `_tandem.reservedAt`, the store's time of
+//!   the reservation. Placeholders are invisible to every other change and
+//!   are filled, or removed, by inserts; one that a late reservation left
+//!   behind expires (removing a placeholder is always safe: a fill that finds
+//!   none reserves the `_id` again).
 //!
 //! Nothing else, and nothing once the marker is gone: late steps of stalled
 //! workers are fenced by time, not by history (see
@@ -49,6 +52,8 @@ pub(crate) const KIND: &str = "document";
 const LOCK: &str = "_tandem.lock";
 const DELETING: &str = "_tandem.deleting";
 const GHOST: &str = "_tandem.ghost";
+/// When a placeholder was reserved, by its store's clock.
+pub(crate) const RESERVED_AT: &str = "_tandem.reservedAt";
 /// The sums of the credits pending on each field, by path under it.
 const CREDITS: &str = "_tandem.credit";
 /// How many transactions have a change applied to the document, under any

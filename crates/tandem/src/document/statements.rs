@@ -219,19 +219,30 @@ impl DocumentChange {
         doc! { "$set": set }
     }
 
-    /// Reserves the `_id` of an insert with a placeholder, unless a document
-    /// (or a placeholder) has it already. Harmless at any time.
+    /// Reserves the `_id` of an insert with a placeholder stamped with the
+    /// store's time (`_tandem.reservedAt`), unless a document has it
+    /// already; a placeholder there is stamped again. Harmless at any time:
+    /// a reservation that lands late leaves a placeholder that expires
+    /// ([`Coordinator::ensure_placeholder_ttl`](crate::Coordinator::ensure_placeholder_ttl),
+    /// [`Coordinator::collect_placeholders`](crate::Coordinator::collect_placeholders)).
     pub(super) async fn reserve(&self, store: &dyn Store) -> Result<(), StepError> {
-        store
+        // The filter names the placeholder, so that the stamp never lands on
+        // a document; the upsert seeds `_tandem.ghost` from it. A document
+        // under the `_id` makes the upsert collide: nothing to reserve (the
+        // fill then reports it).
+        match store
             .update_one(
                 &self.namespace,
-                doc! { "_id": self.id.clone() },
-                doc! { "$setOnInsert": { META_FIELD: { "ghost": true } } },
+                doc! { "_id": self.id.clone(), GHOST: true },
+                doc! { "$currentDate": { RESERVED_AT: true } },
                 crate::store::UpdateOptions::upsert(),
             )
             .await
-            .map(|_| ())
-            .map_err(|e| self.store_err(e))
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind == crate::StoreErrorKind::DuplicateKey => Ok(()),
+            Err(e) => Err(self.store_err(e)),
+        }
     }
 
     /// Why the fill of an insert matched nothing.
