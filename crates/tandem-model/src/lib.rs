@@ -403,8 +403,12 @@
 //!   ghost is invisible and harmless, so a coordinator that then gets
 //!   `Duplicate` leaves at most a ghost. The model reserves after the create.
 //! * **Ghost collection**: ghosts are never removed here (the application's
-//!   insert replaces one); removing an unlocked, unmarked ghost changes
-//!   nothing anyone sees.
+//!   insert replaces one). The code removes a placeholder once it is older
+//!   than the lease plus the margin (`collect_placeholders`, a TTL index,
+//!   `put`): a reservation can land after its transaction ended and leave
+//!   one that nothing fills. Removing an unlocked, unmarked ghost changes
+//!   nothing anyone sees, and an insert whose fill finds none reserves its
+//!   `_id` again.
 //! * **Bookkeeping counters** (`_tandem.pending`, `_tandem.credit.<path>`):
 //!   the model's exclusive change requires no marker of any transaction,
 //!   which is what the pending count stands for in the code (it counts the
