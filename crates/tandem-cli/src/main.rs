@@ -397,6 +397,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                         .map(|s| s.to_string())
                         .unwrap_or_else(|| "removed".into())
                 ))),
+                Err(TxError::Invalid(tandem::ChangeError::UnknownKind { kind })) => {
+                    Err(Failure::Refused(format!(
+                        "{id} has a hand-written participant of kind {kind:?}, which this command cannot rebuild; cancel it from a program that registers that kind (left as it was)"
+                    )))
+                }
                 Err(e) => Err(Failure::Incomplete(e.to_string())),
             }
         }

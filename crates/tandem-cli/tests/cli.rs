@@ -321,6 +321,43 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
     client.database(&db).drop().await.unwrap();
 }
 
+/// `tandem cancel` of a transaction with a hand-written participant, whose
+/// kind the command cannot rebuild, refuses (exit code 5) and leaves the
+/// record as it was: a claim would fence its owner off for nothing.
+#[tokio::test]
+async fn cancel_refuses_a_participant_kind_it_cannot_rebuild() {
+    let Some(uri) = uri() else { return };
+    let db = format!("tandem_cli_{}", bson::oid::ObjectId::new().to_hex());
+    let mongo = MongoStore::connect(&uri).await.unwrap();
+    let client = mongo.client().clone();
+    let records = Namespace::new(&db, "transactions");
+    let past = bson::DateTime::from_millis(0);
+    mongo
+        .insert_one(
+            &records,
+            doc! {
+                "_id": "foreign", "state": "pending", "owner": "elsewhere",
+                "epoch": 0_i64, "leaseMillis": 1_000_i64, "attempts": 0, "history": [],
+                "participants": [{ "kind": "gateway", "label": "card", "spec": {} }],
+                "lastModified": past, "leaseStart": past,
+            },
+        )
+        .await
+        .unwrap();
+    let out = tandem(&uri, &db, &["cancel", "foreign"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("\"gateway\""), "{said}");
+    let record = mongo
+        .find_one(&records, doc! { "_id": "foreign" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.get_i64("epoch"), Ok(0), "{record}");
+    assert_eq!(record.get_str("state"), Ok("pending"), "{record}");
+    client.database(&db).drop().await.unwrap();
+}
+
 #[tokio::test]
 async fn connection_problems_exit_with_code_3_and_hide_the_password() {
     if uri().is_none() {

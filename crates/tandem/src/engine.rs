@@ -792,6 +792,17 @@ impl Engine {
         Ok((!waiting).then_some(all))
     }
 
+    /// The first participant kind of `record` this engine cannot rebuild, if
+    /// any: a worker that claimed such a record would raise its epoch, its
+    /// attempts and its back-off, and then fail to drive it.
+    pub fn unknown_kind<'r>(&self, record: &'r TxRecord) -> Option<&'r str> {
+        record
+            .participants
+            .iter()
+            .map(|p| p.kind.as_str())
+            .find(|kind| !self.kinds.knows(kind))
+    }
+
     /// Rebuilds the participants of a stored record, as its current epoch drives it.
     pub fn rebuild(&self, record: &TxRecord) -> Result<Live, ChangeError> {
         let parties = record

@@ -334,6 +334,11 @@ impl ParticipantKinds {
         self.factories.insert(kind.into(), Arc::new(factory));
     }
 
+    /// Whether `kind` is registered.
+    pub(crate) fn knows(&self, kind: &str) -> bool {
+        self.factories.contains_key(kind)
+    }
+
     /// Rebuilds a participant.
     pub fn build(&self, kind: &str, spec: &Document) -> Result<Box<dyn Participant>, ChangeError> {
         let factory = self

@@ -1081,6 +1081,47 @@ async fn recovery_is_not_starved_by_long_leases() {
 
 /// Garbage collection pages past finished records it cannot rebuild (a kind
 /// this process does not know), instead of stopping at them.
+/// A record with a participant kind this process does not know is left
+/// unclaimed, by recovery and by an operator's cancel alike: claiming it
+/// would raise its epoch, its attempts and its back-off (fencing off its
+/// owner) with nothing here able to drive it.
+#[tokio::test]
+async fn a_record_of_an_unknown_kind_is_not_claimed() {
+    let (store, clock, _) = bank(&["A"], 1000).await;
+    store
+        .insert_one(
+            &records(),
+            doc! {
+                "_id": "foreign", "state": "pending", "owner": "elsewhere",
+                "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
+                "participants": [{ "kind": "not-registered-here", "label": "x", "spec": {} }],
+                "lastModified": bson::DateTime::from_millis(0),
+                "leaseStart": bson::DateTime::from_millis(0),
+            },
+        )
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(3600));
+    let coordinator = done(&store);
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    let report = worker.run_once().await.unwrap();
+    assert_eq!((report.claimed, report.failed), (0, 1), "{report:?}");
+    let refused = worker
+        .cancel(&tandem::TxId::new("foreign").unwrap(), "operator")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &refused,
+            TxError::Invalid(ChangeError::UnknownKind { kind }) if kind == "not-registered-here"
+        ),
+        "{refused:?}"
+    );
+    let record = get(&store, &records(), "foreign").await.unwrap();
+    assert_eq!(record.get_i64("epoch"), Ok(0), "{record}");
+    assert_eq!(record.get_i32("attempts"), Ok(0), "{record}");
+}
+
 #[tokio::test]
 async fn garbage_collection_is_not_starved_by_unknown_kinds() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
