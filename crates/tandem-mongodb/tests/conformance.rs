@@ -525,6 +525,47 @@ async fn auto_runs_natively_on_one_server() {
     client.database(&db).drop().await.unwrap();
 }
 
+/// A native transaction under a caller-chosen id writes its record in the
+/// same server transaction: a retry under the id is told `Duplicate` and
+/// changes nothing, as for two-phase.
+#[tokio::test]
+async fn a_keyed_native_transaction_is_refused_as_duplicate_on_retry() {
+    let Some((store, client, db, _)) = native_fixture("nkeyed").await else {
+        return;
+    };
+    let accounts = Namespace::new(&db, "accounts");
+    let coordinator = Coordinator::builder(store.clone())
+        .database(&db)
+        .strategy(TxStrategy::Native)
+        .build();
+    let pay = || {
+        Transaction::with_id("order-7")
+            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -1_i64))
+            .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 1_i64))
+    };
+    let receipt = coordinator.run(pay()).await.unwrap();
+    assert_eq!(receipt.strategy, TxStrategy::Native);
+    let again = coordinator.run(pay()).await;
+    assert!(
+        matches!(
+            &again,
+            Err(TxError::Duplicate {
+                state: Some(TxState::Done),
+                ..
+            })
+        ),
+        "{again:?}"
+    );
+    assert_eq!(balance(store.as_ref(), &db, "A").await, 99, "paid once");
+    let record = coordinator
+        .record(&tandem::TxId::new("order-7").unwrap())
+        .await
+        .unwrap()
+        .expect("the record, written in the native transaction");
+    assert!(record.keyed && record.state == TxState::Done);
+    client.database(&db).drop().await.unwrap();
+}
+
 #[tokio::test]
 async fn native_and_two_phase_agree_on_outcomes_and_errors() {
     let Some((store, client, db, _)) = native_fixture("native").await else {

@@ -264,6 +264,102 @@ async fn auto_picks_native_on_one_store_and_two_phase_across_stores() {
     );
 }
 
+/// A native transaction under a caller-chosen id (an idempotency key) writes
+/// its record in the same transaction, so that a retry under the id is told
+/// `Duplicate` and pays nothing: without it, a keyed payment run natively
+/// (or by `Auto`, which picks native) ran again on every retry.
+#[tokio::test]
+async fn a_keyed_native_transaction_is_refused_as_duplicate_on_retry() {
+    let (store, _, _) = bank(&["A", "B"], 1000).await;
+    for strategy in [Strategy::Native, Strategy::Auto, Strategy::TwoPhase] {
+        let coordinator = Coordinator::builder(store.clone())
+            .strategy(strategy)
+            .commit_point(CommitPoint::Done)
+            .build();
+        let key = format!("pay-{strategy:?}");
+        let pay = || {
+            Transaction::with_id(&key)
+                .change(
+                    DocumentChange::update(accounts(), "A")
+                        .inc("balance", -100_i64)
+                        .require_gte("balance", 100_i64),
+                )
+                .change(DocumentChange::update(accounts(), "B").inc("balance", 100_i64))
+        };
+        let receipt = coordinator.run(pay()).await.unwrap();
+        assert_eq!(receipt.state, TxState::Done);
+        let again = coordinator.run(pay()).await;
+        assert!(
+            matches!(
+                &again,
+                Err(TxError::Duplicate {
+                    state: Some(TxState::Done),
+                    ..
+                })
+            ),
+            "{strategy:?}: {again:?}"
+        );
+    }
+    assert_eq!(
+        (balance(&store, "A").await, balance(&store, "B").await),
+        (700, 1300),
+        "each key paid once"
+    );
+    let native = get(&store, &records(), "pay-Native").await.unwrap();
+    let record = tandem::TxRecord::from_document(native.clone()).unwrap();
+    assert_eq!(record.state, TxState::Done, "{native}");
+    assert!(record.keyed && record.participants.is_empty(), "{native}");
+}
+
+/// A keyed native transaction on a store other than the default one, where
+/// its record would live, cannot keep the record in the same transaction:
+/// `Native` refuses it (nothing written), and `Auto` runs it two-phase.
+#[tokio::test]
+async fn a_keyed_transaction_on_another_store_is_not_run_natively() {
+    let (store, clock, _) = bank(&["A"], 1000).await;
+    let other = MemoryStore::with_clock(clock.clone());
+    for id in ["Y", "Z"] {
+        other
+            .insert_one(
+                &accounts(),
+                doc! { "_id": id, "balance": 10_i64, "pendingTransactions": [] },
+            )
+            .await
+            .unwrap();
+    }
+    let on_other = || {
+        Transaction::with_id("k-1")
+            .change(
+                DocumentChange::update(accounts(), "Y")
+                    .in_store("other")
+                    .inc("balance", -1_i64),
+            )
+            .change(
+                DocumentChange::update(accounts(), "Z")
+                    .in_store("other")
+                    .inc("balance", 1_i64),
+            )
+    };
+    let coordinator = |strategy| {
+        Coordinator::builder(store.clone())
+            .store("other", other.clone())
+            .strategy(strategy)
+            .commit_point(CommitPoint::Done)
+            .build()
+    };
+    let refused = coordinator(Strategy::Native).run(on_other()).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(TxError::Invalid(ChangeError::NativeUnavailable { reason })) if reason.contains("caller-chosen id")
+        ),
+        "{refused:?}"
+    );
+    let receipt = coordinator(Strategy::Auto).run(on_other()).await.unwrap();
+    assert_eq!(receipt.strategy, Strategy::TwoPhase);
+    assert_eq!(store.documents(&records()).len(), 1, "its record");
+}
+
 /// Native runs leave no record, so they report themselves in an event.
 #[tokio::test]
 async fn native_runs_emit_an_event_with_their_outcome() {

@@ -39,6 +39,15 @@ fn one_document_store(tx: &Transaction) -> Result<Option<String>, String> {
     Ok(store.cloned().flatten())
 }
 
+/// Why a transaction under a caller-chosen id cannot run natively on the
+/// store `name`: its record, which answers a retry under the id, lives in
+/// the default store, and one native transaction runs on one store.
+fn keyed_elsewhere(name: &str) -> String {
+    format!(
+        "a caller-chosen id is kept in the transaction record, in the default store, so that a retry is told `Duplicate`; the changes are on the store {name}, and a native transaction runs on one store: run it two-phase"
+    )
+}
+
 impl Coordinator {
     /// What [`Strategy::Auto`] runs `tx` with, and why.
     pub(crate) fn choose(&self, tx: &Transaction) -> (Strategy, String) {
@@ -48,6 +57,9 @@ impl Coordinator {
             Err(why) => return two_phase(why),
         };
         let name = name.as_deref();
+        if let (Some(_), Some(name)) = (&tx.id, name) {
+            return two_phase(keyed_elsewhere(name));
+        }
         match self.engine.stores.get(name) {
             Some(s) if s.native().is_some() => {}
             Some(s) => {
@@ -96,6 +108,46 @@ impl Coordinator {
         )
     }
 
+    /// The record of a native transaction under a caller-chosen id: `done`
+    /// from the start (it is written in the transaction, so it exists if and
+    /// only if the transaction committed), stamped with the records store's
+    /// clock as the coordinator estimates it (no step of it can arrive late:
+    /// the time serves garbage collection only).
+    async fn native_record(&self, id: &TxId) -> Result<DocumentChange, TxError> {
+        let engine = &self.engine;
+        let now =
+            engine
+                .records()
+                .clock_estimate()
+                .await
+                .map_err(|source| TxError::Interrupted {
+                    id: id.clone(),
+                    state: None,
+                    source,
+                })?;
+        let owner = engine.config.owner.as_str();
+        let lease = i64::try_from(engine.config.lease.as_millis()).unwrap_or(i64::MAX);
+        Ok(DocumentChange::insert(
+            engine.records_ns(),
+            id.as_str(),
+            bson::doc! {
+                "state": TxState::Done,
+                "participants": [],
+                "owner": owner,
+                "epoch": 0_i64,
+                "leaseMillis": lease,
+                "attempts": 0,
+                "token": crate::record::new_token(),
+                "keyed": true,
+                "native": true,
+                "created": now,
+                "lastModified": now,
+                "finishedAt": now,
+                "history": [crate::engine::history(TxState::Done, owner, 0, "native")],
+            },
+        ))
+    }
+
     /// Runs a transaction as one native multi-document transaction of its store.
     pub(super) async fn run_native(
         &self,
@@ -105,17 +157,31 @@ impl Coordinator {
         let unavailable =
             |reason: String| TxError::Invalid(ChangeError::NativeUnavailable { reason });
         let name = one_document_store(&tx).map_err(unavailable)?;
+        let keyed = tx.id.is_some();
+        if let (true, Some(name)) = (keyed, &name) {
+            return Err(unavailable(keyed_elsewhere(name)));
+        }
         // The same validation as the two-phase path, so bad input fails the same way.
         let (id, items) = self.prepare_items(tx)?;
         announce(&id);
-        let changes: Vec<DocumentChange> = items
-            .into_iter()
-            .filter_map(|item| match item {
-                Item::Document(change) => Some(*change),
-                // Refused above.
-                Item::Custom(_) => None,
-            })
-            .collect();
+        let mut changes: Vec<DocumentChange> = Vec::with_capacity(items.len() + 1);
+        // A caller-chosen id: the record goes in the same transaction, first,
+        // so that a retry under the id collides with it and is told
+        // `Duplicate` (as a two-phase one is), and collection keeps it as a
+        // stub for the idempotency window.
+        let record = if keyed {
+            let change = self.native_record(&id).await?;
+            let label = change.label();
+            changes.push(change);
+            Some(label)
+        } else {
+            None
+        };
+        changes.extend(items.into_iter().filter_map(|item| match item {
+            Item::Document(change) => Some(*change),
+            // Refused above.
+            Item::Custom(_) => None,
+        }));
         let store = self
             .engine
             .stores
@@ -137,6 +203,13 @@ impl Coordinator {
                     .unwrap_or(u32::MAX)
                     .saturating_add(1),
             }),
+            Err(StepError::AlreadyExists { participant })
+                if record.as_deref() == Some(participant.as_str()) =>
+            {
+                // Nothing of this one was written: the transaction aborted.
+                let state = self.engine.load(&id).await.ok().flatten().map(|r| r.state);
+                Err(TxError::Duplicate { id, state })
+            }
             Err(StepError::Store { source, .. }) => Err(TxError::Interrupted {
                 id,
                 state: None,
