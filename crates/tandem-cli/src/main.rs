@@ -402,6 +402,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                         "{id} has a hand-written participant of kind {kind:?}, which this command cannot rebuild; cancel it from a program that registers that kind (left as it was)"
                     )))
                 }
+                Err(TxError::Invalid(tandem::ChangeError::UnknownStore { store, .. })) => {
+                    Err(Failure::Refused(format!(
+                        "{id} has a participant in the store {store:?}, which this command does not have (it has the --uri server only); cancel it from a program that has that store (left as it was)"
+                    )))
+                }
                 Err(e) => Err(Failure::Incomplete(e.to_string())),
             }
         }

@@ -792,15 +792,25 @@ impl Engine {
         Ok((!waiting).then_some(all))
     }
 
-    /// The first participant kind of `record` this engine cannot rebuild, if
-    /// any: a worker that claimed such a record would raise its epoch, its
-    /// attempts and its back-off, and then fail to drive it.
-    pub fn unknown_kind<'r>(&self, record: &'r TxRecord) -> Option<&'r str> {
-        record
-            .participants
-            .iter()
-            .map(|p| p.kind.as_str())
-            .find(|kind| !self.kinds.knows(kind))
+    /// What of `record` this engine cannot drive, if anything: a participant
+    /// kind it cannot rebuild, or a document change in a store it does not
+    /// have. A worker that claimed such a record would raise its epoch, its
+    /// attempts and its back-off, fencing its owner off, and then fail to
+    /// drive it.
+    pub fn cannot_drive(&self, record: &TxRecord) -> Option<ChangeError> {
+        record.participants.iter().find_map(|p| {
+            if !self.kinds.knows(&p.kind) {
+                return Some(ChangeError::UnknownKind {
+                    kind: p.kind.clone(),
+                });
+            }
+            let store = p.spec.get_str("store").ok();
+            (p.kind == crate::document::KIND && store.is_some() && self.stores.get(store).is_none())
+                .then(|| ChangeError::UnknownStore {
+                    participant: p.label.clone(),
+                    store: store.unwrap_or_default().to_owned(),
+                })
+        })
     }
 
     /// Rebuilds the participants of a stored record, as its current epoch drives it.

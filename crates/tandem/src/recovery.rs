@@ -23,7 +23,7 @@ use futures::future::join_all;
 
 use crate::config::{PendingPolicy, RecoveryConfig};
 use crate::engine::{history, is_not_yet, Engine, Live, Step, HISTORY_KEPT, ROUND};
-use crate::error::{ChangeError, TxError};
+use crate::error::TxError;
 use crate::event::TxEvent;
 use crate::record::{TxRecord, TxState};
 
@@ -464,13 +464,13 @@ impl RecoveryWorker {
     }
 
     async fn recover(&self, record: TxRecord) -> (bool, Result<Driven, Outcome>) {
-        // A transaction that commits at its applies is probed first, under
-        // its old deadline; it gets a new one only if it must be rolled forward.
-        if let Some(kind) = self.engine.unknown_kind(&record) {
-            // Left unclaimed, for a worker that knows the kind.
-            tracing::warn!(target: "tandem", "cannot recover {}: participant kind {kind:?} is not registered here", record.id);
+        if let Some(why) = self.engine.cannot_drive(&record) {
+            // Left unclaimed, for a worker that can drive it.
+            tracing::warn!(target: "tandem", "cannot recover {} here: {why}", record.id);
             return (false, Err(Outcome::Failed));
         }
+        // A transaction that commits at its applies is probed first, under
+        // its old deadline; it gets a new one only if it must be rolled forward.
         let applies = record.state == TxState::Pending
             && self.config.pending == PendingPolicy::RollForward
             && !record.is_inert()
@@ -689,12 +689,10 @@ impl RecoveryWorker {
             TxState::Pending | TxState::Canceling | TxState::Initial => {}
             state => return Ok(state),
         }
-        if let Some(kind) = self.engine.unknown_kind(&record) {
+        if let Some(why) = self.engine.cannot_drive(&record) {
             // Not claimed: a claim would only fence its owner off, and
             // nothing here could drive it.
-            return Err(TxError::Invalid(ChangeError::UnknownKind {
-                kind: kind.into(),
-            }));
+            return Err(TxError::Invalid(why));
         }
         let claimed = self
             .claim(&record, false)

@@ -1081,35 +1081,43 @@ async fn recovery_is_not_starved_by_long_leases() {
 
 /// Garbage collection pages past finished records it cannot rebuild (a kind
 /// this process does not know), instead of stopping at them.
-/// A record with a participant kind this process does not know is left
+/// A record this process cannot drive (a participant kind it does not
+/// know, or a document change in a store it does not have) is left
 /// unclaimed, by recovery and by an operator's cancel alike: claiming it
 /// would raise its epoch, its attempts and its back-off (fencing off its
 /// owner) with nothing here able to drive it.
 #[tokio::test]
-async fn a_record_of_an_unknown_kind_is_not_claimed() {
+async fn a_record_this_process_cannot_drive_is_not_claimed() {
     let (store, clock, _) = bank(&["A"], 1000).await;
-    store
-        .insert_one(
-            &records(),
-            doc! {
-                "_id": "foreign", "state": "pending", "owner": "elsewhere",
-                "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
-                "participants": [{ "kind": "not-registered-here", "label": "x", "spec": {} }],
-                "lastModified": bson::DateTime::from_millis(0),
-                "leaseStart": bson::DateTime::from_millis(0),
-            },
-        )
-        .await
-        .unwrap();
+    let participants = [
+        doc! { "kind": "not-registered-here", "label": "x", "spec": {} },
+        doc! { "kind": "document", "label": "remote/A", "spec": { "store": "remote" } },
+    ];
+    for (i, participant) in participants.iter().enumerate() {
+        store
+            .insert_one(
+                &records(),
+                doc! {
+                    "_id": format!("foreign-{i}"), "state": "pending", "owner": "elsewhere",
+                    "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
+                    "participants": [participant.clone()],
+                    "lastModified": bson::DateTime::from_millis(0),
+                    "leaseStart": bson::DateTime::from_millis(0),
+                },
+            )
+            .await
+            .unwrap();
+    }
     clock.advance(Duration::from_secs(3600));
     let coordinator = done(&store);
     let worker = coordinator.recovery(RecoveryConfig::default());
     let report = worker.run_once().await.unwrap();
-    assert_eq!((report.claimed, report.failed), (0, 1), "{report:?}");
-    let refused = worker
-        .cancel(&tandem::TxId::new("foreign").unwrap(), "operator")
-        .await
-        .unwrap_err();
+    assert_eq!((report.claimed, report.failed), (0, 2), "{report:?}");
+    let ids = [
+        tandem::TxId::new("foreign-0").unwrap(),
+        tandem::TxId::new("foreign-1").unwrap(),
+    ];
+    let refused = worker.cancel(&ids[0], "operator").await.unwrap_err();
     assert!(
         matches!(
             &refused,
@@ -1117,9 +1125,18 @@ async fn a_record_of_an_unknown_kind_is_not_claimed() {
         ),
         "{refused:?}"
     );
-    let record = get(&store, &records(), "foreign").await.unwrap();
-    assert_eq!(record.get_i64("epoch"), Ok(0), "{record}");
-    assert_eq!(record.get_i32("attempts"), Ok(0), "{record}");
+    let refused = worker.cancel(&ids[1], "operator").await.unwrap_err();
+    assert!(
+        matches!(
+            &refused,
+            TxError::Invalid(ChangeError::UnknownStore { store, .. }) if store == "remote"
+        ),
+        "{refused:?}"
+    );
+    for record in store.documents(&records()) {
+        assert_eq!(record.get_i64("epoch"), Ok(0), "{record}");
+        assert_eq!(record.get_i32("attempts"), Ok(0), "{record}");
+    }
 }
 
 #[tokio::test]
