@@ -466,6 +466,117 @@ async fn a_set_is_undone_from_the_before_image() {
 
 /// The hole in the hand-written pattern: once markers are pulled, `{$ne: txid}`
 /// matches again. A late apply carries its deadline, and the store's clock has passed it.
+/// Found by an adversarial review: an equality guard also matches an array
+/// that holds the value, and `null` also matches a missing field, so neither
+/// pins what an undo must restore. They were taken for the before-image: a
+/// canceled `pull` from an array guarded `tags == "sale"` left `tags:
+/// "sale"` (the rest of the array gone), and a canceled `set` guarded
+/// `coupon == null` left `coupon: null` on a document that had none. Now
+/// the image is read unless a guard pins it exactly, and the apply requires
+/// the field to hold the value itself.
+#[tokio::test]
+async fn a_guard_that_does_not_pin_a_field_is_not_its_before_image() {
+    let (store, _, _) = bank(&["A"], 1000).await;
+    let products = Namespace::new("shop", "products");
+    store
+        .insert_one(
+            &products,
+            doc! { "_id": "p", "tags": ["sale", "new"], "name": "x" },
+        )
+        .await
+        .unwrap();
+    let coordinator = Coordinator::new(store.clone());
+    let refused_by_a_missing_account =
+        || DocumentChange::update(accounts(), "missing").inc("balance", 1_i64);
+    for change in [
+        DocumentChange::update(products.clone(), "p")
+            .pull("tags", "sale")
+            .require_eq("tags", "sale"),
+        DocumentChange::update(products.clone(), "p")
+            .set("coupon", "SPRING")
+            .require_eq("coupon", Bson::Null),
+        DocumentChange::update(products.clone(), "p")
+            .set("tags", "sold")
+            .require_eq("tags", "sale"),
+    ] {
+        let before = get(&store, &products, "p").await.unwrap();
+        let result = coordinator
+            .run(
+                Transaction::new()
+                    .change(change)
+                    .change(refused_by_a_missing_account()),
+            )
+            .await;
+        assert!(
+            matches!(result, Err(TxError::Canceled { .. })),
+            "{result:?}"
+        );
+        coordinator.drain().await;
+        let after = get(&store, &products, "p").await.unwrap();
+        assert_eq!(after.get("tags"), before.get("tags"), "{after}");
+        assert_eq!(after.get("coupon"), None, "{after}");
+    }
+    // A guard that does pin the field still saves the read (a `set` of a
+    // scalar guarded by its value): one request fewer than with a guard
+    // that does not; either way the undo restores the field.
+    let mut requests = Vec::new();
+    for (id, pinned) in [("q1", true), ("q2", false)] {
+        store
+            .insert_one(&products, doc! { "_id": id, "state": "open" })
+            .await
+            .unwrap();
+        let change = DocumentChange::update(products.clone(), id).set("state", "closed");
+        let change = if pinned {
+            change.require_eq("state", "open")
+        } else {
+            change.require_ne("state", "shut")
+        };
+        let before = store.command_count();
+        let result = coordinator
+            .run(
+                Transaction::new()
+                    .change(change)
+                    .change(refused_by_a_missing_account()),
+            )
+            .await;
+        coordinator.drain().await;
+        requests.push(store.command_count() - before);
+        assert!(
+            matches!(result, Err(TxError::Canceled { .. })),
+            "{result:?}"
+        );
+        assert_eq!(
+            get(&store, &products, id).await.unwrap().get_str("state"),
+            Ok("open")
+        );
+    }
+    assert_eq!(requests[0] + 1, requests[1], "{requests:?}");
+}
+
+/// Found by an adversarial review: a deferred floating-point credit adds
+/// zero at its apply, so that the store checks the field's type there; as
+/// `0.0` it turned an integer balance into a double, which above 2^53
+/// changes its value, and a cancel kept it. It adds an `Int32` zero, which
+/// keeps every numeric type as it is.
+#[tokio::test]
+async fn a_canceled_float_credit_leaves_an_integer_balance_as_it_was() {
+    let big: i64 = (1 << 53) + 1;
+    let (store, _, _) = bank(&["A"], big).await;
+    let result = Coordinator::new(store.clone())
+        .run(
+            Transaction::new()
+                .change(DocumentChange::update(accounts(), "A").inc("balance", 0.5_f64))
+                .change(DocumentChange::update(accounts(), "missing").inc("balance", 1_i64)),
+        )
+        .await;
+    assert!(
+        matches!(result, Err(TxError::Canceled { .. })),
+        "{result:?}"
+    );
+    let a = get(&store, &accounts(), "A").await.unwrap();
+    assert_eq!(a.get("balance"), Some(&Bson::Int64(big)), "{a}");
+}
+
 #[tokio::test]
 async fn a_late_apply_after_done_is_fenced() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;

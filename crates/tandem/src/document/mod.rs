@@ -510,12 +510,13 @@ fn credit_ceiling(by: &Bson) -> Option<Bson> {
     }
 }
 
-fn zero_like(by: &Bson) -> Bson {
-    match by {
-        Bson::Int32(_) => Bson::Int32(0),
-        Bson::Double(_) => Bson::Double(0.0),
-        _ => Bson::Int64(0),
-    }
+/// The zero a deferred credit adds at its apply, only so that the store
+/// checks the field's type there rather than at commit: an `Int32` zero,
+/// which leaves an `Int32`, `Int64` or `Double` field of its own type (a
+/// `0.0` turned an integer balance into a double, which rounds above 2^53,
+/// and an `Int64` zero widened an `Int32`, both kept after a cancel).
+fn type_check_zero() -> Bson {
+    Bson::Int32(0)
 }
 
 fn negate(by: &Bson) -> Bson {

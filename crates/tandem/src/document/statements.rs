@@ -60,16 +60,29 @@ impl DocumentChange {
         }
     }
 
-    /// The before-image, when every imaged path is pinned by an equality guard.
+    /// The before-image, when a guard pins every imaged path exactly: the
+    /// field is missing, or, for a `set` or `unset`, it equals a value that
+    /// is neither null nor an array. (An equality also matches an array that
+    /// contains the value, and `null` a missing field: a guard `tags ==
+    /// "sale"` says nothing of the rest of the array, which an undo restores.
+    /// The apply then requires the field to hold that value itself: see
+    /// [`exact`].) A `push` or `pull` changes an array, which no guard pins.
     pub(super) fn image_from_guards(&self) -> Option<Vec<(String, Option<Bson>)>> {
-        self.imaged_paths()
-            .into_iter()
-            .map(|path| {
+        let DocumentOp::Update { ops } = &self.op else {
+            return Some(Vec::new());
+        };
+        ops.iter()
+            .filter(|op| !op.commutes())
+            .map(|op| {
+                let path = op.path();
+                let whole = matches!(op, FieldOp::Set { .. } | FieldOp::Unset { .. });
                 self.guards
                     .iter()
                     .find(|g| g.path == path)
                     .and_then(|g| match g.op {
-                        GuardOp::Eq => Some((path.to_owned(), Some(g.value.clone()))),
+                        GuardOp::Eq if whole && exact(&g.value).is_some() => {
+                            Some((path.to_owned(), Some(g.value.clone())))
+                        }
                         GuardOp::Missing => Some((path.to_owned(), None)),
                         _ => None,
                     })
@@ -170,10 +183,16 @@ impl DocumentChange {
             .map(|g| (g.path.clone(), Bson::Document(g.condition())))
             .collect();
         if let Some(before) = before {
-            // The document must still be as it was read, or the image would be stale.
+            // The document must still be as it was read, or the image would
+            // be stale: the field itself, not an array that contains it.
             for (path, value) in image_from_doc(before) {
                 let cond = match value {
-                    Some(v) => doc! { "$eq": v },
+                    Some(v) => {
+                        if let Some(only) = exact(&v) {
+                            conds.push((format!("{path}.0"), Bson::Document(only)));
+                        }
+                        doc! { "$eq": v }
+                    }
                     None => doc! { "$exists": false },
                 };
                 conds.push((path, Bson::Document(cond)));
@@ -571,7 +590,7 @@ impl DocumentChange {
                     } else {
                         // Adds zero now: the store still checks the field's
                         // type, so a credit can never fail later, at commit.
-                        inc.insert(path.clone(), zero_like(by));
+                        inc.insert(path.clone(), type_check_zero());
                     }
                 }
                 FieldOp::Push { path, value } => {
@@ -826,5 +845,19 @@ impl DocumentChange {
             participant,
             holder: CONCURRENT_WRITE.into(),
         })
+    }
+}
+
+/// For a value an equality pins a field to, the condition on the field's
+/// path `.0` that makes the equality exact: `$exists: false` rules out an
+/// array holding the value among others (a scalar or a document without a
+/// field `0` has no `.0`, and an array that equals a scalar cannot be
+/// empty). `None` where it cannot: `null` (which also matches a missing
+/// field), an array, a document with a field `0`.
+pub(super) fn exact(value: &Bson) -> Option<Document> {
+    match value {
+        Bson::Null | Bson::Undefined | Bson::Array(_) => None,
+        Bson::Document(d) if d.contains_key("0") => None,
+        _ => Some(doc! { "$exists": false }),
     }
 }
