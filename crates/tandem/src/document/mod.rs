@@ -485,11 +485,24 @@ fn insert_expr(filter: &mut Document, mut exprs: Vec<Document>) {
 
 /// `id` with every number in one form per value: an integral number that fits
 /// a 64-bit integer as `Int64`, any other as `Double` (so that ids MongoDB
-/// holds equal are spelled alike).
+/// holds equal are spelled alike). A `Decimal128` is read as its exact
+/// integer where it is one that fits, else as the nearest `Double`: two ids
+/// MongoDB holds equal are never spelled apart, and two it holds apart are
+/// at worst taken for one (and refused as one document named twice).
 fn canonical_id(id: &Bson) -> Bson {
     match id {
         Bson::Int32(i) => Bson::Int64(i64::from(*i)),
-        Bson::Double(d) if d.fract() == 0.0 && d.abs() < 9.2e18 => Bson::Int64(*d as i64),
+        Bson::Double(d) => canonical_double(*d),
+        Bson::Decimal128(d) => {
+            let text = d.to_string();
+            match decimal_integer(&text) {
+                Some(i) => Bson::Int64(i),
+                None => match text.parse::<f64>() {
+                    Ok(f) if f.is_finite() => canonical_double(f),
+                    _ => id.clone(),
+                },
+            }
+        }
         Bson::Array(items) => Bson::Array(items.iter().map(canonical_id).collect()),
         Bson::Document(d) => Bson::Document(
             d.iter()
@@ -498,6 +511,65 @@ fn canonical_id(id: &Bson) -> Bson {
         ),
         other => other.clone(),
     }
+}
+
+/// `d` as `Int64` when it is an integer in the 64-bit range (`-2^63 <= d <
+/// 2^63`: every such double is exactly one `Int64`), else as it is.
+fn canonical_double(d: f64) -> Bson {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if d.fract() == 0.0 && (-TWO_63..TWO_63).contains(&d) {
+        Bson::Int64(d as i64)
+    } else {
+        Bson::Double(d)
+    }
+}
+
+/// The value of a decimal numeral (`-12`, `7.00`, `1.5E+3`) when it is an
+/// integer that fits an `i64`, exactly; `None` otherwise (a fraction, out of
+/// range, `NaN`, `Infinity`, anything else).
+fn decimal_integer(text: &str) -> Option<i64> {
+    let (mantissa, exponent) = match text.split_once(['E', 'e']) {
+        Some((m, e)) => (m, e.parse::<i32>().ok()?),
+        None => (text, 0),
+    };
+    let (negative, digits) = match mantissa.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, mantissa.strip_prefix('+').unwrap_or(mantissa)),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    if whole.is_empty() && fraction.is_empty()
+        || !whole
+            .bytes()
+            .chain(fraction.bytes())
+            .all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    // The digits as one integer, and the power of ten it is scaled by.
+    let all: String = whole.chars().chain(fraction.chars()).collect();
+    let all = all.trim_start_matches('0');
+    let mut scale = exponent.checked_sub(i32::try_from(fraction.len()).ok()?)?;
+    let mut all = all.to_owned();
+    while scale < 0 {
+        // Trailing zeros of the fraction cancel; any other digit is a fraction.
+        if !all.ends_with('0') {
+            return (all.is_empty()).then_some(0);
+        }
+        all.pop();
+        scale += 1;
+    }
+    if all.is_empty() {
+        return Some(0);
+    }
+    if all.len() + usize::try_from(scale).ok()? > 20 {
+        return None;
+    }
+    let mut value: i128 = all.parse().ok()?;
+    for _ in 0..scale {
+        value = value.checked_mul(10)?;
+    }
+    let value = if negative { -value } else { value };
+    i64::try_from(value).ok()
 }
 
 /// The largest stored value a deferred credit of `by` can be added to without

@@ -53,3 +53,70 @@ fn plain_specs_are_what_serde_writes() {
         );
     }
 }
+
+/// Numbers MongoDB holds equal get one key, whatever their type: an
+/// integral double up to (not only near) 2^63, and a `Decimal128`, exactly
+/// where it is an integer.
+#[test]
+fn equal_numeric_ids_share_one_key() {
+    use bson::Decimal128;
+    let decimal = |s: &str| Bson::Decimal128(s.parse::<Decimal128>().unwrap());
+    let same = [
+        (
+            Bson::Int64(9_220_000_000_000_000_000),
+            Bson::Double(9.22e18),
+        ),
+        (Bson::Int32(7), decimal("7")),
+        (Bson::Int64(7), decimal("7.00")),
+        (Bson::Int64(1500), decimal("1.5E+3")),
+        (Bson::Int64(i64::MAX), decimal("9223372036854775807")),
+        (
+            Bson::Int64(i64::MIN),
+            Bson::Double(-9_223_372_036_854_775_808.0),
+        ),
+        (Bson::Double(0.5), decimal("0.50")),
+        (Bson::Int64(0), decimal("-0")),
+    ];
+    for (a, b) in same {
+        assert_eq!(canonical_id(&a), canonical_id(&b), "{a:?} and {b:?}");
+    }
+    let apart = [
+        (
+            Bson::Int64(i64::MAX),
+            Bson::Double(9_223_372_036_854_775_808.0),
+        ),
+        (
+            Bson::Int64((1 << 53) + 1),
+            Bson::Double(9_007_199_254_740_992.0),
+        ),
+        (Bson::Int64(7), decimal("7.5")),
+        (Bson::Int64(7), Bson::String("7".into())),
+    ];
+    for (a, b) in apart {
+        assert_ne!(canonical_id(&a), canonical_id(&b), "{a:?} and {b:?}");
+    }
+}
+
+#[test]
+fn decimal_integers_are_read_exactly() {
+    for (text, value) in [
+        ("0", Some(0)),
+        ("-12", Some(-12)),
+        ("+12", Some(12)),
+        ("7.000", Some(7)),
+        ("1.5E+3", Some(1500)),
+        ("15E-1", None),
+        ("150E-1", Some(15)),
+        ("9223372036854775807", Some(i64::MAX)),
+        ("-9223372036854775808", Some(i64::MIN)),
+        ("9223372036854775808", None),
+        ("1E+19", None),
+        ("0.1", None),
+        ("NaN", None),
+        ("Infinity", None),
+        ("", None),
+        ("1.2.3", None),
+    ] {
+        assert_eq!(decimal_integer(text), value, "{text}");
+    }
+}

@@ -355,8 +355,12 @@ pub async fn garbage_collection_then_late_apply<F: StoreFactory + ?Sized>(factor
     );
 }
 
-/// Issue: *numeric ids.* `7_i32` and `7_i64` (and `7.0`) are one MongoDB
-/// document; a transaction naming it twice is refused before anything is written.
+/// Issue: *numeric ids.* `7_i32` and `7_i64` (and `7.0`, and the
+/// `Decimal128` `7` or `7.00`) are one MongoDB document, and so are an
+/// integer near 2^63 and the double of the same value; a transaction naming
+/// one twice is refused before anything is written. (Where the two spellings
+/// passed as two participants, the second's apply found the first's marker
+/// and counted itself applied: a transaction committed with one change.)
 pub async fn numeric_ids_are_one_document<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
     let store = factory.fresh().await;
     let ns = accounts(db);
@@ -366,10 +370,21 @@ pub async fn numeric_ids_are_one_document<F: StoreFactory + ?Sized>(factory: &F,
         doc! { "_id": 7_i64, "balance": 100_i64 },
     )
     .await;
+    // Near 2^63 too, where an integral double is still exactly one integer.
+    let big = 9_220_000_000_000_000_000_i64;
+    seed(store.as_ref(), &ns, doc! { "_id": big, "balance": 100_i64 }).await;
     let coordinator = coordinator(store.clone(), db, factory.lease());
-    for twin in [Bson::Int32(7), Bson::Double(7.0)] {
+    let decimal = |s: &str| Bson::Decimal128(s.parse().expect("a decimal"));
+    let twins = [
+        (7_i64, Bson::Int32(7)),
+        (7, Bson::Double(7.0)),
+        (7, decimal("7")),
+        (7, decimal("7.00")),
+        (big, Bson::Double(big as f64)),
+    ];
+    for (id, twin) in twins {
         let tx = Transaction::new()
-            .change(DocumentChange::update(ns.clone(), 7_i64).inc("balance", -10_i64))
+            .change(DocumentChange::update(ns.clone(), id).inc("balance", -10_i64))
             .change(DocumentChange::update(ns.clone(), twin.clone()).inc("balance", -10_i64));
         let result = coordinator.run(tx).await;
         assert!(
@@ -377,16 +392,18 @@ pub async fn numeric_ids_are_one_document<F: StoreFactory + ?Sized>(factory: &F,
                 result,
                 Err(TxError::Invalid(ChangeError::DuplicateParticipant { .. }))
             ),
-            "7_i64 and {twin:?}: {result:?}"
+            "{id} and {twin:?}: {result:?}"
         );
     }
-    let doc = store
-        .find_one(&ns, doc! { "_id": 7_i64 })
-        .await
-        .expect("read")
-        .expect("the account");
-    assert_eq!(doc.get_i64("balance").ok(), Some(100));
-    assert!(!held(&doc));
+    for id in [7, big] {
+        let doc = store
+            .find_one(&ns, doc! { "_id": id })
+            .await
+            .expect("read")
+            .expect("the account");
+        assert_eq!(doc.get_i64("balance").ok(), Some(100));
+        assert!(!held(&doc));
+    }
 }
 
 /// Issue: *same owner name and same transaction id.* A second coordinator,
