@@ -403,3 +403,124 @@ async fn a_stale_move_to_done_claims_no_move_of_a_record_that_reused_its_id() {
         assert!(markers.is_empty(), "{name} keeps a marker: {doc}");
     }
 }
+
+/// A coordinator whose store is wrapped in a fault store, and a transfer
+/// committed at its applies with the finisher stopped at its first request
+/// (the returned pause lets it go on).
+async fn finisher_held_up() -> (
+    tandem::MemoryStore,
+    Coordinator,
+    tandem::testing::FaultStore,
+    tandem::testing::Pause,
+) {
+    let (store, _, _) = bank(&["A", "B"], 1_000_000).await;
+    let faulty = tandem::testing::FaultStore::new(std::sync::Arc::new(store.clone()));
+    let coordinator = Coordinator::new(faulty.clone());
+    let receipt = coordinator.run(transfer("A", "B", 1)).await.unwrap();
+    assert_eq!(receipt.state, TxState::Applied);
+    // The next operation is the finisher's.
+    let pause = faulty.pause_at(faulty.ops() + 1);
+    (store, coordinator, faulty, pause)
+}
+
+/// Found by an adversarial review: `drain` took the finisher's handle, so a
+/// second `drain` at the same time (the one inside `shutdown`, say) returned
+/// at once, with the transaction still `pending`, and `shutdown` went on to
+/// close the stores under the finisher. Every drain now waits for what was
+/// committed before it.
+#[tokio::test]
+async fn a_second_drain_waits_for_the_work_too() {
+    let (store, coordinator, _faulty, pause) = finisher_held_up().await;
+    pause.reached.await.unwrap();
+    let first = {
+        let c = coordinator.clone();
+        tokio::spawn(async move { c.drain().await })
+    };
+    let second = {
+        let c = coordinator.clone();
+        tokio::spawn(async move { c.drain().await })
+    };
+    tokio::task::yield_now().await;
+    assert!(!first.is_finished() && !second.is_finished());
+    pause.release.send(()).unwrap();
+    first.await.unwrap();
+    second.await.unwrap();
+    let states: Vec<String> = store
+        .documents(&records())
+        .iter()
+        .map(|r| r.get_str("state").unwrap().to_owned())
+        .collect();
+    assert_eq!(states, ["done"]);
+}
+
+/// Found by an adversarial review: with the finisher held up, every commit
+/// was still answered at once and queued for it, without bound. Past
+/// `BACKLOG` (1,024) transactions waiting, `run` waits for room before it
+/// answers. (Time is paused: the waiting `run` would otherwise be timed out
+/// only by a clock the test does not control.)
+#[tokio::test(start_paused = true)]
+async fn the_finisher_backlog_is_bounded() {
+    let (store, coordinator, _faulty, pause) = finisher_held_up().await;
+    pause.reached.await.unwrap();
+    // The finisher holds the first transaction; 1,024 more wait for it.
+    for _ in 0..1024 {
+        coordinator.run(transfer("A", "B", 1)).await.unwrap();
+    }
+    let next = {
+        let c = coordinator.clone();
+        tokio::spawn(async move { c.run(transfer("A", "B", 1)).await })
+    };
+    // Every task waits now: paused time jumps ahead, and the run is still held.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(
+        !next.is_finished(),
+        "answered with 1,024 transactions waiting"
+    );
+    pause.release.send(()).unwrap();
+    assert_eq!(next.await.unwrap().unwrap().state, TxState::Applied);
+    coordinator.drain().await;
+    let done = store
+        .documents(&records())
+        .iter()
+        .filter(|r| r.get_str("state") == Ok("done"))
+        .count();
+    assert_eq!(done, 1026);
+}
+
+/// `drain` waits for what was committed before it, not for the finisher to
+/// run out of work: under steady load from other tasks it still returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_returns_under_steady_load() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let (store, _, _) = bank(&["A", "B", "C", "D"], 1_000_000_000).await;
+    let coordinator = Coordinator::new(store.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let committed = Arc::new(AtomicU64::new(0));
+    let mut load = Vec::new();
+    for (from, to) in [("A", "B"), ("B", "C"), ("C", "D"), ("D", "A")] {
+        let (c, stop, committed) = (coordinator.clone(), stop.clone(), committed.clone());
+        load.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                c.run(transfer(from, to, 1)).await.unwrap();
+                committed.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    while committed.load(Ordering::Relaxed) < 200 {
+        tokio::task::yield_now().await;
+    }
+    // A bound for a failing run only: a drain that waited for the load to
+    // stop would never return.
+    let drained = tokio::time::timeout(Duration::from_secs(60), coordinator.drain()).await;
+    let during = committed.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    assert!(drained.is_ok(), "drain did not return while the load ran");
+    assert!(during >= 200);
+    coordinator.drain().await;
+}

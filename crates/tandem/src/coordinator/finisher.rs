@@ -28,6 +28,13 @@ const FINISH_BATCH: usize = crate::engine::ROUND;
 /// moved).
 const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Most committed transactions that may wait for the background finisher:
+/// past it, [`Coordinator::run`] waits for room before it answers, so that
+/// a finisher held up (a slow or unreachable store) holds up the callers
+/// too, rather than its queue, and the records behind it, growing with the
+/// load.
+pub(super) const BACKLOG: usize = 16 * FINISH_BATCH;
+
 /// Committed transactions waiting to be finished, and the one task that finishes them.
 ///
 /// Transactions committed while the finisher is busy wait for its next round,
@@ -36,59 +43,123 @@ const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_millis(100);
 /// moves to `done` one statement with later rounds'.
 #[derive(Default)]
 pub(super) struct Background {
-    waiting: Vec<Live>,
+    /// Committed transactions not taken on yet, each with its number.
+    waiting: Vec<(u64, Live)>,
     /// When the oldest of `waiting` arrived (for
     /// [`CoordinatorConfig::finish_delay`](crate::config::CoordinatorConfig::finish_delay)).
     oldest: Option<tokio::time::Instant>,
     running: bool,
-    /// Set by `drain`: finish what is waiting without delay.
-    flush: bool,
+    /// The number the next committed transaction gets.
+    next: u64,
+    /// The numbers of the transactions handed over and not yet finished
+    /// (or left to recovery): what a drain waits for.
+    unfinished: std::collections::BTreeSet<u64>,
+    /// How many drains are waiting: while any is, finish what is waiting
+    /// without delay.
+    draining: usize,
     finisher: Option<JoinHandle<()>>,
     /// Wakes a finisher waiting out its delay (a full round, or a drain).
     wake: Arc<tokio::sync::Notify>,
+    /// Tells drains and callers waiting for room that transactions were
+    /// taken on or finished, or that the finisher stopped.
+    progress: Arc<tokio::sync::Notify>,
+}
+
+impl Background {
+    /// Marks transactions `numbers` finished (or left to recovery).
+    fn finished(&mut self, numbers: impl IntoIterator<Item = u64>) {
+        for n in numbers {
+            self.unfinished.remove(&n);
+        }
+        self.progress.notify_waiters();
+    }
 }
 
 /// Marks the finisher idle if its task ends by a panic, so that the next
-/// commit starts a new one for whatever is still waiting.
+/// commit starts a new one for whatever is still waiting, and lets drains
+/// go (what it held is left to recovery).
 struct IdleOnPanic(Option<Arc<Mutex<Background>>>);
 
 impl Drop for IdleOnPanic {
     fn drop(&mut self) {
         if let Some(shared) = self.0.take() {
-            shared.lock().unwrap_or_else(|e| e.into_inner()).running = false;
+            let mut bg = shared.lock().unwrap_or_else(|e| e.into_inner());
+            bg.running = false;
+            let waiting: std::collections::BTreeSet<u64> =
+                bg.waiting.iter().map(|(n, _)| *n).collect();
+            let lost: Vec<u64> = bg
+                .unfinished
+                .iter()
+                .copied()
+                .filter(|n| !waiting.contains(n))
+                .collect();
+            bg.finished(lost);
         }
     }
 }
 
-impl Coordinator {
-    /// Waits until every transaction committed so far is finished in the
-    /// background (markers cleared, `done`), or left to recovery.
-    pub async fn drain(&self) {
-        let handle = {
-            let mut bg = self.background();
-            if bg.running {
-                bg.flush = true;
-                bg.wake.notify_one();
-            }
-            bg.finisher.take()
-        };
-        if let Some(h) = handle {
-            let _ = h.await;
+/// Waits for `notify`, registered before `ready` is checked, until `ready`
+/// says so: no notification between the check and the wait is missed.
+async fn wait_until(notify: Arc<tokio::sync::Notify>, mut ready: impl FnMut() -> bool) {
+    loop {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if ready() {
+            return;
         }
+        notified.await;
+    }
+}
+
+impl Coordinator {
+    /// Waits until every transaction committed before the call is finished
+    /// in the background (markers cleared, `done`), or left to recovery.
+    /// Transactions committed meanwhile, by other tasks, do not hold it up.
+    pub async fn drain(&self) {
+        let (target, progress) = {
+            let mut bg = self.background();
+            let Some(target) = bg.next.checked_sub(1) else {
+                return;
+            };
+            bg.draining += 1;
+            bg.wake.notify_one();
+            (target, Arc::clone(&bg.progress))
+        };
+        wait_until(progress, || {
+            let bg = self.background();
+            bg.unfinished.first().is_none_or(|first| *first > target)
+        })
+        .await;
+        self.background().draining -= 1;
     }
 
     fn background(&self) -> std::sync::MutexGuard<'_, Background> {
         self.background.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Hands a committed transaction to the background finisher, starting it if idle.
-    pub(super) fn finish_later(&self, live: Live) {
+    /// Hands a committed transaction to the background finisher, starting it
+    /// if idle; waits for room first while [`BACKLOG`] transactions wait.
+    pub(super) async fn finish_later(&self, live: Live) {
+        let progress = Arc::clone(&self.background().progress);
+        wait_until(progress, || {
+            let bg = self.background();
+            if bg.waiting.len() >= BACKLOG {
+                bg.wake.notify_one();
+                return false;
+            }
+            true
+        })
+        .await;
         let mut bg = self.background();
         let first = bg.waiting.is_empty();
         if first {
             bg.oldest = Some(tokio::time::Instant::now());
         }
-        bg.waiting.push(live);
+        let number = bg.next;
+        bg.next += 1;
+        bg.unfinished.insert(number);
+        bg.waiting.push((number, live));
         if bg.running {
             // A full round goes at once; so does the first of a round while
             // the finisher waits only for settled records' linger.
@@ -102,7 +173,7 @@ impl Coordinator {
         let shared = Arc::clone(&self.background);
         let earlier = bg.finisher.take();
         bg.finisher = Some(tokio::spawn(async move {
-            // A drain that started before this finisher also waits for the one before it.
+            // The finisher before this one, if it is still ending, ends first.
             if let Some(h) = earlier {
                 let _ = h.await;
             }
@@ -110,27 +181,30 @@ impl Coordinator {
             let delay = engine.config.finish_delay;
             let linger = CLOSE_LINGER.min(engine.config.lease / 4);
             // Settled records waiting for their move to `done`, and since when.
-            let mut settled: Vec<Live> = Vec::new();
+            let mut settled: Vec<(u64, Live)> = Vec::new();
             let mut settled_since = tokio::time::Instant::now();
             loop {
                 let (batch, wait) = {
                     let mut bg = shared.lock().unwrap_or_else(|e| e.into_inner());
                     if bg.waiting.is_empty() && settled.is_empty() {
                         bg.running = false;
-                        bg.flush = false;
+                        bg.progress.notify_waiters();
                         idle.0 = None;
                         return;
                     }
+                    let flush = bg.draining > 0;
                     let now = tokio::time::Instant::now();
                     let close_at = settled_since + linger;
                     let close = !settled.is_empty()
-                        && (bg.flush || settled.len() >= FINISH_BATCH || close_at <= now);
+                        && (flush || settled.len() >= FINISH_BATCH || close_at <= now);
                     let settle_at = bg.oldest.map(|t| t + delay);
-                    let batch: Vec<Live> = match settle_at {
-                        Some(at) if (at <= now || bg.flush || bg.waiting.len() >= FINISH_BATCH) => {
+                    let batch: Vec<(u64, Live)> = match settle_at {
+                        Some(at) if (at <= now || flush || bg.waiting.len() >= FINISH_BATCH) => {
                             let n = bg.waiting.len().min(FINISH_BATCH);
                             let batch = bg.waiting.drain(..n).collect();
                             bg.oldest = (!bg.waiting.is_empty()).then_some(now);
+                            // Room for callers waiting to hand theirs over.
+                            bg.progress.notify_waiters();
                             batch
                         }
                         _ => Vec::new(),
@@ -153,31 +227,33 @@ impl Coordinator {
                     }
                     continue;
                 }
+                let mut left = Vec::new();
                 if !batch.is_empty() {
-                    let lives: Vec<&Live> = batch.iter().collect();
+                    let lives: Vec<&Live> = batch.iter().map(|(_, live)| live).collect();
                     let results = engine.settle_many(&lives).await;
                     if settled.is_empty() {
                         settled_since = tokio::time::Instant::now();
                     }
-                    for (live, result) in batch.into_iter().zip(results) {
+                    for ((number, live), result) in batch.into_iter().zip(results) {
                         match result {
-                            Ok(()) => settled.push(live),
+                            Ok(()) => settled.push((number, live)),
                             Err(e) => {
                                 tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", live.id);
+                                left.push(number);
                             }
                         }
                     }
                 }
                 // Checked after the round, so that a linger that ran out
                 // while it settled is not stretched by a whole loop.
-                let flush = shared.lock().unwrap_or_else(|e| e.into_inner()).flush;
+                let flush = shared.lock().unwrap_or_else(|e| e.into_inner()).draining > 0;
                 let due = flush
                     || settled.len() >= FINISH_BATCH
                     || settled_since + linger <= tokio::time::Instant::now();
                 if !settled.is_empty() && due {
                     let closing = std::mem::take(&mut settled);
                     for round in closing.chunks(FINISH_BATCH) {
-                        let lives: Vec<&Live> = round.iter().collect();
+                        let lives: Vec<&Live> = round.iter().map(|(_, live)| live).collect();
                         let which: Vec<usize> = (0..lives.len()).collect();
                         for (t, result) in engine.close_many(&lives, &which).await {
                             if let Err(e) = result {
@@ -185,6 +261,13 @@ impl Coordinator {
                             }
                         }
                     }
+                    left.extend(closing.iter().map(|(number, _)| *number));
+                }
+                if !left.is_empty() {
+                    shared
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .finished(left);
                 }
             }
         }));

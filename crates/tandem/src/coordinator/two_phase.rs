@@ -191,7 +191,7 @@ impl Coordinator {
                 })
             }
             CommitPoint::Applied => {
-                self.finish_later(live);
+                self.finish_later(live).await;
                 Ok(Receipt {
                     id,
                     state: TxState::Applied,
