@@ -577,6 +577,63 @@ async fn a_canceled_float_credit_leaves_an_integer_balance_as_it_was() {
     assert_eq!(a.get("balance"), Some(&Bson::Int64(big)), "{a}");
 }
 
+/// Found by an adversarial review: a debit is applied at once and given
+/// back by its undo, so a credit must leave room for it too. T1's debit of
+/// 100 on A (near the limit) is applied while its other participant is
+/// held up; T2 credits A by 200 up to `i64::MAX` and commits; T1's other
+/// participant refuses, and its undo of the debit could not fit: T1 stayed
+/// `canceling`, its marker on A, for every recovery pass. Now the debit
+/// counts with the credits pending on the field, and T2 is refused.
+#[tokio::test]
+async fn a_credit_leaves_room_for_the_undo_of_a_pending_debit() {
+    let (store, clock, _) = bank(&[], 0).await;
+    let other = MemoryStore::with_clock(clock.clone());
+    let start = i64::MAX - 100;
+    store
+        .insert_one(&accounts(), doc! { "_id": "A", "balance": start, "pendingTransactions": [] })
+        .await
+        .unwrap();
+    let held = FaultStore::new(Arc::new(other.clone()));
+    let pause = held.pause_at(1);
+    let first = Coordinator::builder(store.clone())
+        .store("other", held)
+        .commit_point(CommitPoint::Done)
+        .build();
+    let t1 = Transaction::new()
+        .change(
+            DocumentChange::update(accounts(), "A")
+                .inc("balance", -100_i64)
+                .require_gte("balance", 100_i64),
+        )
+        .change(
+            DocumentChange::update(accounts(), "Z")
+                .in_store("other")
+                .inc("balance", 1_i64),
+        );
+    let t1 = tokio::spawn(async move { first.run(t1).await });
+    pause.reached.await.unwrap();
+    assert_eq!(balance(&store, "A").await, start - 100, "T1's debit is applied");
+
+    let t2 = done(&store)
+        .run(Transaction::new().change(DocumentChange::update(accounts(), "A").inc("balance", 200_i64)))
+        .await;
+    assert!(
+        matches!(&t2, Err(TxError::Canceled { cause: StepError::Overflow { .. }, .. })),
+        "{t2:?}"
+    );
+    pause.release.send(()).unwrap();
+    assert!(matches!(t1.await.unwrap(), Err(TxError::Canceled { .. })));
+    let a = get(&store, &accounts(), "A").await.unwrap();
+    assert_eq!(a.get_i64("balance"), Ok(start), "{a}");
+    assert_eq!(a.get_array("pendingTransactions").map(Vec::len), Ok(0), "{a}");
+    let states: Vec<String> = store
+        .documents(&records())
+        .iter()
+        .map(|r| r.get_str("state").unwrap().to_owned())
+        .collect();
+    assert_eq!(states, ["canceled", "canceled"]);
+}
+
 #[tokio::test]
 async fn a_late_apply_after_done_is_fenced() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
@@ -841,8 +898,8 @@ async fn garbage_collection_removes_records_and_leaves_documents_clean() {
     let a = get(&store, &accounts(), "A").await.unwrap();
     assert_eq!(
         a.get_document("_tandem").unwrap(),
-        &doc! { "pending": 0 },
-        "a finished transaction keeps nothing on its documents but a zero count: {a}"
+        &doc! { "pending": 0, "credit": { "balance": 0_i64 } },
+        "a finished transaction keeps nothing on its documents but zero counts: {a}"
     );
     let worker = coordinator.recovery(RecoveryConfig::default());
     let refused = worker.collect_garbage(Duration::from_secs(31)).await;

@@ -149,6 +149,36 @@ impl DocumentChange {
         (plain, exprs)
     }
 
+    /// For a debit applied at once to a document others share: the field
+    /// and the amount its undo would give back, counted with the credits
+    /// pending on the field (`_tandem.credit.<path>`) until it is committed
+    /// or undone, so that no credit leaves the field too little room for it.
+    /// (Without it, a credit up to the limit committed while the debit was
+    /// pending, and the debit's undo could not fit: a canceled transaction
+    /// stuck half applied.)
+    pub(super) fn give_back<'o>(&self, op: &'o FieldOp) -> Option<(&'o str, Bson)> {
+        let FieldOp::Inc { path, by } = op else {
+            return None;
+        };
+        if self.is_exclusive() || !self.applies_early(op) {
+            return None;
+        }
+        let back = match by {
+            Bson::Int32(i) if *i < 0 => Bson::Int32(i.checked_neg()?),
+            Bson::Int64(i) if *i < 0 => Bson::Int64(i.checked_neg()?),
+            _ => return None,
+        };
+        counted(path, &back).then_some((path.as_str(), back))
+    }
+
+    /// What the debits of this change applied at once may give back, by field.
+    fn give_backs(&self) -> Vec<(&str, Bson)> {
+        match &self.op {
+            DocumentOp::Update { ops } => ops.iter().filter_map(|op| self.give_back(op)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The increments that take effect only at commit, with their amounts.
     fn deferred_credits(&self) -> impl Iterator<Item = (&str, &Bson)> {
         let ops: &[FieldOp] = match &self.op {
@@ -503,6 +533,9 @@ impl DocumentChange {
                 if let FieldOp::Inc { path, by } = op {
                     if self.applies_early(op) {
                         inc.insert(path.clone(), negate(by));
+                        if let Some((path, back)) = self.give_back(op) {
+                            inc.insert(credit_path(path), negate(&back));
+                        }
                     } else if counted(path, by) {
                         inc.insert(credit_path(path), negate(by));
                     }
@@ -558,6 +591,10 @@ impl DocumentChange {
                 late.insert(credit_path(path), negate(by));
             }
         }
+        // A committed debit gives nothing back any more.
+        for (path, back) in self.give_backs() {
+            late.insert(credit_path(path), negate(&back));
+        }
         late.insert(PENDING, -1);
         update.insert("$inc", late);
         update
@@ -582,6 +619,9 @@ impl DocumentChange {
                     // so a credit can never fail later, at commit.
                     if self.applies_early(op) {
                         inc.insert(path.clone(), by.clone());
+                        if let Some((path, back)) = self.give_back(op) {
+                            inc.insert(credit_path(path), back);
+                        }
                     } else if counted(path, by) {
                         // Counted as pending on the field until it lands or is
                         // undone; the filter checks the field's type
