@@ -590,7 +590,10 @@ async fn a_credit_leaves_room_for_the_undo_of_a_pending_debit() {
     let other = MemoryStore::with_clock(clock.clone());
     let start = i64::MAX - 100;
     store
-        .insert_one(&accounts(), doc! { "_id": "A", "balance": start, "pendingTransactions": [] })
+        .insert_one(
+            &accounts(),
+            doc! { "_id": "A", "balance": start, "pendingTransactions": [] },
+        )
         .await
         .unwrap();
     let held = FaultStore::new(Arc::new(other.clone()));
@@ -612,20 +615,37 @@ async fn a_credit_leaves_room_for_the_undo_of_a_pending_debit() {
         );
     let t1 = tokio::spawn(async move { first.run(t1).await });
     pause.reached.await.unwrap();
-    assert_eq!(balance(&store, "A").await, start - 100, "T1's debit is applied");
+    assert_eq!(
+        balance(&store, "A").await,
+        start - 100,
+        "T1's debit is applied"
+    );
 
     let t2 = done(&store)
-        .run(Transaction::new().change(DocumentChange::update(accounts(), "A").inc("balance", 200_i64)))
+        .run(
+            Transaction::new()
+                .change(DocumentChange::update(accounts(), "A").inc("balance", 200_i64)),
+        )
         .await;
     assert!(
-        matches!(&t2, Err(TxError::Canceled { cause: StepError::Overflow { .. }, .. })),
+        matches!(
+            &t2,
+            Err(TxError::Canceled {
+                cause: StepError::Overflow { .. },
+                ..
+            })
+        ),
         "{t2:?}"
     );
     pause.release.send(()).unwrap();
     assert!(matches!(t1.await.unwrap(), Err(TxError::Canceled { .. })));
     let a = get(&store, &accounts(), "A").await.unwrap();
     assert_eq!(a.get_i64("balance"), Ok(start), "{a}");
-    assert_eq!(a.get_array("pendingTransactions").map(Vec::len), Ok(0), "{a}");
+    assert_eq!(
+        a.get_array("pendingTransactions").map(Vec::len),
+        Ok(0),
+        "{a}"
+    );
     let states: Vec<String> = store
         .documents(&records())
         .iter()
