@@ -1110,6 +1110,133 @@ async fn collection_waits_for_the_create_deadline_of_a_longer_lease() {
     );
 }
 
+/// Found by an adversarial review: a retry whose record's `_id` was taken
+/// waited out the create deadline, looked again, and answered `Duplicate`
+/// ("this one wrote nothing") when its record was not there. But its lost
+/// first attempt may have landed live meanwhile (once the other record was
+/// collected), and been finished by recovery and collected in turn before
+/// the look: then the transaction was made. Not finding its own record
+/// after the wait, the coordinator now answers `Interrupted`. (It also waits
+/// past the create deadline plus the margin, as a clock that steps back
+/// within it would otherwise let a copy land live after the look.)
+#[tokio::test]
+async fn a_retry_that_meets_another_record_answers_interrupted_not_duplicate() {
+    let (store, clock, _) = bank(&["A", "B"], 100).await;
+    let lease = Duration::from_secs(30);
+    let margin = Duration::from_secs(2);
+    let pay = |amount: i64| keyed_transfer("taken", "A", "B", amount);
+    let builder = |store: Arc<dyn Store>| {
+        Coordinator::builder_shared(store)
+            .lease(lease)
+            .clock_margin(margin)
+            .commit_point(CommitPoint::Done)
+    };
+    builder(Arc::new(store.clone()))
+        .build()
+        .run(pay(10))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(60));
+
+    // Create attempt 1 loses its answer (kept, to land late); attempt 2
+    // meets the first record; the look (3); the wait's clock read (4):
+    // the coordinator stalls there.
+    let faulty = FaultStore::new(Arc::new(store.clone()))
+        .keeping_upserts()
+        .lose_at(1);
+    let pause = faulty.pause_at(4);
+    let second = builder(Arc::new(faulty.clone())).build();
+    let run = tokio::spawn(async move { second.run(pay(5)).await });
+    pause.reached.await.unwrap();
+
+    // Meanwhile the first record goes, the lost create lands in time, and
+    // recovery (rolling forward) makes the transaction; its record goes too.
+    let worker = builder(Arc::new(store.clone()))
+        .build()
+        .recovery(RecoveryConfig {
+            idempotency_window: Duration::ZERO,
+            pending: PendingPolicy::RollForward,
+            ..RecoveryConfig::default()
+        });
+    assert_eq!(worker.collect_garbage(lease + margin).await.unwrap(), 1);
+    let create = faulty.upserts().into_iter().next().unwrap();
+    let landed = faulty.deliver_again(&create).await.unwrap().unwrap();
+    assert!(!tandem::TxRecord::from_document(landed).unwrap().is_inert());
+    clock.advance(lease + margin + margin);
+    assert_eq!(worker.run_once().await.unwrap().committed, 1);
+    assert_eq!(balance(&store, "A").await, 85, "the transaction was made");
+    clock.advance(lease + margin + margin);
+    assert_eq!(worker.collect_garbage(lease + margin).await.unwrap(), 1);
+
+    // The coordinator wakes, finds no record of its own: the outcome is unknown.
+    pause.release.send(()).unwrap();
+    let answer = run.await.unwrap();
+    assert!(
+        matches!(answer, Err(TxError::Interrupted { .. })),
+        "{answer:?}"
+    );
+}
+
+/// Found by an adversarial review: the same retry looked again as soon as
+/// the records store's clock read the create deadline, and answered
+/// `Duplicate`; the clock then stepped back 1.5 s (within the 2 s margin),
+/// the other record was collected, and the lost first attempt landed live:
+/// recovery made the transaction answered as not made. The look waits for
+/// the deadline plus the margin now; a clock that does not get there within
+/// the lease plus the margin of local time gets `Interrupted`. (Time is
+/// paused: the coordinator's wait runs on it, the store's clock does not.)
+#[tokio::test(start_paused = true)]
+async fn a_retry_looks_again_only_past_the_create_deadline_plus_the_margin() {
+    let (store, clock, _) = bank(&["A", "B"], 100).await;
+    let lease = Duration::from_secs(30);
+    let margin = Duration::from_secs(2);
+    let pay = |amount: i64| keyed_transfer("taken", "A", "B", amount);
+    let builder = |store: Arc<dyn Store>| {
+        Coordinator::builder_shared(store)
+            .lease(lease)
+            .clock_margin(margin)
+            .commit_point(CommitPoint::Done)
+    };
+    builder(Arc::new(store.clone()))
+        .build()
+        .run(pay(10))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(60));
+    let faulty = FaultStore::new(Arc::new(store.clone()))
+        .keeping_upserts()
+        .lose_at(1);
+    let pause = faulty.pause_at(4);
+    let second = builder(Arc::new(faulty.clone())).build();
+    let run = tokio::spawn(async move { second.run(pay(5)).await });
+    pause.reached.await.unwrap();
+    clock.advance(lease); // the create deadline, not yet past the margin
+    pause.release.send(()).unwrap();
+    let answer = run.await.unwrap();
+    assert!(
+        matches!(answer, Err(TxError::Interrupted { .. })),
+        "{answer:?}"
+    );
+
+    // What the answer covers: a step back within the margin, the other
+    // record collected, the lost create landing live, recovery making it.
+    let worker = builder(Arc::new(store.clone()))
+        .build()
+        .recovery(RecoveryConfig {
+            idempotency_window: Duration::ZERO,
+            pending: PendingPolicy::RollForward,
+            ..RecoveryConfig::default()
+        });
+    assert_eq!(worker.collect_garbage(lease + margin).await.unwrap(), 1);
+    clock.rewind(Duration::from_millis(1500));
+    let create = faulty.upserts().into_iter().next().unwrap();
+    let landed = faulty.deliver_again(&create).await.unwrap().unwrap();
+    assert!(!tandem::TxRecord::from_document(landed).unwrap().is_inert());
+    clock.advance(Duration::from_secs(120));
+    worker.run_once().await.unwrap();
+    assert_eq!(balance(&store, "A").await, 85);
+}
+
 #[tokio::test]
 async fn events_report_every_state_change() {
     let (store, _, _) = bank(&["A", "B"], 1000).await;

@@ -366,8 +366,9 @@ impl Coordinator {
     /// answer `Duplicate` ("this one wrote nothing") would stand for a
     /// transaction that recovery then finishes. After a retry (`retried`),
     /// an earlier attempt of ours may also land later, once the record now
-    /// under the id is collected, until the create deadline: wait for it,
-    /// then look again.
+    /// under the id is collected, until the create deadline (plus the
+    /// margin): wait for it, then look again; not ours then, the outcome is
+    /// unknown (`Interrupted`), never `Duplicate`.
     async fn id_taken(
         &self,
         live: &Live,
@@ -423,8 +424,14 @@ impl Coordinator {
             }
             if retried && !waited {
                 // An earlier attempt of ours may still be on its way: it can
-                // take effect only before the create deadline.
-                if !self.wait_until(create_by).await {
+                // write a live record only before the create deadline, by the
+                // records store's clock, which may step back by the margin.
+                let past = bson::DateTime::from_millis(
+                    create_by
+                        .timestamp_millis()
+                        .saturating_add(engine.margin_millis()),
+                );
+                if !self.wait_until(past).await {
                     return Err(interrupted(StoreError::new(
                         StoreErrorKind::Other,
                         "the id is taken, and an earlier attempt to write this \
@@ -435,25 +442,18 @@ impl Coordinator {
                 continue;
             }
             if waited {
-                // Not there after the create deadline: no attempt of ours
-                // landed in time, unless one did and its record was finished
-                // and collected already, which garbage collection does only
-                // once the create deadline has passed by the clock margin.
-                // Only read before then is "not there" an answer.
-                let now = engine
-                    .retry(|| engine.records().now())
-                    .await
-                    .map_err(interrupted)?;
-                let collectable = create_by
-                    .timestamp_millis()
-                    .saturating_add(engine.margin_millis());
-                if now.timestamp_millis() >= collectable {
-                    return Err(interrupted(StoreError::new(
-                        StoreErrorKind::Other,
-                        "the id is taken by another record, and an earlier attempt of this \
-                         transaction may have written a record since finished and collected",
-                    )));
-                }
+                // Not there once no attempt of ours can land live any more.
+                // Either none landed, or one did and its record has been
+                // finished by recovery and collected already, and under
+                // leases that differ between processes and clocks that step
+                // back, no time bound tells the two apart. "Duplicate" ("this
+                // one wrote nothing") would be a guess.
+                return Err(interrupted(StoreError::new(
+                    StoreErrorKind::Other,
+                    "the id is taken by another record; an earlier attempt of this transaction \
+                     lost its answer, and may have written a record that was finished and \
+                     collected since",
+                )));
             }
             let other = engine.load(&live.id).await.map_err(interrupted)?;
             return Err(TxError::Duplicate {
