@@ -52,7 +52,10 @@ pub struct RecoveryReport {
     pub canceled: usize,
     /// Stale `initial` records removed.
     pub removed: usize,
-    /// Claimed records that could not be finished this pass (left for the next).
+    /// Records that could not be finished this pass: claimed ones whose
+    /// steps failed (left for the next pass), and due ones this process
+    /// cannot drive (a participant kind it does not register, a store it
+    /// does not have), left unclaimed for a process that can.
     pub failed: usize,
     /// Claimed records whose markers may be removed only later, by the
     /// participant stores' clocks, because an earlier apply may still be in
@@ -196,10 +199,23 @@ impl RecoveryWorker {
         // ago) or unreadable, oldest first, until a batch is due: the oldest
         // records cannot starve the rest.
         let filter = doc! { "state": { "$in": in_flight }, "lastModified": { "$lte": now } };
+        // Records this process cannot drive (a participant kind it does not
+        // register, a store it does not have) are paged past as well, left
+        // for a process that can: claimed, they would only fence their owner
+        // off; kept in the batch, they would take the places of others.
         let mut unreadable = 0;
+        let mut undrivable = 0;
         let (expired, scanned) = self
             .scan(&ns, filter, |d| match TxRecord::from_document(d) {
-                Ok(r) => (r.lease_expired(now) && self.past_margin(&r, now)).then_some(r),
+                Ok(r) if !(r.lease_expired(now) && self.past_margin(&r, now)) => None,
+                Ok(r) => match self.engine.cannot_drive(&r) {
+                    Some(why) => {
+                        undrivable += 1;
+                        tracing::warn!(target: "tandem", "cannot recover {} here: {why}", r.id);
+                        None
+                    }
+                    None => Some(r),
+                },
                 Err(e) => {
                     unreadable += 1;
                     tracing::error!(target: "tandem", "skipping unreadable transaction record: {e}");
@@ -212,6 +228,7 @@ impl RecoveryWorker {
         }
         let mut report = RecoveryReport {
             scanned,
+            failed: undrivable,
             ..RecoveryReport::default()
         };
         let total = expired.len();
@@ -464,11 +481,6 @@ impl RecoveryWorker {
     }
 
     async fn recover(&self, record: TxRecord) -> (bool, Result<Driven, Outcome>) {
-        if let Some(why) = self.engine.cannot_drive(&record) {
-            // Left unclaimed, for a worker that can drive it.
-            tracing::warn!(target: "tandem", "cannot recover {} here: {why}", record.id);
-            return (false, Err(Outcome::Failed));
-        }
         // A transaction that commits at its applies is probed first, under
         // its old deadline; it gets a new one only if it must be rolled forward.
         let applies = record.state == TxState::Pending

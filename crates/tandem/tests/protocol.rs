@@ -1454,6 +1454,50 @@ async fn a_record_this_process_cannot_drive_is_not_claimed() {
     }
 }
 
+/// Found by an adversarial review: the records recovery cannot drive here
+/// stayed in its scan's batch, never claimed, so their `lastModified` never
+/// moved and every pass picked the same ones first: with a batch of 2, two
+/// of them hid a stuck transfer for good. The scan pages past them now.
+#[tokio::test]
+async fn recovery_is_not_starved_by_records_it_cannot_drive() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    for i in 0..2 {
+        store
+            .insert_one(
+                &records(),
+                doc! {
+                    "_id": format!("foreign-{i}"), "state": "pending", "owner": "elsewhere",
+                    "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
+                    "participants": [{ "kind": "document", "label": "remote/A", "spec": { "store": "remote" } }],
+                    "lastModified": bson::DateTime::from_millis(0),
+                    "leaseStart": bson::DateTime::from_millis(0),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(3600));
+    // A transfer whose coordinator stops right after writing its record.
+    let dying = FaultStore::new(Arc::new(store.clone())).crash_after(1);
+    let err = Coordinator::builder(dying)
+        .retry(tandem::RetryPolicy::NONE)
+        .build()
+        .run(transfer("A", "B", 10))
+        .await
+        .unwrap_err();
+    let id = err.id().cloned().expect("an id");
+    clock.advance(Duration::from_secs(3600));
+    let coordinator = Coordinator::new(store.clone());
+    let worker = coordinator.recovery(RecoveryConfig {
+        batch: 2,
+        ..RecoveryConfig::default()
+    });
+    let report = worker.run_once().await.unwrap();
+    assert_eq!((report.failed, report.canceled), (2, 1), "{report:?}");
+    let record = coordinator.record(&id).await.unwrap().unwrap();
+    assert_eq!(record.state, TxState::Canceled);
+}
+
 #[tokio::test]
 async fn garbage_collection_is_not_starved_by_unknown_kinds() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
