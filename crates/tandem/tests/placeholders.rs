@@ -210,3 +210,35 @@ async fn an_insert_over_a_document_leaves_it_as_it_was() {
     assert_eq!(get(&store, &ledger(), "X").await, Some(before));
     assert_eq!(balance(&store, "A").await, 100);
 }
+
+/// Found by an adversarial review: a transaction refused when its record
+/// could not be written (its caller-chosen id taken: `Duplicate`, "this one
+/// wrote nothing") left the placeholder its insert reserved while
+/// preparing, until it expired. It gives the `_id` back, as a refusal
+/// before the record does.
+#[tokio::test]
+async fn a_duplicate_answer_gives_back_the_placeholders_it_reserved() {
+    let (store, _, _) = bank(&["A"], 1000).await;
+    let coordinator = Coordinator::builder(store.clone())
+        .commit_point(tandem::CommitPoint::Done)
+        .build();
+    let pay = |amount: i64| {
+        Transaction::with_id("pay-1")
+            .change(
+                DocumentChange::update(accounts(), "A")
+                    .inc("balance", -amount)
+                    .require_gte("balance", amount),
+            )
+            .change(DocumentChange::insert(
+                ledger(),
+                "entry-pay-1",
+                doc! { "amount": amount },
+            ))
+    };
+    // Refused by its guard: the insert is undone, the id stays taken.
+    let first = coordinator.run(pay(5000)).await;
+    assert!(matches!(first, Err(TxError::Canceled { .. })), "{first:?}");
+    let again = coordinator.run(pay(5000)).await;
+    assert!(matches!(again, Err(TxError::Duplicate { .. })), "{again:?}");
+    assert_eq!(get(&store, &ledger(), "entry-pay-1").await, None);
+}

@@ -120,12 +120,8 @@ impl Coordinator {
             });
         }
         if let Some(refusal) = refused {
-            // Nothing was recorded: give back the `_id`s the inserts reserved.
-            for (party, _) in parties.iter().zip(&inserts).filter(|(_, i)| **i) {
-                if let Err(e) = party.participant.compensate(prepare_ctx(&id)).await {
-                    tracing::warn!(target: "tandem", "releasing the placeholder of {} failed: {e}", party.participant.label());
-                }
-            }
+            // Nothing was recorded.
+            give_back(&parties, &inserts, prepare_ctx(&id)).await;
             return Err(refusal);
         }
         let custom_reads = parties
@@ -153,7 +149,20 @@ impl Coordinator {
 
         // The record is created `pending`: it holds every participant before any is
         // applied, so there is nothing an `initial` state would add but a round trip.
-        live.deadline = self.create_record(&live, entries).await?;
+        live.deadline = match self.create_record(&live, entries).await {
+            Ok(deadline) => deadline,
+            Err(e) => {
+                // Refused before anything of it could apply (the id is
+                // another's, the record too large, or written inert): no
+                // record will drive its inserts. (Not when the outcome is
+                // unknown or recovery has the record: an undo now could take
+                // back what recovery applied.)
+                if matches!(e, TxError::Duplicate { .. } | TxError::Canceled { .. }) {
+                    give_back(&live.parties, &inserts, prepare_ctx(&id)).await;
+                }
+                return Err(e);
+            }
+        };
         round_trips += 1;
         let applied = engine.apply_or_refuse(&live).await;
         round_trips += 1;
@@ -521,4 +530,23 @@ impl Coordinator {
             tokio::time::sleep(left).await;
         }
     }
+}
+
+/// Gives back the `_id`s that the inserts among `parties` reserved while
+/// preparing (`inserts` says which), for a transaction whose record was not
+/// written, or is not this coordinator's to drive: removing a placeholder is
+/// always safe, as an insert that finds none reserves its `_id` again.
+async fn give_back(parties: &[Party], inserts: &[bool], ctx: StepContext<'_>) {
+    join_all(
+        parties
+            .iter()
+            .zip(inserts)
+            .filter(|(_, insert)| **insert)
+            .map(|(party, _)| async move {
+                if let Err(e) = party.participant.compensate(ctx).await {
+                    tracing::warn!(target: "tandem", "releasing the placeholder of {} failed: {e}", party.participant.label());
+                }
+            }),
+    )
+    .await;
 }
