@@ -524,3 +524,109 @@ async fn drain_returns_under_steady_load() {
     assert!(during >= 200);
     coordinator.drain().await;
 }
+
+/// A hand-written participant whose `clear_marker` waits at a gate the
+/// first time, then panics.
+#[derive(Debug)]
+struct PanicsOnce {
+    gate: std::sync::Arc<tokio::sync::Notify>,
+    entered: std::sync::Arc<tokio::sync::Notify>,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[async_trait::async_trait]
+impl tandem::Participant for PanicsOnce {
+    fn kind(&self) -> &str {
+        "test.panics-once"
+    }
+    fn spec(&self) -> Result<bson::Document, tandem::ChangeError> {
+        Ok(bson::Document::new())
+    }
+    fn label(&self) -> String {
+        "panics-once".into()
+    }
+    async fn apply(&self, _: tandem::StepContext<'_>) -> Result<(), tandem::StepError> {
+        Ok(())
+    }
+    async fn compensate(&self, _: tandem::StepContext<'_>) -> Result<(), tandem::StepError> {
+        Ok(())
+    }
+    async fn clear_marker(&self, _: tandem::StepContext<'_>) -> Result<(), tandem::StepError> {
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.entered.notify_one();
+            self.gate.notified().await;
+            panic!("a hand-written participant's clear panics");
+        }
+        Ok(())
+    }
+}
+
+/// Found by an adversarial review: when the finisher's task panicked (a
+/// hand-written participant's step, an event sink), the transactions
+/// waiting for it stayed queued with no finisher: `drain` and `shutdown`
+/// waited forever, and with a full queue so did every `run`. Now what it
+/// held and what waited is left to recovery, and the next commit starts a
+/// new finisher.
+#[tokio::test]
+async fn a_panic_in_the_finisher_leaves_its_work_to_recovery() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use tokio::sync::Notify;
+
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let armed = Arc::new(AtomicBool::new(true));
+    let (gate, entered) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let participant = {
+        let (gate, entered, armed) = (gate.clone(), entered.clone(), armed.clone());
+        move || PanicsOnce {
+            gate: gate.clone(),
+            entered: entered.clone(),
+            armed: armed.clone(),
+        }
+    };
+    let rebuild = participant.clone();
+    let coordinator = Coordinator::builder(store.clone())
+        .kind("test.panics-once", move |_| {
+            Ok(Box::new(rebuild()) as Box<dyn tandem::Participant>)
+        })
+        .build();
+    coordinator
+        .run(tandem::Transaction::new().participant(participant()))
+        .await
+        .unwrap();
+    entered.notified().await;
+    // A transfer commits while the finisher is held in that clear.
+    let waiting = coordinator.run(transfer("A", "B", 10)).await.unwrap();
+    gate.notify_one();
+    // A bound for a failing run only: the drain waited forever.
+    tokio::time::timeout(Duration::from_secs(60), coordinator.drain())
+        .await
+        .expect("drain returns after the finisher panicked");
+    // A new commit starts a new finisher.
+    let next = coordinator.run(transfer("B", "A", 1)).await.unwrap();
+    coordinator.drain().await;
+    assert_eq!(
+        coordinator.record(&next.id).await.unwrap().unwrap().state,
+        TxState::Done
+    );
+    // What the panic left, recovery finishes after the lease.
+    assert_ne!(
+        coordinator
+            .record(&waiting.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        TxState::Done
+    );
+    clock.advance(Duration::from_secs(60));
+    coordinator
+        .recovery(tandem::RecoveryConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    for record in store.documents(&records()) {
+        assert_eq!(record.get_str("state"), Ok("done"), "{record}");
+    }
+    assert_eq!(balance(&store, "A").await, 991);
+}

@@ -75,9 +75,10 @@ impl Background {
     }
 }
 
-/// Marks the finisher idle if its task ends by a panic, so that the next
-/// commit starts a new one for whatever is still waiting, and lets drains
-/// go (what it held is left to recovery).
+/// Marks the finisher idle if its task ends by a panic (a hand-written
+/// participant's step, an event sink): every committed transaction it had
+/// not finished, and every one waiting for it, is left to recovery, which
+/// finishes it after its lease; drains and callers waiting for room go on.
 struct IdleOnPanic(Option<Arc<Mutex<Background>>>);
 
 impl Drop for IdleOnPanic {
@@ -85,16 +86,23 @@ impl Drop for IdleOnPanic {
         if let Some(shared) = self.0.take() {
             let mut bg = shared.lock().unwrap_or_else(|e| e.into_inner());
             bg.running = false;
-            let waiting: std::collections::BTreeSet<u64> =
-                bg.waiting.iter().map(|(n, _)| *n).collect();
-            let lost: Vec<u64> = bg
-                .unfinished
-                .iter()
-                .copied()
-                .filter(|n| !waiting.contains(n))
-                .collect();
-            bg.finished(lost);
+            for (_, live) in bg.waiting.drain(..) {
+                tracing::warn!(target: "tandem", "finishing {} left to recovery: the finisher stopped", live.id);
+            }
+            bg.oldest = None;
+            let all: Vec<u64> = bg.unfinished.iter().copied().collect();
+            bg.finished(all);
         }
+    }
+}
+
+/// Counts a drain while it waits, and stops counting it however it ends
+/// (finished, or its future dropped by a timeout).
+struct Draining<'a>(&'a Coordinator);
+
+impl Drop for Draining<'_> {
+    fn drop(&mut self) {
+        self.0.background().draining -= 1;
     }
 }
 
@@ -126,12 +134,12 @@ impl Coordinator {
             bg.wake.notify_one();
             (target, Arc::clone(&bg.progress))
         };
+        let _counted = Draining(self);
         wait_until(progress, || {
             let bg = self.background();
             bg.unfinished.first().is_none_or(|first| *first > target)
         })
         .await;
-        self.background().draining -= 1;
     }
 
     fn background(&self) -> std::sync::MutexGuard<'_, Background> {
