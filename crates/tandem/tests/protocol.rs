@@ -553,6 +553,120 @@ async fn a_guard_that_does_not_pin_a_field_is_not_its_before_image() {
     assert_eq!(requests[0] + 1, requests[1], "{requests:?}");
 }
 
+/// Found by an adversarial review, after the fix above: a number in an
+/// equality guard also matches a stored number of another type, so it was
+/// taken for a before-image that changed `Int64(5)` into `5.0` on undo; an
+/// image read as `null` let the apply through after an outside write of
+/// `[null, "Y"]`, which the undo then overwrote; and the added condition
+/// refused a guard holding on an array as a concurrent write. Numbers are
+/// read now, `null` must be the field itself, and a guard that stands for a
+/// `set` field's image requires the field itself to hold the value, with
+/// every strategy, refusing an array with a typed `TypeMismatch`.
+#[tokio::test]
+async fn before_images_are_exact_and_refusals_typed() {
+    let (store, _, _) = bank(&["A"], 1000).await;
+    let products = Namespace::new("shop", "products");
+    for d in [
+        doc! { "_id": "d", "qty": 5_i64 },
+        doc! { "_id": "c", "coupon": Bson::Null },
+        doc! { "_id": "e", "tags": ["sale"] },
+    ] {
+        store.insert_one(&products, d).await.unwrap();
+    }
+    let refused_by_a_missing_account =
+        || DocumentChange::update(accounts(), "missing").inc("balance", 1_i64);
+    let coordinator = Coordinator::new(store.clone());
+
+    // A numeric guard is no before-image.
+    let answer = coordinator
+        .run(
+            Transaction::new()
+                .change(
+                    DocumentChange::update(products.clone(), "d")
+                        .set("qty", 6_i64)
+                        .require_eq("qty", 5.0_f64),
+                )
+                .change(refused_by_a_missing_account()),
+        )
+        .await;
+    assert!(
+        matches!(answer, Err(TxError::Canceled { .. })),
+        "{answer:?}"
+    );
+    coordinator.drain().await;
+    let d = get(&store, &products, "d").await.unwrap();
+    assert_eq!(d.get("qty"), Some(&Bson::Int64(5)), "{d}");
+
+    // An image read as null does not match an array holding null.
+    let docs = FaultStore::new(Arc::new(store.clone()));
+    let holding = Coordinator::builder(store.clone())
+        .store("docs", docs.clone())
+        .build();
+    let apply = docs.pause_at(2); // 1: the image read; 2: the apply
+    let run = {
+        let holding = holding.clone();
+        let products = products.clone();
+        tokio::spawn(async move {
+            holding
+                .run(
+                    Transaction::new()
+                        .change(
+                            DocumentChange::update(products, "c")
+                                .set("coupon", "X")
+                                .in_store("docs"),
+                        )
+                        .change(refused_by_a_missing_account()),
+                )
+                .await
+        })
+    };
+    apply.reached.await.unwrap();
+    store
+        .update_one(
+            &products,
+            doc! { "_id": "c" },
+            doc! { "$set": { "coupon": [Bson::Null, "Y"] } },
+            tandem::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    apply.release.send(()).unwrap();
+    assert!(run.await.unwrap().is_err());
+    holding.drain().await;
+    let c = get(&store, &products, "c").await.unwrap();
+    assert_eq!(
+        c.get("coupon"),
+        Some(&Bson::Array(vec![Bson::Null, "Y".into()])),
+        "{c}"
+    );
+
+    // A guard standing for a set field's image, on an array: refused, typed, alike.
+    for strategy in [tandem::Strategy::TwoPhase, tandem::Strategy::Native] {
+        let answer = coordinator
+            .run(
+                Transaction::new().strategy(strategy).change(
+                    DocumentChange::update(products.clone(), "e")
+                        .set("tags", "clearance")
+                        .require_eq("tags", "sale"),
+                ),
+            )
+            .await;
+        assert!(
+            matches!(
+                &answer,
+                Err(TxError::Canceled {
+                    cause: StepError::TypeMismatch { .. },
+                    ..
+                })
+            ),
+            "{strategy:?}: {answer:?}"
+        );
+    }
+    coordinator.drain().await;
+    let e = get(&store, &products, "e").await.unwrap();
+    assert_eq!(e.get_array("tags").map(Vec::len), Ok(1), "{e}");
+}
+
 /// Found by an adversarial review: a deferred floating-point credit adds
 /// zero at its apply, so that the store checks the field's type there; as
 /// `0.0` it turned an integer balance into a double, which above 2^53

@@ -80,7 +80,7 @@ impl DocumentChange {
                     .iter()
                     .find(|g| g.path == path)
                     .and_then(|g| match g.op {
-                        GuardOp::Eq if whole && exact(&g.value).is_some() => {
+                        GuardOp::Eq if whole && pins(&g.value) => {
                             Some((path.to_owned(), Some(g.value.clone())))
                         }
                         GuardOp::Missing => Some((path.to_owned(), None)),
@@ -149,6 +149,25 @@ impl DocumentChange {
         (plain, exprs)
     }
 
+    /// The paths whose equality guard can stand for the before-image
+    /// ([`image_from_guards`](Self::image_from_guards)): such a guard
+    /// requires the field itself to hold the value, not an array holding it,
+    /// with every strategy.
+    pub(super) fn pinned_paths(&self) -> Vec<String> {
+        let DocumentOp::Update { ops } = &self.op else {
+            return Vec::new();
+        };
+        ops.iter()
+            .filter(|op| matches!(op, FieldOp::Set { .. } | FieldOp::Unset { .. }))
+            .filter(|op| {
+                self.guards
+                    .iter()
+                    .any(|g| g.path == op.path() && g.op == GuardOp::Eq && pins(&g.value))
+            })
+            .map(|op| op.path().to_owned())
+            .collect()
+    }
+
     /// For a debit applied at once to a document others share: the field
     /// and the amount its undo would give back, counted with the credits
     /// pending on the field (`_tandem.credit.<path>`) until it is committed
@@ -212,11 +231,29 @@ impl DocumentChange {
             .iter()
             .map(|g| (g.path.clone(), Bson::Document(g.condition())))
             .collect();
+        if before.is_none() {
+            // Every strategy reads an equality guard that can stand for a
+            // field's before-image alike: the field itself holds the value.
+            for path in self.pinned_paths() {
+                conds.push((
+                    format!("{path}.0"),
+                    Bson::Document(doc! { "$exists": false }),
+                ));
+            }
+        }
         if let Some(before) = before {
             // The document must still be as it was read, or the image would
             // be stale: the field itself, not an array that contains it.
             for (path, value) in image_from_doc(before) {
                 let cond = match value {
+                    // Null itself: not a missing field, not an array holding null.
+                    Some(Bson::Null) => {
+                        conds.push((
+                            format!("{path}.0"),
+                            Bson::Document(doc! { "$exists": false }),
+                        ));
+                        doc! { "$eq": Bson::Null, "$exists": true }
+                    }
                     Some(v) => {
                         if let Some(only) = exact(&v) {
                             conds.push((format!("{path}.0"), Bson::Document(only)));
@@ -802,8 +839,13 @@ impl DocumentChange {
                 });
             }
         }
+        // An equality guard that can stand for a field's before-image
+        // matches the field itself only, not an array holding the value.
+        let pinned = self.pinned_paths();
         for guard in &self.guards {
-            if query::matches(current, &guard.to_filter()).unwrap_or(false) {
+            let whole = !pinned.contains(&guard.path)
+                || query::lookup(current, &format!("{}.0", guard.path)).is_none();
+            if whole && query::matches(current, &guard.to_filter()).unwrap_or(false) {
                 continue;
             }
             let found = query::lookup(current, &guard.path);
@@ -886,6 +928,18 @@ impl DocumentChange {
             holder: CONCURRENT_WRITE.into(),
         })
     }
+}
+
+/// Whether an equality guard on `value` pins what a field holds, so that it
+/// can stand for the field's before-image: [`exact`] can make it exact, and
+/// it is not a number (an equality with `5.0` also matches a stored `5` of
+/// another numeric type, which the undo would then change).
+fn pins(value: &Bson) -> bool {
+    exact(value).is_some()
+        && !matches!(
+            value,
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)
+        )
 }
 
 /// For a value an equality pins a field to, the condition on the field's
