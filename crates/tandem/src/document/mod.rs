@@ -222,7 +222,7 @@ impl Participant for DocumentChange {
         // bytes, so it stands for itself; any other value is spelled by the
         // encoding of its canonical form, and the tag keeps the two apart.
         match &self.id {
-            Bson::String(id) => {
+            Bson::String(id) | Bson::Symbol(id) => {
                 key.push('s');
                 key.push_str(id);
             }
@@ -497,12 +497,17 @@ fn canonical_id(id: &Bson) -> Bson {
             let text = d.to_string();
             match decimal_integer(&text) {
                 Some(i) => Bson::Int64(i),
+                // Beyond a double's range, the nearest double is an infinity
+                // (or zero): decimals MongoDB holds apart may share a key,
+                // never the other way round.
                 None => match text.parse::<f64>() {
-                    Ok(f) if f.is_finite() => canonical_double(f),
-                    _ => id.clone(),
+                    Ok(f) => canonical_double(f),
+                    Err(_) => id.clone(),
                 },
             }
         }
+        // A deprecated string type that MongoDB compares as a string.
+        Bson::Symbol(text) => Bson::String(text.clone()),
         Bson::Array(items) => Bson::Array(items.iter().map(canonical_id).collect()),
         Bson::Document(d) => Bson::Document(
             d.iter()
@@ -519,6 +524,9 @@ fn canonical_double(d: f64) -> Bson {
     const TWO_63: f64 = 9_223_372_036_854_775_808.0;
     if d.fract() == 0.0 && (-TWO_63..TWO_63).contains(&d) {
         Bson::Int64(d as i64)
+    } else if d.is_nan() {
+        // One NaN, whatever its bits: MongoDB matches NaN with NaN.
+        Bson::Double(f64::NAN)
     } else {
         Bson::Double(d)
     }

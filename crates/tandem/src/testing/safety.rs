@@ -382,6 +382,21 @@ pub async fn numeric_ids_are_one_document<F: StoreFactory + ?Sized>(factory: &F,
         (7, decimal("7.00")),
         (big, Bson::Double(big as f64)),
     ];
+    // And a string with its deprecated twin type, which MongoDB compares as one.
+    seed(store.as_ref(), &ns, doc! { "_id": "S", "balance": 100_i64 }).await;
+    let tx = Transaction::new()
+        .change(DocumentChange::update(ns.clone(), "S").inc("balance", -10_i64))
+        .change(
+            DocumentChange::update(ns.clone(), Bson::Symbol("S".into())).inc("balance", -10_i64),
+        );
+    let result = coordinator.run(tx).await;
+    assert!(
+        matches!(
+            result,
+            Err(TxError::Invalid(ChangeError::DuplicateParticipant { .. }))
+        ),
+        "a string and a symbol: {result:?}"
+    );
     for (id, twin) in twins {
         let tx = Transaction::new()
             .change(DocumentChange::update(ns.clone(), id).inc("balance", -10_i64))
