@@ -279,6 +279,13 @@ pub struct DocumentChange {
     /// Preconditions.
     #[serde(default)]
     pub guards: Vec<Guard>,
+    /// Whether this change's debits count in their field's pending sum
+    /// (`_tandem.credit.<path>`) while applied: true for every change built
+    /// now, false for one read back from a record an earlier version wrote,
+    /// whose apply did not count them, so that its clear or undo does not
+    /// take off what was never added.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) counts_debits: bool,
     /// Mistakes found while building, reported by `validate`.
     #[serde(skip)]
     errors: Vec<ChangeError>,
@@ -308,6 +315,7 @@ impl DocumentChange {
             marker: DEFAULT_MARKER.to_owned(),
             op,
             guards: Vec::new(),
+            counts_debits: true,
             errors: Vec::new(),
             origin: Origin(None),
         }

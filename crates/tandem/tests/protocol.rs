@@ -667,6 +667,70 @@ async fn before_images_are_exact_and_refusals_typed() {
     assert_eq!(e.get_array("tags").map(Vec::len), Ok(1), "{e}");
 }
 
+/// Found by an adversarial review: a record written by an earlier version,
+/// whose apply did not count its debit in the field's pending sum, finished
+/// by this version: its clear took off what had never been added, left the
+/// sum at -100 for good, and a credit that could not fit was then admitted.
+/// A change read back from such a record (no `countsDebits` in its spec)
+/// takes nothing off.
+#[tokio::test]
+async fn a_record_of_an_earlier_version_leaves_the_pending_sum_at_zero() {
+    // Stopped after one apply (recovery cancels: the debit's undo), or
+    // after both (committed at the applies: the debit's clear).
+    for (operations, committed, left) in [(2, false, 1000), (3, true, 900)] {
+        let (store, clock, _) = bank(&["A", "B"], 1000).await;
+        let dying = FaultStore::new(Arc::new(store.clone())).crash_after(operations);
+        let id = match Coordinator::builder(dying)
+            .retry(tandem::RetryPolicy::NONE)
+            .build()
+            .run(transfer("A", "B", 100))
+            .await
+        {
+            Ok(receipt) => receipt.id,
+            Err(e) => e.id().cloned().expect("an id"),
+        };
+        // As an earlier version wrote and applied it: no countsDebits in
+        // the specs, nothing added to A's pending sum by the debit.
+        store
+            .update_one(
+                &records(),
+                doc! { "_id": id.as_str() },
+                doc! { "$unset": {
+                    "participants.0.spec.countsDebits": "",
+                    "participants.1.spec.countsDebits": "",
+                } },
+                tandem::store::UpdateOptions::default(),
+            )
+            .await
+            .unwrap();
+        store
+            .update_one(
+                &accounts(),
+                doc! { "_id": "A" },
+                doc! { "$inc": { "_tandem.credit.balance": -100_i64 } },
+                tandem::store::UpdateOptions::default(),
+            )
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(60));
+        let report = Coordinator::new(store.clone())
+            .recovery(RecoveryConfig::default())
+            .run_once()
+            .await
+            .unwrap();
+        assert_eq!(report.committed == 1, committed, "{report:?}");
+        let a = get(&store, &accounts(), "A").await.unwrap();
+        assert_eq!(a.get_i64("balance"), Ok(left), "{a}");
+        let sum = a
+            .get_document("_tandem")
+            .ok()
+            .and_then(|t| t.get_document("credit").ok())
+            .and_then(|c| c.get_i64("balance").ok())
+            .unwrap_or(0);
+        assert_eq!(sum, 0, "{a}");
+    }
+}
+
 /// Found by an adversarial review: a deferred floating-point credit adds
 /// zero at its apply, so that the store checks the field's type there; as
 /// `0.0` it turned an integer balance into a double, which above 2^53

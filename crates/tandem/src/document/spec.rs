@@ -92,6 +92,9 @@ impl DocumentChange {
         spec.insert("marker", self.marker.as_str());
         spec.insert("op", op);
         spec.insert("guards", guards);
+        if self.counts_debits {
+            spec.insert("countsDebits", true);
+        }
         Some(spec)
     }
 }

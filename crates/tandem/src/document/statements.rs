@@ -179,7 +179,7 @@ impl DocumentChange {
         let FieldOp::Inc { path, by } = op else {
             return None;
         };
-        if self.is_exclusive() || !self.applies_early(op) {
+        if !self.counts_debits || self.is_exclusive() || !self.applies_early(op) {
             return None;
         }
         let back = match by {
