@@ -46,7 +46,7 @@ pub(crate) fn primary() -> mongodb::options::SelectionCriteria {
 /// | [`update_many`](Store::update_many) | `update` (`multi: true`) |
 /// | [`find_one`](Store::find_one) | `find` (`limit: 1`) |
 /// | [`find`](Store::find) | `find` (and `getMore` for further batches) |
-/// | [`exists`](Store::exists) | `find` (`limit: 1`, projection `{_id: 1}`, read concern `linearizable`, `maxTimeMS` 10 s) |
+/// | [`exists`](Store::exists) | `find` (`limit: 1`, projection `{_id: 1}`, read concern `linearizable`, or `local` on a standalone server, `maxTimeMS` 10 s) |
 /// | [`ensure_index`](Store::ensure_index) | `createIndexes` |
 ///
 /// Writes use the configured write concern (default `{ w: "majority", j: true }`),
@@ -77,6 +77,9 @@ struct Inner {
     counters: Counters,
     /// The last reading of the server's clock and when it arrived here.
     clock: std::sync::Mutex<Option<(Instant, bson::DateTime)>>,
+    /// Set once the server refused a `linearizable` read as not a replica
+    /// set: a standalone server, whose every read sees every write.
+    standalone: std::sync::atomic::AtomicBool,
 }
 
 /// How long a reading of the server's clock serves [`Store::clock_estimate`].
@@ -85,6 +88,10 @@ const CLOCK_READING_KEPT: Duration = Duration::from_secs(10);
 /// How long [`Store::exists`] (a `linearizable` read) waits for a majority
 /// to hold what it read before it gives up (`maxTimeMS`).
 const DECISIVE_READ_MAX_TIME: Duration = Duration::from_secs(10);
+
+/// The server's answer to a read concern that needs a replica set, from a
+/// standalone server (`NotAReplicaSet`).
+const NOT_A_REPLICA_SET: i32 = 123;
 
 impl fmt::Debug for MongoStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -130,6 +137,7 @@ impl MongoStore {
                 collections: RwLock::new(HashMap::new()),
                 counters: Counters::default(),
                 clock: std::sync::Mutex::new(None),
+                standalone: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -587,22 +595,39 @@ impl Store for MongoStore {
     /// the primary holds once a majority holds it too. It waits for that at
     /// most 10 s (`maxTimeMS`; then it fails, and recovery asks again on a
     /// later pass).
+    ///
+    /// A standalone server (not a replica set) refuses the level
+    /// (`NotAReplicaSet`, code 123); it keeps one copy of the data, so there
+    /// the store reads at `local`, which sees every write it took, from then
+    /// on.
     async fn exists(&self, ns: &Namespace, filter: Document) -> Result<bool, StoreError> {
+        use std::sync::atomic::Ordering;
+
         let coll = self.collection(ns);
         let ns_name = ns.to_string();
-        self.run(Command::FindOne, &ns_name, || {
-            let coll = coll.clone();
-            let filter = filter.clone();
-            async move {
-                coll.find_one(filter)
-                    .projection(doc! { "_id": 1 })
-                    .read_concern(ReadConcern::linearizable())
-                    .max_time(DECISIVE_READ_MAX_TIME)
-                    .await
-                    .map(|found| found.is_some())
+        let read = |concern: ReadConcern| {
+            self.run(Command::FindOne, &ns_name, || {
+                let coll = coll.clone();
+                let filter = filter.clone();
+                async move {
+                    coll.find_one(filter)
+                        .projection(doc! { "_id": 1 })
+                        .read_concern(concern)
+                        .max_time(DECISIVE_READ_MAX_TIME)
+                        .await
+                        .map(|found| found.is_some())
+                }
+            })
+        };
+        if !self.inner.standalone.load(Ordering::Relaxed) {
+            match read(ReadConcern::linearizable()).await {
+                Err(e) if e.code == Some(NOT_A_REPLICA_SET) => {
+                    self.inner.standalone.store(true, Ordering::Relaxed);
+                }
+                other => return other,
             }
-        })
-        .await
+        }
+        read(ReadConcern::local()).await
     }
 
     async fn find(

@@ -477,3 +477,62 @@ async fn ensure_ttl_rounds_the_age_up_and_refuses_one_too_short() {
     );
     t.drop().await;
 }
+
+/// A standalone MongoDB server refuses the read concern `linearizable`
+/// (`NotAReplicaSet`, code 123). `exists` then reads at `local`, which on
+/// one copy of the data sees every write, and keeps doing so. The test
+/// server accepts the level, so a fail point stands in for a standalone
+/// server's answer, scoped to this test's client by its application name.
+#[tokio::test]
+async fn exists_reads_local_on_a_server_that_is_no_replica_set() {
+    use std::sync::{Arc, Mutex};
+
+    use mongodb::event::command::CommandEvent;
+    use mongodb::event::EventHandler;
+    use mongodb::options::ClientOptions;
+    use tandem_mongodb::MongoStore;
+
+    let Some(uri) = common::mongodb_uri() else {
+        return;
+    };
+    let app = common::unique_name("standalone");
+    let sent: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut options = ClientOptions::parse(&uri).await.unwrap();
+    options.app_name = Some(app.clone());
+    let seen = Arc::clone(&sent);
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            if started.command_name == "find" {
+                let level = started
+                    .command
+                    .get_document("readConcern")
+                    .and_then(|c| c.get_str("level"))
+                    .unwrap_or("none")
+                    .to_owned();
+                seen.lock().unwrap().push(level);
+            }
+        }
+    }));
+    let client = mongodb::Client::with_options(options).unwrap();
+    let store = MongoStore::builder().build(client.clone());
+    let db = common::unique_name("standalone");
+    let ns = tandem::store::Namespace::new(&db, "docs");
+    store.insert_one(&ns, doc! { "_id": "a" }).await.unwrap();
+    client
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 1 },
+            "data": { "failCommands": ["find"], "errorCode": 123, "appName": app },
+        })
+        .await
+        .expect("configureFailPoint");
+    assert!(store.exists(&ns, doc! { "_id": "a" }).await.unwrap());
+    assert!(!store.exists(&ns, doc! { "_id": "b" }).await.unwrap());
+    assert_eq!(
+        *sent.lock().unwrap(),
+        ["linearizable", "local", "local"],
+        "refused once, then local from then on"
+    );
+    client.database(&db).drop().await.unwrap();
+}
