@@ -1288,6 +1288,74 @@ async fn collection_waits_for_the_create_deadline_of_a_longer_lease() {
     );
 }
 
+/// The lease and margin of [`RetryMeetingAnotherRecord`].
+const RETRY_LEASE: Duration = Duration::from_secs(30);
+const RETRY_MARGIN: Duration = Duration::from_secs(2);
+
+/// A keyed transfer under an id an earlier transfer took, whose record's
+/// create lost its first answer (kept, to land late) and met the earlier
+/// record on its retry, stopped at the first clock read of its wait for the
+/// create deadline: the store, its clock, the fault store with the kept
+/// create, the pause, the running transfer, and a recovery worker that
+/// keeps no stubs and rolls forward.
+struct RetryMeetingAnotherRecord {
+    store: MemoryStore,
+    clock: Arc<tandem::ManualClock>,
+    faulty: FaultStore,
+    pause: tandem::testing::Pause,
+    run: tokio::task::JoinHandle<Result<tandem::Receipt, TxError>>,
+    worker: tandem::RecoveryWorker,
+}
+
+impl RetryMeetingAnotherRecord {
+    async fn start() -> Self {
+        let (store, clock, _) = bank(&["A", "B"], 100).await;
+        let pay = |amount: i64| keyed_transfer("taken", "A", "B", amount);
+        let builder = |store: Arc<dyn Store>| {
+            Coordinator::builder_shared(store)
+                .lease(RETRY_LEASE)
+                .clock_margin(RETRY_MARGIN)
+                .commit_point(CommitPoint::Done)
+        };
+        builder(Arc::new(store.clone()))
+            .build()
+            .run(pay(10))
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(60));
+        // The create (1) loses its answer; the retry (2) meets the first
+        // record; the look (3); the wait's clock read (4).
+        let faulty = FaultStore::new(Arc::new(store.clone()))
+            .keeping_upserts()
+            .lose_at(1);
+        let pause = faulty.pause_at(4);
+        let second = builder(Arc::new(faulty.clone())).build();
+        let run = tokio::spawn(async move { second.run(pay(5)).await });
+        let worker = builder(Arc::new(store.clone()))
+            .build()
+            .recovery(RecoveryConfig {
+                idempotency_window: Duration::ZERO,
+                pending: PendingPolicy::RollForward,
+                ..RecoveryConfig::default()
+            });
+        RetryMeetingAnotherRecord {
+            store,
+            clock,
+            faulty,
+            pause,
+            run,
+            worker,
+        }
+    }
+}
+
+/// Delivers the create that `faulty` lost, which must land live.
+async fn deliver_the_lost_create(faulty: &FaultStore) {
+    let create = faulty.upserts().into_iter().next().unwrap();
+    let landed = faulty.deliver_again(&create).await.unwrap().unwrap();
+    assert!(!tandem::TxRecord::from_document(landed).unwrap().is_inert());
+}
+
 /// Found by an adversarial review: a retry whose record's `_id` was taken
 /// waited out the create deadline, looked again, and answered `Duplicate`
 /// ("this one wrote nothing") when its record was not there. But its lost
@@ -1299,56 +1367,21 @@ async fn collection_waits_for_the_create_deadline_of_a_longer_lease() {
 /// within it would otherwise let a copy land live after the look.)
 #[tokio::test]
 async fn a_retry_that_meets_another_record_answers_interrupted_not_duplicate() {
-    let (store, clock, _) = bank(&["A", "B"], 100).await;
-    let lease = Duration::from_secs(30);
-    let margin = Duration::from_secs(2);
-    let pay = |amount: i64| keyed_transfer("taken", "A", "B", amount);
-    let builder = |store: Arc<dyn Store>| {
-        Coordinator::builder_shared(store)
-            .lease(lease)
-            .clock_margin(margin)
-            .commit_point(CommitPoint::Done)
-    };
-    builder(Arc::new(store.clone()))
-        .build()
-        .run(pay(10))
-        .await
-        .unwrap();
-    clock.advance(Duration::from_secs(60));
-
-    // Create attempt 1 loses its answer (kept, to land late); attempt 2
-    // meets the first record; the look (3); the wait's clock read (4):
-    // the coordinator stalls there.
-    let faulty = FaultStore::new(Arc::new(store.clone()))
-        .keeping_upserts()
-        .lose_at(1);
-    let pause = faulty.pause_at(4);
-    let second = builder(Arc::new(faulty.clone())).build();
-    let run = tokio::spawn(async move { second.run(pay(5)).await });
-    pause.reached.await.unwrap();
-
+    let mut r = RetryMeetingAnotherRecord::start().await;
+    (&mut r.pause.reached).await.unwrap();
     // Meanwhile the first record goes, the lost create lands in time, and
     // recovery (rolling forward) makes the transaction; its record goes too.
-    let worker = builder(Arc::new(store.clone()))
-        .build()
-        .recovery(RecoveryConfig {
-            idempotency_window: Duration::ZERO,
-            pending: PendingPolicy::RollForward,
-            ..RecoveryConfig::default()
-        });
-    assert_eq!(worker.collect_garbage(lease + margin).await.unwrap(), 1);
-    let create = faulty.upserts().into_iter().next().unwrap();
-    let landed = faulty.deliver_again(&create).await.unwrap().unwrap();
-    assert!(!tandem::TxRecord::from_document(landed).unwrap().is_inert());
-    clock.advance(lease + margin + margin);
-    assert_eq!(worker.run_once().await.unwrap().committed, 1);
-    assert_eq!(balance(&store, "A").await, 85, "the transaction was made");
-    clock.advance(lease + margin + margin);
-    assert_eq!(worker.collect_garbage(lease + margin).await.unwrap(), 1);
-
+    let age = RETRY_LEASE + RETRY_MARGIN;
+    assert_eq!(r.worker.collect_garbage(age).await.unwrap(), 1);
+    deliver_the_lost_create(&r.faulty).await;
+    r.clock.advance(age + RETRY_MARGIN);
+    assert_eq!(r.worker.run_once().await.unwrap().committed, 1);
+    assert_eq!(balance(&r.store, "A").await, 85, "the transaction was made");
+    r.clock.advance(age + RETRY_MARGIN);
+    assert_eq!(r.worker.collect_garbage(age).await.unwrap(), 1);
     // The coordinator wakes, finds no record of its own: the outcome is unknown.
-    pause.release.send(()).unwrap();
-    let answer = run.await.unwrap();
+    r.pause.release.send(()).unwrap();
+    let answer = r.run.await.unwrap();
     assert!(
         matches!(answer, Err(TxError::Interrupted { .. })),
         "{answer:?}"
@@ -1365,54 +1398,24 @@ async fn a_retry_that_meets_another_record_answers_interrupted_not_duplicate() {
 /// paused: the coordinator's wait runs on it, the store's clock does not.)
 #[tokio::test(start_paused = true)]
 async fn a_retry_looks_again_only_past_the_create_deadline_plus_the_margin() {
-    let (store, clock, _) = bank(&["A", "B"], 100).await;
-    let lease = Duration::from_secs(30);
-    let margin = Duration::from_secs(2);
-    let pay = |amount: i64| keyed_transfer("taken", "A", "B", amount);
-    let builder = |store: Arc<dyn Store>| {
-        Coordinator::builder_shared(store)
-            .lease(lease)
-            .clock_margin(margin)
-            .commit_point(CommitPoint::Done)
-    };
-    builder(Arc::new(store.clone()))
-        .build()
-        .run(pay(10))
-        .await
-        .unwrap();
-    clock.advance(Duration::from_secs(60));
-    let faulty = FaultStore::new(Arc::new(store.clone()))
-        .keeping_upserts()
-        .lose_at(1);
-    let pause = faulty.pause_at(4);
-    let second = builder(Arc::new(faulty.clone())).build();
-    let run = tokio::spawn(async move { second.run(pay(5)).await });
-    pause.reached.await.unwrap();
-    clock.advance(lease); // the create deadline, not yet past the margin
-    pause.release.send(()).unwrap();
-    let answer = run.await.unwrap();
+    let mut r = RetryMeetingAnotherRecord::start().await;
+    (&mut r.pause.reached).await.unwrap();
+    r.clock.advance(RETRY_LEASE); // the create deadline, not yet past the margin
+    r.pause.release.send(()).unwrap();
+    let answer = r.run.await.unwrap();
     assert!(
         matches!(answer, Err(TxError::Interrupted { .. })),
         "{answer:?}"
     );
-
     // What the answer covers: a step back within the margin, the other
     // record collected, the lost create landing live, recovery making it.
-    let worker = builder(Arc::new(store.clone()))
-        .build()
-        .recovery(RecoveryConfig {
-            idempotency_window: Duration::ZERO,
-            pending: PendingPolicy::RollForward,
-            ..RecoveryConfig::default()
-        });
-    assert_eq!(worker.collect_garbage(lease + margin).await.unwrap(), 1);
-    clock.rewind(Duration::from_millis(1500));
-    let create = faulty.upserts().into_iter().next().unwrap();
-    let landed = faulty.deliver_again(&create).await.unwrap().unwrap();
-    assert!(!tandem::TxRecord::from_document(landed).unwrap().is_inert());
-    clock.advance(Duration::from_secs(120));
-    worker.run_once().await.unwrap();
-    assert_eq!(balance(&store, "A").await, 85);
+    let age = RETRY_LEASE + RETRY_MARGIN;
+    assert_eq!(r.worker.collect_garbage(age).await.unwrap(), 1);
+    r.clock.rewind(Duration::from_millis(1500));
+    deliver_the_lost_create(&r.faulty).await;
+    r.clock.advance(Duration::from_secs(120));
+    r.worker.run_once().await.unwrap();
+    assert_eq!(balance(&r.store, "A").await, 85);
 }
 
 #[tokio::test]
