@@ -422,7 +422,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             loop {
                 let removed = worker.collect_garbage(older_than).await?;
                 total += removed;
-                if removed == 0 {
+                // A collection that removed nothing may have stopped at its
+                // page limit before records it could remove: go on until
+                // one read up to the last due record.
+                if removed == 0 && worker.caught_up() {
                     break;
                 }
             }
@@ -640,7 +643,11 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
             total.claimed, total.committed, total.canceled, total.removed
         ));
         bar.tick();
-        if pass.claimed == 0 || pass.failed + pass.waiting == pass.claimed {
+        // A pass may stop at its page limit before the records it could
+        // recover (behind ones it cannot drive here): go on until one read
+        // up to the last due record.
+        if (pass.claimed == 0 || pass.failed + pass.waiting == pass.claimed) && worker.caught_up()
+        {
             break;
         }
     }

@@ -15,7 +15,7 @@
 //! decides which one drives each record.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bson::{doc, Bson};
@@ -159,6 +159,38 @@ enum Driven {
 pub struct RecoveryWorker {
     engine: Arc<Engine>,
     config: RecoveryConfig,
+    /// Where the last recovery pass stopped reading, if it stopped before
+    /// the last due record: the next pass goes on from there.
+    recovery_at: Mutex<Option<Cursor>>,
+    /// The same for garbage collection.
+    collection_at: Mutex<Option<Cursor>>,
+}
+
+/// A position in the records' scan order (`lastModified`, then `_id`): past
+/// every record changed before `at`, and past the records changed at `at`
+/// whose ids are in `ids`.
+#[derive(Clone, Debug)]
+struct Cursor {
+    at: bson::DateTime,
+    ids: Vec<bson::Bson>,
+}
+
+impl Cursor {
+    /// Moves the cursor past `record`, read next in the scan order.
+    fn pass(cursor: &mut Option<Cursor>, record: &bson::Document) {
+        let (Ok(&at), Some(id)) = (record.get_datetime("lastModified"), record.get("_id")) else {
+            return;
+        };
+        match cursor {
+            Some(c) if c.at == at => c.ids.push(id.clone()),
+            _ => {
+                *cursor = Some(Cursor {
+                    at,
+                    ids: vec![id.clone()],
+                })
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for RecoveryWorker {
@@ -172,12 +204,32 @@ impl std::fmt::Debug for RecoveryWorker {
 
 impl RecoveryWorker {
     pub(crate) fn new(engine: Arc<Engine>, config: RecoveryConfig) -> Self {
-        RecoveryWorker { engine, config }
+        RecoveryWorker {
+            engine,
+            config,
+            recovery_at: Mutex::new(None),
+            collection_at: Mutex::new(None),
+        }
     }
 
     /// This worker's owner name.
     pub fn owner(&self) -> &str {
         &self.engine.config.owner
+    }
+
+    /// Whether this worker's last recovery pass and last garbage collection
+    /// each read up to the last record that was due (or have not run).
+    ///
+    /// A pass reads at most a bounded number of pages of records, oldest
+    /// change first, and the records it leaves (not due yet, not drivable
+    /// here, not collectable now) keep their place. So that such records
+    /// cannot hide the ones behind them for good, a pass that stops before
+    /// the last due record leaves its position, and the next pass on this
+    /// worker goes on from there, to start again from the oldest once it
+    /// reached the end. A caller that runs passes by hand until nothing
+    /// is left to do runs them until this is true as well.
+    pub fn caught_up(&self) -> bool {
+        lock(&self.recovery_at).is_none() && lock(&self.collection_at).is_none()
     }
 
     /// One pass: claims and finishes up to `batch` expired transactions.
@@ -206,7 +258,7 @@ impl RecoveryWorker {
         let mut unreadable = 0;
         let mut undrivable = 0;
         let (expired, scanned) = self
-            .scan(&ns, filter, |d| match TxRecord::from_document(d) {
+            .scan(&ns, filter, &self.recovery_at, |d| match TxRecord::from_document(d) {
                 Ok(r) if !(r.lease_expired(now) && self.past_margin(&r, now)) => None,
                 Ok(r) => match self.engine.cannot_drive(&r) {
                     Some(why) => {
@@ -298,23 +350,25 @@ impl RecoveryWorker {
 
     /// Reads records matching `filter`, oldest change first, one page of
     /// `batch` at a time, keeping those `pick` takes, until `batch` are kept,
-    /// the records run out, or [`SCAN_PAGES`] pages were read. Returns what
-    /// was kept and how many records were read.
+    /// the records run out, or [`SCAN_PAGES`] pages were read. Starts where
+    /// the last scan with `cursor` stopped, and leaves there where this one
+    /// stopped (none once it read the last record: the next starts from the
+    /// oldest). Returns what was kept and how many records were read.
     async fn scan<T>(
         &self,
         ns: &crate::Namespace,
         filter: bson::Document,
+        cursor: &Mutex<Option<Cursor>>,
         mut pick: impl FnMut(bson::Document) -> Option<T>,
     ) -> Result<(Vec<T>, usize), StoreError> {
         let engine = &self.engine;
         let batch = self.config.batch.max(1);
         let mut kept = Vec::new();
         let mut scanned = 0;
-        // The last page ended at this `lastModified`, with these ids there.
-        let mut after: Option<(bson::DateTime, Vec<bson::Bson>)> = None;
-        for _ in 0..SCAN_PAGES {
+        let mut after = lock(cursor).clone();
+        'pages: for _ in 0..SCAN_PAGES {
             let mut page_filter = filter.clone();
-            if let Some((at, ids)) = &after {
+            if let Some(Cursor { at, ids }) = &after {
                 let mut window = page_filter
                     .get_document("lastModified")
                     .cloned()
@@ -337,27 +391,21 @@ impl RecoveryWorker {
                 .await?;
             scanned += page.len();
             let full = page.len() == batch;
-            let last = page
-                .last()
-                .and_then(|d| d.get_datetime("lastModified").ok().copied());
-            if let Some(last) = last {
-                let mut ids: Vec<bson::Bson> = match after.take() {
-                    Some((at, ids)) if at == last => ids,
-                    _ => Vec::new(),
-                };
-                ids.extend(
-                    page.iter()
-                        .filter(|d| d.get_datetime("lastModified").ok() == Some(&last))
-                        .filter_map(|d| d.get("_id").cloned()),
-                );
-                after = Some((last, ids));
+            for record in page {
+                // Past each record as it is looked at: the records of the
+                // page after the batch is full are left for the next scan.
+                Cursor::pass(&mut after, &record);
+                kept.extend(pick(record));
+                if kept.len() >= batch {
+                    break 'pages;
+                }
             }
-            kept.extend(page.into_iter().filter_map(&mut pick));
-            if kept.len() >= batch || !full || last.is_none() {
+            if !full {
+                after = None;
                 break;
             }
         }
-        kept.truncate(batch);
+        *lock(cursor) = after;
         Ok((kept, scanned))
     }
 
@@ -791,7 +839,7 @@ impl RecoveryWorker {
         // them), and logged. A record of a caller-chosen id still inside its
         // idempotency window becomes a stub instead.
         let (due, _) = self
-            .scan(&ns, filter, |d| {
+            .scan(&ns, filter, &self.collection_at, |d| {
                 let record = match TxRecord::from_document(d) {
                     Ok(r) => r,
                     Err(e) => {
@@ -1006,4 +1054,10 @@ mod tests {
     fn a_claim_of_another_record_under_the_id_is_not_merged() {
         assert!(claimed("k2").onto(&record("k1")).is_none());
     }
+}
+
+/// The cursor behind `mutex`, also after a panic while it was held (a
+/// cursor is a hint of where to read next; any value is safe).
+fn lock(mutex: &Mutex<Option<Cursor>>) -> std::sync::MutexGuard<'_, Option<Cursor>> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -1679,6 +1679,133 @@ async fn recovery_is_not_starved_by_records_it_cannot_drive() {
     assert_eq!(record.state, TxState::Canceled);
 }
 
+/// More records this process cannot drive than one pass reads (16 pages
+/// of `batch`): each pass went back to the oldest and read the same ones,
+/// and the transfer behind them was never reached. A pass now goes on where
+/// the last one stopped.
+#[tokio::test]
+async fn recovery_reaches_records_behind_more_pages_than_a_pass_reads() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    for i in 0..40 {
+        store
+            .insert_one(
+                &records(),
+                doc! {
+                    "_id": format!("foreign-{i:02}"), "state": "pending", "owner": "elsewhere",
+                    "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
+                    "participants": [{ "kind": "document", "label": "remote/A", "spec": { "store": "remote" } }],
+                    "lastModified": bson::DateTime::from_millis(0),
+                    "leaseStart": bson::DateTime::from_millis(0),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(3600));
+    let dying = FaultStore::new(Arc::new(store.clone())).crash_after(1);
+    let err = Coordinator::builder(dying)
+        .retry(tandem::RetryPolicy::NONE)
+        .build()
+        .run(transfer("A", "B", 10))
+        .await
+        .unwrap_err();
+    let id = err.id().cloned().expect("an id");
+    clock.advance(Duration::from_secs(3600));
+    let coordinator = Coordinator::new(store.clone());
+    let worker = coordinator.recovery(RecoveryConfig {
+        batch: 2,
+        ..RecoveryConfig::default()
+    });
+    assert!(worker.caught_up(), "a worker that has not run is caught up");
+    let first = worker.run_once().await.unwrap();
+    assert_eq!((first.failed, first.canceled), (32, 0), "{first:?}");
+    assert!(!worker.caught_up(), "the first pass stopped at its page limit");
+    let second = worker.run_once().await.unwrap();
+    assert_eq!((second.failed, second.canceled), (8, 1), "{second:?}");
+    let record = coordinator.record(&id).await.unwrap().unwrap();
+    assert_eq!(record.state, TxState::Canceled);
+    assert_eq!(balance(&store, "A").await, 1000);
+    // Read to the end: the next pass starts from the oldest again.
+    let third = worker.run_once().await.unwrap();
+    assert_eq!(third.failed, 32, "{third:?}");
+}
+
+/// A hand-written participant whose `forget` always fails (its service is
+/// gone).
+#[derive(Debug)]
+struct Unforgetting;
+
+#[async_trait::async_trait]
+impl tandem::Participant for Unforgetting {
+    fn kind(&self) -> &str {
+        "test.unforgetting"
+    }
+    fn spec(&self) -> Result<bson::Document, ChangeError> {
+        Ok(doc! {})
+    }
+    fn label(&self) -> String {
+        "unforgetting".into()
+    }
+    async fn apply(&self, _: StepContext<'_>) -> Result<(), StepError> {
+        Ok(())
+    }
+    async fn compensate(&self, _: StepContext<'_>) -> Result<(), StepError> {
+        Ok(())
+    }
+    async fn clear_marker(&self, _: StepContext<'_>) -> Result<(), StepError> {
+        Ok(())
+    }
+    async fn forget(&self, _: StepContext<'_>) -> Result<(), StepError> {
+        Err(StepError::Store {
+            participant: self.label(),
+            source: tandem::StoreError::new(tandem::StoreErrorKind::Unavailable, "service down"),
+        })
+    }
+}
+
+/// Finished records whose `forget` fails keep their place, oldest first:
+/// a batch of them took every collection's batch, and nothing behind them
+/// was ever collected. A collection now goes on where the last one stopped.
+#[tokio::test]
+async fn garbage_collection_is_not_starved_by_records_whose_forget_fails() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    for i in 0..2 {
+        store
+            .insert_one(
+                &records(),
+                doc! {
+                    "_id": format!("unforgetting-{i}"), "state": "done", "owner": "elsewhere",
+                    "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
+                    "participants": [{ "kind": "test.unforgetting", "label": "unforgetting", "spec": {} }],
+                    "lastModified": bson::DateTime::from_millis(0),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let coordinator = Coordinator::builder(store.clone())
+        .commit_point(CommitPoint::Done)
+        .kind("test.unforgetting", |_| Ok(Box::new(Unforgetting)))
+        .build();
+    let receipt = coordinator.run(transfer("A", "B", 1)).await.unwrap();
+    let worker = coordinator.recovery(RecoveryConfig {
+        batch: 2,
+        ..RecoveryConfig::default()
+    });
+    clock.advance(Duration::from_secs(3601));
+    let older_than = Duration::from_secs(3600);
+    assert_eq!(worker.collect_garbage(older_than).await.unwrap(), 0);
+    assert!(!worker.caught_up(), "stopped after a full batch");
+    assert_eq!(worker.collect_garbage(older_than).await.unwrap(), 1);
+    assert!(coordinator.record(&receipt.id).await.unwrap().is_none());
+    assert!(worker.caught_up());
+    assert_eq!(
+        store.documents(&records()).len(),
+        2,
+        "the records whose forget fails stay"
+    );
+}
+
 #[tokio::test]
 async fn garbage_collection_is_not_starved_by_unknown_kinds() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
