@@ -646,8 +646,7 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
         // A pass may stop at its page limit before the records it could
         // recover (behind ones it cannot drive here): go on until one read
         // up to the last due record.
-        if (pass.claimed == 0 || pass.failed + pass.waiting == pass.claimed) && worker.caught_up()
-        {
+        if (pass.claimed == 0 || pass.failed + pass.waiting == pass.claimed) && worker.caught_up() {
             break;
         }
     }

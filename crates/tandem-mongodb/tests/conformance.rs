@@ -999,6 +999,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn before_images_keep_the_stored_types() {
+        let Some(f) = factory("s_stored_types").await else {
+            return;
+        };
+        safety::before_images_keep_the_stored_types(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn own_record_landing_while_the_id_is_taken() {
         let Some(f) = factory("s_own_record").await else {
             return;

@@ -77,6 +77,78 @@ async fn an_array_as_id_differs_between_servers() {
     t.drop().await;
 }
 
+/// MongoDB keeps a symbol (a deprecated BSON type) as a symbol, and
+/// `$type` tells it from a string, as the embedded store does; SecantusDB
+/// 0.7.0b3 stores a string. tandem's before-images rely on `$type` to tell
+/// apart values that equality does not (a symbol and a string, `5` and
+/// `5.0`): the numbers are told apart on both servers, the symbol only
+/// where it is kept (the safety scenario `before_images_keep_the_stored_types`
+/// runs its symbol part there only).
+#[tokio::test]
+async fn a_symbol_differs_between_servers() {
+    let Some(t) = TestDb::new("symbol").await else {
+        return;
+    };
+    let ns = t.ns("docs");
+    t.store
+        .insert_one(
+            &ns,
+            doc! { "_id": "s", "state": bson::Bson::Symbol("open".into()), "n": 5.0, "m": { "q": 5_i64 } },
+        )
+        .await
+        .unwrap();
+    let count = |filter: bson::Document| {
+        let store = &t.store;
+        let ns = &ns;
+        async move {
+            store
+                .find(ns, filter, FindOptions::default())
+                .await
+                .unwrap()
+                .len()
+        }
+    };
+    // Numbers: equal across types, told apart by `$type`, at any depth.
+    assert_eq!(count(doc! { "n": 5_i64, "m.q": 5.0 }).await, 1);
+    assert_eq!(
+        count(doc! { "n": { "$eq": 5_i64, "$type": "double" } }).await,
+        1
+    );
+    assert_eq!(count(doc! { "n": { "$type": "long" } }).await, 0);
+    assert_eq!(count(doc! { "m.q": { "$type": "long" } }).await, 1);
+    assert_eq!(count(doc! { "m.q": { "$type": "double" } }).await, 0);
+    let stored = t
+        .store
+        .find_one(&ns, doc! { "_id": "s" })
+        .await
+        .unwrap()
+        .unwrap();
+    match secantus_version(&t.store).await {
+        Some(version) => {
+            assert_eq!(
+                stored.get("state"),
+                Some(&"open".into()),
+                "SecantusDB {version}"
+            );
+            assert_eq!(count(doc! { "state": { "$type": "string" } }).await, 1);
+        }
+        None => {
+            assert_eq!(
+                stored.get("state"),
+                Some(&bson::Bson::Symbol("open".into()))
+            );
+            assert_eq!(
+                count(doc! { "state": "open" }).await,
+                1,
+                "a string equals the symbol"
+            );
+            assert_eq!(count(doc! { "state": { "$type": "string" } }).await, 0);
+            assert_eq!(count(doc! { "state": { "$type": "symbol" } }).await, 1);
+        }
+    }
+    t.drop().await;
+}
+
 /// An update that creates fields on an existing document: MongoDB (and the
 /// embedded store) append them in path order, across operators; SecantusDB
 /// 0.7.0b3 appends them in the order the update lists them. (Upserts build

@@ -1059,5 +1059,7 @@ mod tests {
 /// The cursor behind `mutex`, also after a panic while it was held (a
 /// cursor is a hint of where to read next; any value is safe).
 fn lock(mutex: &Mutex<Option<Cursor>>) -> std::sync::MutexGuard<'_, Option<Cursor>> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -1719,7 +1719,10 @@ async fn recovery_reaches_records_behind_more_pages_than_a_pass_reads() {
     assert!(worker.caught_up(), "a worker that has not run is caught up");
     let first = worker.run_once().await.unwrap();
     assert_eq!((first.failed, first.canceled), (32, 0), "{first:?}");
-    assert!(!worker.caught_up(), "the first pass stopped at its page limit");
+    assert!(
+        !worker.caught_up(),
+        "the first pass stopped at its page limit"
+    );
     let second = worker.run_once().await.unwrap();
     assert_eq!((second.failed, second.canceled), (8, 1), "{second:?}");
     let record = coordinator.record(&id).await.unwrap().unwrap();

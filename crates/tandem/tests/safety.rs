@@ -169,3 +169,8 @@ async fn reused_id_keeps_markers_apart() {
 async fn own_record_landing_while_the_id_is_taken() {
     safety::own_record_landing_while_the_id_is_taken(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn before_images_keep_the_stored_types() {
+    safety::before_images_keep_the_stored_types(&MemoryFactory::new(), "bank").await;
+}

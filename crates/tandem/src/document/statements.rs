@@ -233,12 +233,20 @@ impl DocumentChange {
             .collect();
         if before.is_none() {
             // Every strategy reads an equality guard that can stand for a
-            // field's before-image alike: the field itself holds the value.
+            // field's before-image alike: the field itself holds the value,
+            // a string as a string (not a symbol of the same text).
             for path in self.pinned_paths() {
                 conds.push((
                     format!("{path}.0"),
                     Bson::Document(doc! { "$exists": false }),
                 ));
+                if let Some(g) = self
+                    .guards
+                    .iter()
+                    .find(|g| g.path == path && g.op == GuardOp::Eq)
+                {
+                    conds.extend(type_conditions(&path, &g.value).unwrap_or_default());
+                }
             }
         }
         if let Some(before) = before {
@@ -258,6 +266,10 @@ impl DocumentChange {
                         if let Some(only) = exact(&v) {
                             conds.push((format!("{path}.0"), Bson::Document(only)));
                         }
+                        // An equal value of another type (`5` for `5.0`, a
+                        // symbol for a string) is a write since the read:
+                        // the undo would change it back.
+                        conds.extend(type_conditions(&path, &v).unwrap_or_default());
                         doc! { "$eq": v }
                     }
                     None => doc! { "$exists": false },
@@ -843,9 +855,26 @@ impl DocumentChange {
         // matches the field itself only, not an array holding the value.
         let pinned = self.pinned_paths();
         for guard in &self.guards {
-            let whole = !pinned.contains(&guard.path)
-                || query::lookup(current, &format!("{}.0", guard.path)).is_none();
+            let is_pinned = pinned.contains(&guard.path);
+            let whole =
+                !is_pinned || query::lookup(current, &format!("{}.0", guard.path)).is_none();
             if whole && query::matches(current, &guard.to_filter()).unwrap_or(false) {
+                let found = query::lookup(current, &guard.path);
+                if is_pinned && guard.op == GuardOp::Eq && found != Some(&guard.value) {
+                    // Equal, but of other types: the guard's value is no
+                    // before-image of it.
+                    return Err(StepError::TypeMismatch {
+                        participant,
+                        path: guard.path.clone(),
+                        message: format!(
+                            "stored {} {}, equal to the guard's {} {} but of other types: an equality guard that stands for the before-image must match the stored value's types",
+                            found.map(type_name).unwrap_or("nothing"),
+                            found.map(|f| f.to_string()).unwrap_or_default(),
+                            type_name(&guard.value),
+                            guard.value
+                        ),
+                    });
+                }
                 continue;
             }
             let found = query::lookup(current, &guard.path);
@@ -935,11 +964,65 @@ impl DocumentChange {
 /// it is not a number (an equality with `5.0` also matches a stored `5` of
 /// another numeric type, which the undo would then change).
 fn pins(value: &Bson) -> bool {
-    exact(value).is_some()
-        && !matches!(
-            value,
-            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)
-        )
+    exact(value).is_some() && !holds_number(value) && type_conditions("", value).is_some()
+}
+
+/// Whether `value` is a number or holds one at any depth (a document
+/// `{qty: 5}` equals `{qty: 5.0}`).
+fn holds_number(value: &Bson) -> bool {
+    match value {
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => true,
+        Bson::Document(d) => d.values().any(holds_number),
+        Bson::Array(a) => a.iter().any(holds_number),
+        _ => false,
+    }
+}
+
+/// The `$type` conditions that make an equality with `value` at `path`
+/// exact in the types of its leaves: an equality matches a number of
+/// another numeric type, and a symbol for a string of the same text, at any
+/// depth. A condition for each such leaf, on its path. `None` where a leaf
+/// cannot be named by a path: a key that is empty, holds a dot or starts
+/// with `$`, or a key of digits in a document inside an array (where
+/// `a.0` names both the element and that field).
+pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, Bson)>> {
+    fn walk(path: &str, value: &Bson, in_array: bool, out: &mut Vec<(String, Bson)>) -> bool {
+        let join = |key: &str| {
+            if path.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{path}.{key}")
+            }
+        };
+        match value {
+            Bson::Int32(_)
+            | Bson::Int64(_)
+            | Bson::Double(_)
+            | Bson::Decimal128(_)
+            | Bson::String(_)
+            | Bson::Symbol(_) => {
+                out.push((
+                    path.to_owned(),
+                    Bson::Document(doc! { "$type": crate::query::type_name(value) }),
+                ));
+                true
+            }
+            Bson::Document(d) => d.iter().all(|(key, v)| {
+                !key.is_empty()
+                    && !key.contains('.')
+                    && !key.starts_with('$')
+                    && !(in_array && key.bytes().all(|b| b.is_ascii_digit()))
+                    && walk(&join(key), v, false, out)
+            }),
+            Bson::Array(a) => a
+                .iter()
+                .enumerate()
+                .all(|(i, v)| walk(&join(&i.to_string()), v, true, out)),
+            _ => true,
+        }
+    }
+    let mut out = Vec::new();
+    walk(path, value, false, &mut out).then_some(out)
 }
 
 /// For a value an equality pins a field to, the condition on the field's

@@ -86,6 +86,25 @@ fn eval_operator(doc: &Document, path: &str, op: &str, arg: &Bson) -> bool {
         "$in" => test(&mut |x| in_list(x, arg)),
         "$nin" => !test(&mut |x| in_list(x, arg)),
         "$exists" => any_value(doc, path, &mut |v| v.is_some()) == truthy(arg),
+        // A value of one of the named types, or an array holding one (an
+        // array itself only for "array"); never a missing field.
+        "$type" => {
+            let names = match arg {
+                Bson::Array(names) => names.as_slice(),
+                one => std::slice::from_ref(one),
+            };
+            let is = |x: &Bson| {
+                names.iter().any(|n| match n {
+                    Bson::String(n) => has_type(x, n),
+                    _ => false,
+                })
+            };
+            any_value(doc, path, &mut |v| match v {
+                None => false,
+                Some(x @ Bson::Array(elements)) => is(x) || elements.iter().any(is),
+                Some(x) => is(x),
+            })
+        }
         "$not" => match arg {
             Bson::Document(inner) => !inner
                 .iter()
@@ -177,4 +196,39 @@ fn any_value_in(v: &Bson, path: &str, f: &mut dyn FnMut(Option<&Bson>) -> bool) 
         }
         _ => f(None),
     }
+}
+
+/// Whether `name` is a type's name `$type` knows: one of
+/// [`type_name`](super::type_name)'s, or `"number"`.
+pub(super) fn is_type_name(name: &str) -> bool {
+    const NAMES: [&str; 21] = [
+        "double",
+        "string",
+        "object",
+        "array",
+        "binData",
+        "undefined",
+        "objectId",
+        "bool",
+        "date",
+        "null",
+        "regex",
+        "dbPointer",
+        "javascript",
+        "symbol",
+        "javascriptWithScope",
+        "int",
+        "timestamp",
+        "long",
+        "decimal",
+        "minKey",
+        "maxKey",
+    ];
+    name == "number" || NAMES.contains(&name)
+}
+
+/// Whether `x` is of the type `name` ([`is_type_name`]).
+fn has_type(x: &Bson, name: &str) -> bool {
+    let own = super::type_name(x);
+    own == name || (name == "number" && matches!(own, "double" | "int" | "long" | "decimal"))
 }

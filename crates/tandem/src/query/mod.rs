@@ -16,8 +16,10 @@
 //!   array, equality holds if the array equals `v` or contains `v`.
 //!   `{a: null}` matches documents where `a` is null or missing.
 //! * Field operators `$eq`, `$ne`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`,
-//!   `$exists` and `$not` (of an operator document). Several operators in one
-//!   operator document are ANDed.
+//!   `$exists`, `$type` (a type's name such as `"double"` or `"string"`, the
+//!   alias `"number"`, or a list of them; not the numeric codes) and `$not`
+//!   (of an operator document). Several operators in one operator document
+//!   are ANDed.
 //!   `$ne` and `$nin` are the negations of `$eq` and `$in`: on an array field
 //!   `{$ne: v}` holds iff no element equals `v` and the array itself is not `v`;
 //!   it also holds when the field is missing.

@@ -69,6 +69,22 @@ pub(crate) fn validate_operators(ops: &Document) -> Result<(), StoreError> {
     for (op, arg) in ops {
         match op.as_str() {
             "$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte" | "$exists" => {}
+            "$type" => {
+                let names = match arg {
+                    Bson::Array(names) => names.as_slice(),
+                    one => std::slice::from_ref(one),
+                };
+                for name in names {
+                    match name {
+                        Bson::String(name) if super::eval::is_type_name(name) => {}
+                        other => {
+                            return Err(bad_request(format!(
+                                "$type needs a type's name (such as \"string\"), not {other}"
+                            )))
+                        }
+                    }
+                }
+            }
             "$not" => match arg {
                 Bson::Document(inner) if is_operator_doc(inner) => validate_operators(inner)?,
                 Bson::RegularExpression(_) => return Err(unsupported_regex(op)),

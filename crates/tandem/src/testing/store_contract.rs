@@ -69,6 +69,7 @@ macro_rules! __store_contract_list {
             insert_and_duplicate_key,
             ids_equal_across_numeric_types,
             numbers_equal_across_types_in_filters,
+            type_tells_equal_values_apart,
             update_outcomes,
             guarded_updates,
             upsert_and_set_on_insert,
@@ -408,6 +409,71 @@ pub async fn numbers_equal_across_types_in_filters<F: StoreFactory + ?Sized>(
         .unwrap();
     assert_eq!(out, outcome(1, 1, false));
     assert_eq!(get(s, &ns, 2).await, Some(doc! { "_id": 2, "n": 8_i64 }));
+}
+
+/// `$type` tells apart what equality does not: the numeric types, at any
+/// depth (an embedded field, an array element), with the alias `"number"`
+/// for all four; a value of the type or an array holding one matches, a
+/// missing field never does. (Before-images rely on it.)
+pub async fn type_tells_equal_values_apart<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = docs(db);
+    seed(
+        store.as_ref(),
+        &ns,
+        vec![
+            doc! { "_id": 1, "n": 7, "m": { "q": 5.0 } },
+            doc! { "_id": 2, "n": 7_i64, "m": { "q": 5_i64 } },
+            doc! { "_id": 3, "n": 7.0, "a": ["x", 5.0] },
+            doc! { "_id": 4, "n": "7" },
+            doc! { "_id": 5 },
+        ],
+    )
+    .await;
+    let s = store.as_ref();
+    for (name, expected) in [
+        ("int", &[1][..]),
+        ("long", &[2]),
+        ("double", &[3]),
+        ("string", &[4]),
+        ("number", &[1, 2, 3]),
+    ] {
+        assert_eq!(
+            ids(s, &ns, doc! { "n": { "$type": name } }).await,
+            int_ids(expected),
+            "n $type {name}"
+        );
+    }
+    assert_eq!(
+        ids(s, &ns, doc! { "n": { "$eq": 7, "$type": "double" } }).await,
+        int_ids(&[3]),
+        "with an equality"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "m": { "q": 5 }, "m.q": { "$type": "long" } }).await,
+        int_ids(&[2]),
+        "an embedded field"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "a.1": { "$type": "double" } }).await,
+        int_ids(&[3]),
+        "an array element"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "a": { "$type": "string" } }).await,
+        int_ids(&[3]),
+        "an array holding one"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "a": { "$type": ["array", "null"] } }).await,
+        int_ids(&[3]),
+        "a list of types; an array itself"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "z": { "$type": "null" } }).await,
+        int_ids(&[]),
+        "a missing field has no type"
+    );
 }
 
 /// `updateOne` reports what it did: matched and modified, matched but
