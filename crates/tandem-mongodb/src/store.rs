@@ -46,7 +46,7 @@ pub(crate) fn primary() -> mongodb::options::SelectionCriteria {
 /// | [`update_many`](Store::update_many) | `update` (`multi: true`) |
 /// | [`find_one`](Store::find_one) | `find` (`limit: 1`) |
 /// | [`find`](Store::find) | `find` (and `getMore` for further batches) |
-/// | [`exists`](Store::exists) | `find` (`limit: 1`, projection `{_id: 1}`, read concern `linearizable`, or `local` on a standalone server, `maxTimeMS` 10 s) |
+/// | [`exists`](Store::exists) | `find` (`limit: 1`, projection `{_id: 1}`, read concern `linearizable`, and again at `local` when a standalone server refuses it, `maxTimeMS` 10 s) |
 /// | [`ensure_index`](Store::ensure_index) | `createIndexes` |
 ///
 /// Writes use the configured write concern (default `{ w: "majority", j: true }`),
@@ -77,9 +77,6 @@ struct Inner {
     counters: Counters,
     /// The last reading of the server's clock and when it arrived here.
     clock: std::sync::Mutex<Option<(Instant, bson::DateTime)>>,
-    /// Set once the server refused a `linearizable` read as not a replica
-    /// set: a standalone server, whose every read sees every write.
-    standalone: std::sync::atomic::AtomicBool,
 }
 
 /// How long a reading of the server's clock serves [`Store::clock_estimate`].
@@ -137,7 +134,6 @@ impl MongoStore {
                 collections: RwLock::new(HashMap::new()),
                 counters: Counters::default(),
                 clock: std::sync::Mutex::new(None),
-                standalone: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -598,11 +594,11 @@ impl Store for MongoStore {
     ///
     /// A standalone server (not a replica set) refuses the level
     /// (`NotAReplicaSet`, code 123); it keeps one copy of the data, so there
-    /// the store reads at `local`, which sees every write it took, from then
-    /// on.
+    /// the store reads again at `local`, which sees every write it took. It
+    /// asks at `linearizable` first every time (two round trips on a
+    /// standalone server): a refusal says what the server it reached was
+    /// then, not what a node that later serves a replica set is.
     async fn exists(&self, ns: &Namespace, filter: Document) -> Result<bool, StoreError> {
-        use std::sync::atomic::Ordering;
-
         let coll = self.collection(ns);
         let ns_name = ns.to_string();
         let read = |concern: ReadConcern| {
@@ -619,15 +615,10 @@ impl Store for MongoStore {
                 }
             })
         };
-        if !self.inner.standalone.load(Ordering::Relaxed) {
-            match read(ReadConcern::linearizable()).await {
-                Err(e) if e.code == Some(NOT_A_REPLICA_SET) => {
-                    self.inner.standalone.store(true, Ordering::Relaxed);
-                }
-                other => return other,
-            }
+        match read(ReadConcern::linearizable()).await {
+            Err(e) if e.code == Some(NOT_A_REPLICA_SET) => read(ReadConcern::local()).await,
+            other => other,
         }
-        read(ReadConcern::local()).await
     }
 
     async fn find(
