@@ -998,6 +998,14 @@ impl Claimed {
     }
 }
 
+/// The cursor behind `mutex`, also after a panic while it was held (a
+/// cursor is a hint of where to read next; any value is safe).
+fn lock(mutex: &Mutex<Option<Cursor>>) -> std::sync::MutexGuard<'_, Option<Cursor>> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1054,12 +1062,4 @@ mod tests {
     fn a_claim_of_another_record_under_the_id_is_not_merged() {
         assert!(claimed("k2").onto(&record("k1")).is_none());
     }
-}
-
-/// The cursor behind `mutex`, also after a panic while it was held (a
-/// cursor is a hint of where to read next; any value is safe).
-fn lock(mutex: &Mutex<Option<Cursor>>) -> std::sync::MutexGuard<'_, Option<Cursor>> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -1008,11 +1008,9 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
                 true
             }
             Bson::Document(d) => d.iter().all(|(key, v)| {
-                !key.is_empty()
-                    && !key.contains('.')
-                    && !key.starts_with('$')
-                    && !(in_array && key.bytes().all(|b| b.is_ascii_digit()))
-                    && walk(&join(key), v, false, out)
+                let nameable = !key.is_empty() && !key.contains('.') && !key.starts_with('$');
+                let digits = key.bytes().all(|b| b.is_ascii_digit());
+                nameable && !(in_array && digits) && walk(&join(key), v, false, out)
             }),
             Bson::Array(a) => a
                 .iter()
