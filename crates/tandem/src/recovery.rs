@@ -166,18 +166,25 @@ pub struct RecoveryWorker {
     collection_at: Mutex<Option<Cursor>>,
 }
 
-/// A position in the records' scan order (`lastModified`, then `_id`): past
-/// every record changed before `at`, and past the records changed at `at`
-/// whose ids are in `ids`.
+/// A position in the records' scan order (`lastModified`, then `_id`) within
+/// a round of scans from the oldest record to the last: past every record
+/// changed before `at`, and past the records changed at `at` whose ids are
+/// in `ids`. A round reads the records changed up to `until` (its first
+/// scan's bound) only: a record changed since (claimed, rewritten) falls
+/// into the next round, so a round ends however many records are changed
+/// meanwhile, and the next, from the oldest, comes to the ones this one
+/// passed before they were due.
 #[derive(Clone, Debug)]
 struct Cursor {
+    until: bson::DateTime,
     at: bson::DateTime,
     ids: Vec<bson::Bson>,
 }
 
 impl Cursor {
-    /// Moves the cursor past `record`, read next in the scan order.
-    fn pass(cursor: &mut Option<Cursor>, record: &bson::Document) {
+    /// Moves the cursor of the round bounded by `until` past `record`, read
+    /// next in the scan order.
+    fn pass(cursor: &mut Option<Cursor>, until: bson::DateTime, record: &bson::Document) {
         let (Ok(&at), Some(id)) = (record.get_datetime("lastModified"), record.get("_id")) else {
             return;
         };
@@ -185,6 +192,7 @@ impl Cursor {
             Some(c) if c.at == at => c.ids.push(id.clone()),
             _ => {
                 *cursor = Some(Cursor {
+                    until,
                     at,
                     ids: vec![id.clone()],
                 })
@@ -218,16 +226,19 @@ impl RecoveryWorker {
     }
 
     /// Whether this worker's last recovery pass and last garbage collection
-    /// each read up to the last record that was due (or have not run).
+    /// each ended a round (or have not run).
     ///
     /// A pass reads at most a bounded number of pages of records, oldest
     /// change first, and the records it leaves (not due yet, not drivable
     /// here, not collectable now) keep their place. So that such records
     /// cannot hide the ones behind them for good, a pass that stops before
-    /// the last due record leaves its position, and the next pass on this
-    /// worker goes on from there, to start again from the oldest once it
-    /// reached the end. A caller that runs passes by hand until nothing
-    /// is left to do runs them until this is true as well.
+    /// the end leaves its position, and the next pass on this worker goes
+    /// on from there. A round of passes reads the records changed up to
+    /// the time it started, from the oldest to the last; one changed since
+    /// (claimed, say) waits for the next round, so every round ends, and
+    /// the next starts from the oldest again. A caller that runs passes by
+    /// hand until nothing is left to do runs them until this is true as
+    /// well.
     pub fn caught_up(&self) -> bool {
         lock(&self.recovery_at).is_none() && lock(&self.collection_at).is_none()
     }
@@ -351,9 +362,11 @@ impl RecoveryWorker {
     /// Reads records matching `filter`, oldest change first, one page of
     /// `batch` at a time, keeping those `pick` takes, until `batch` are kept,
     /// the records run out, or [`SCAN_PAGES`] pages were read. Starts where
-    /// the last scan with `cursor` stopped, and leaves there where this one
-    /// stopped (none once it read the last record: the next starts from the
-    /// oldest). Returns what was kept and how many records were read.
+    /// the last scan with `cursor` stopped, within that scan's round (see
+    /// [`Cursor`]: `filter`'s `lastModified` bound is the first scan's of the
+    /// round), and leaves there where this one stopped (none once it read the
+    /// round's last record: the next starts a round from the oldest).
+    /// Returns what was kept and how many records were read.
     async fn scan<T>(
         &self,
         ns: &crate::Namespace,
@@ -366,17 +379,27 @@ impl RecoveryWorker {
         let mut kept = Vec::new();
         let mut scanned = 0;
         let mut after = lock(cursor).clone();
+        // The round's bound: its first scan's own, kept by its cursor.
+        let mut window = filter
+            .get_document("lastModified")
+            .cloned()
+            .unwrap_or_default();
+        let until = match &after {
+            Some(c) => c.until,
+            None => match window.get("$lte") {
+                Some(Bson::DateTime(t)) => *t,
+                _ => bson::DateTime::MAX,
+            },
+        };
+        window.insert("$lte", until);
         'pages: for _ in 0..SCAN_PAGES {
             let mut page_filter = filter.clone();
-            if let Some(Cursor { at, ids }) = &after {
-                let mut window = page_filter
-                    .get_document("lastModified")
-                    .cloned()
-                    .unwrap_or_default();
+            let mut window = window.clone();
+            if let Some(Cursor { at, ids, .. }) = &after {
                 window.insert("$gte", *at);
-                page_filter.insert("lastModified", window);
                 page_filter.insert("_id", doc! { "$nin": ids.clone() });
             }
+            page_filter.insert("lastModified", window);
             let page = engine
                 .retry(|| {
                     engine.records().find(
@@ -394,7 +417,7 @@ impl RecoveryWorker {
             for record in page {
                 // Past each record as it is looked at: the records of the
                 // page after the batch is full are left for the next scan.
-                Cursor::pass(&mut after, &record);
+                Cursor::pass(&mut after, until, &record);
                 kept.extend(pick(record));
                 if kept.len() >= batch {
                     break 'pages;

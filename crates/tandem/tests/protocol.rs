@@ -1733,6 +1733,99 @@ async fn recovery_reaches_records_behind_more_pages_than_a_pass_reads() {
     assert_eq!(third.failed, 32, "{third:?}");
 }
 
+/// A hand-written participant whose undo always fails (its service is
+/// down).
+#[derive(Debug)]
+struct Uncompensating;
+
+#[async_trait::async_trait]
+impl tandem::Participant for Uncompensating {
+    fn kind(&self) -> &str {
+        "test.uncompensating"
+    }
+    fn spec(&self) -> Result<bson::Document, ChangeError> {
+        Ok(doc! {})
+    }
+    fn label(&self) -> String {
+        "uncompensating".into()
+    }
+    async fn apply(&self, _: StepContext<'_>) -> Result<(), StepError> {
+        Ok(())
+    }
+    async fn compensate(&self, _: StepContext<'_>) -> Result<(), StepError> {
+        Err(StepError::Store {
+            participant: self.label(),
+            source: tandem::StoreError::new(tandem::StoreErrorKind::Unavailable, "service down"),
+        })
+    }
+    async fn clear_marker(&self, _: StepContext<'_>) -> Result<(), StepError> {
+        Ok(())
+    }
+}
+
+/// Found by an adversarial review of the resuming scan: a pass passed a
+/// transfer while its lease still ran; records that kept failing were due
+/// again whenever the cursor came to them, so every pass filled its batch,
+/// no pass reached the end, and the transfer, behind the cursor, was never
+/// looked at again (nor did `tandem recover`'s loop end). A round of passes
+/// now reads only the records changed before it started, so it ends.
+#[tokio::test]
+async fn a_record_passed_before_it_was_due_is_recovered_in_the_next_round() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    for i in 1..=3 {
+        store
+            .insert_one(
+                &records(),
+                doc! {
+                    "_id": format!("stuck-{i}"), "state": "canceling", "owner": "elsewhere",
+                    "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
+                    "participants": [{ "kind": "test.uncompensating", "label": "uncompensating", "spec": {} }],
+                    "lastModified": bson::DateTime::from_millis(i),
+                    "leaseStart": bson::DateTime::from_millis(i),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(3600));
+    // A transfer whose coordinator, with a lease of an hour, stops right
+    // after writing its record.
+    let dying = FaultStore::new(Arc::new(store.clone())).crash_after(1);
+    let err = Coordinator::builder(dying)
+        .lease(Duration::from_secs(3600))
+        .retry(tandem::RetryPolicy::NONE)
+        .build()
+        .run(transfer("A", "B", 10))
+        .await
+        .unwrap_err();
+    let id = err.id().cloned().expect("an id");
+    let coordinator = Coordinator::builder(store.clone())
+        .kind("test.uncompensating", |_| Ok(Box::new(Uncompensating)))
+        .build();
+    let worker = coordinator.recovery(RecoveryConfig {
+        batch: 2,
+        ..RecoveryConfig::default()
+    });
+    let mut rounds_ended = 0;
+    for _ in 0..40 {
+        clock.advance(Duration::from_secs(300));
+        let report = worker.run_once().await.unwrap();
+        assert!(report.claimed <= 2, "{report:?}");
+        rounds_ended += usize::from(worker.caught_up());
+    }
+    let record = coordinator.record(&id).await.unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        TxState::Canceled,
+        "the transfer, due from the 12th pass, is recovered"
+    );
+    assert_eq!(balance(&store, "A").await, 1000);
+    assert!(
+        rounds_ended >= 10,
+        "rounds end: {rounds_ended} of 40 passes"
+    );
+}
+
 /// A hand-written participant whose `forget` always fails (its service is
 /// gone).
 #[derive(Debug)]
