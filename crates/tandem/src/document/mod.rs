@@ -472,6 +472,17 @@ fn credit_path(path: &str) -> String {
 /// Adds `exprs` to `filter` as its `$expr`: one condition as it is, several
 /// under `$and`.
 fn insert_expr(filter: &mut Document, mut exprs: Vec<Document>) {
+    // An `$expr` the filter has already (a before-image's) is kept, first.
+    if let Some(Bson::Document(had)) = filter.remove("$expr") {
+        let first: Vec<Document> = match had.get_array("$and") {
+            Ok(all) if had.len() == 1 => all
+                .iter()
+                .filter_map(|e| e.as_document().cloned())
+                .collect(),
+            _ => vec![had],
+        };
+        exprs.splice(0..0, first);
+    }
     match exprs.len() {
         0 => {}
         1 => {

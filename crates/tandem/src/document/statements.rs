@@ -249,6 +249,7 @@ impl DocumentChange {
                 }
             }
         }
+        let mut whole = Vec::new();
         if let Some(before) = before {
             // The document must still be as it was read, or the image would
             // be stale: the field itself, not an array that contains it.
@@ -263,13 +264,20 @@ impl DocumentChange {
                         doc! { "$eq": Bson::Null, "$exists": true }
                     }
                     Some(v) => {
-                        if let Some(only) = exact(&v) {
-                            conds.push((format!("{path}.0"), Bson::Document(only)));
+                        match exact(&v) {
+                            Some(only) => conds.push((format!("{path}.0"), Bson::Document(only))),
+                            // An array, or a document with a field `0`:
+                            // the field itself must equal it, which an
+                            // aggregation expression compares (a query's
+                            // equality also matches an array holding it).
+                            None => whole.push(
+                                doc! { "$eq": [format!("${path}"), { "$literal": v.clone() }] },
+                            ),
                         }
                         // An equal value of another type (`5` for `5.0`, a
                         // symbol for a string) is a write since the read:
                         // the undo would change it back.
-                        conds.extend(type_conditions(&path, &v).unwrap_or_default());
+                        conds.extend(leaf_types(&path, &v));
                         doc! { "$eq": v }
                     }
                     None => doc! { "$exists": false },
@@ -278,6 +286,7 @@ impl DocumentChange {
             }
         }
         merge_conditions(&mut filter, conds);
+        insert_expr(&mut filter, whole);
         filter
     }
 
@@ -1007,20 +1016,66 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
                 ));
                 true
             }
-            Bson::Document(d) => d.iter().all(|(key, v)| {
-                let nameable = !key.is_empty() && !key.contains('.') && !key.starts_with('$');
+            Bson::Document(d) => d.iter().fold(true, |all, (key, v)| {
+                let nameable = !key.is_empty()
+                    && !key.contains('.')
+                    && (!key.starts_with('$') || DBREF_KEYS.contains(&key.as_str()));
                 let digits = key.bytes().all(|b| b.is_ascii_digit());
-                nameable && !(in_array && digits) && walk(&join(key), v, false, out)
+                let named = nameable && !(in_array && digits) && walk(&join(key), v, false, out);
+                all && named
             }),
-            Bson::Array(a) => a
-                .iter()
-                .enumerate()
-                .all(|(i, v)| walk(&join(&i.to_string()), v, true, out)),
+            Bson::Array(a) => a.iter().enumerate().fold(true, |all, (i, v)| {
+                walk(&join(&i.to_string()), v, true, out) && all
+            }),
             _ => true,
         }
     }
     let mut out = Vec::new();
     walk(path, value, false, &mut out).then_some(out)
+}
+
+/// The keys of a DBRef, which a query path may name (`owner.$id`), unlike
+/// any other key starting with `$`.
+const DBREF_KEYS: [&str; 3] = ["$ref", "$id", "$db"];
+
+/// The `$type` conditions of [`type_conditions`] for every leaf of `value`
+/// a path can name, the others left out: for an image read from the
+/// document, where fewer conditions only leave an outside write of an equal
+/// value of another type at such a leaf unseen.
+/// At most [`LEAF_TYPES_KEPT`] of them: a field of many numbers would
+/// otherwise make the apply's filter several times the document's size.
+fn leaf_types(path: &str, value: &Bson) -> Vec<(String, Bson)> {
+    let mut out = Vec::new();
+    collect_leaf_types(path, value, false, &mut out);
+    out.truncate(LEAF_TYPES_KEPT);
+    out
+}
+
+/// How many `$type` conditions an image read from the document adds to an
+/// apply at most (the first leaves in document order).
+const LEAF_TYPES_KEPT: usize = 256;
+
+fn collect_leaf_types(path: &str, value: &Bson, in_array: bool, out: &mut Vec<(String, Bson)>) {
+    let join = |key: &str| format!("{path}.{key}");
+    match value {
+        Bson::Document(d) => {
+            for (key, v) in d {
+                let nameable = !key.is_empty()
+                    && !key.contains('.')
+                    && (!key.starts_with('$') || DBREF_KEYS.contains(&key.as_str()));
+                let digits = key.bytes().all(|b| b.is_ascii_digit());
+                if nameable && !(in_array && digits) {
+                    collect_leaf_types(&join(key), v, false, out);
+                }
+            }
+        }
+        Bson::Array(a) => {
+            for (i, v) in a.iter().enumerate() {
+                collect_leaf_types(&join(&i.to_string()), v, true, out);
+            }
+        }
+        leaf => out.extend(type_conditions(path, leaf).unwrap_or_default()),
+    }
 }
 
 /// For a value an equality pins a field to, the condition on the field's

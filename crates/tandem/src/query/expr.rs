@@ -52,6 +52,7 @@ pub(super) fn eval_expr<'a>(
         }
         Bson::String(s) if s.starts_with('$') => Ok(field_path(doc, &s[1..])),
         Bson::Document(d) => match d.iter().next() {
+            Some((op, value)) if op == "$literal" => Ok(Some(Cow::Borrowed(value))),
             Some((op, args)) => eval_expr_operator(doc, op, expr_args(args), cx),
             None => Ok(Some(Cow::Borrowed(expr))),
         },

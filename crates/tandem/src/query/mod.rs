@@ -44,7 +44,7 @@
 //!     for it, [`matches_at`] takes it from the caller, and the
 //!     [`MemoryStore`](crate::MemoryStore) reads its own clock once per call;
 //!   - literals: any value other than a string starting with `$`, a document
-//!     or an array.
+//!     or an array; and any value at all as `{$literal: v}`.
 //!
 //! Values compare as MongoDB compares them: within a *type bracket* only
 //! ([`compare`]). Int32, Int64 and Double are one bracket and compare

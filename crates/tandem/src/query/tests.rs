@@ -630,7 +630,6 @@ fn unsupported_expressions_are_rejected() {
     );
     rejected(doc! { "$expr": { "$eq": [ "$$ROOT", 5 ] } }, "$$ROOT");
     rejected(doc! { "$expr": { "$eq": [ "$$NOW.x", 5 ] } }, "$$NOW.x");
-    rejected(doc! { "$expr": { "$literal": 5 } }, "$literal");
     rejected(doc! { "$expr": { "$lt": [ 1 ] } }, "$lt");
     rejected(doc! { "$expr": { "$lt": [ 1, 2, 3 ] } }, "$lt");
     rejected(doc! { "$expr": { "$toLong": [ 1, 2 ] } }, "$toLong");
@@ -684,4 +683,19 @@ fn array_index_segments() {
     assert_eq!(array_index("-1"), None);
     assert_eq!(array_index(""), None);
     assert_eq!(array_index("a"), None);
+}
+
+/// `$literal` is its value as it is: an array or a document is not an
+/// expression, a string starting with `$` no field path; `$eq` of a field
+/// and a literal array compares whole values (not "an array holding it").
+#[test]
+fn literal_values_compare_whole() {
+    let now = Some(DateTime::from_millis(0));
+    let same = doc! { "$expr": { "$eq": [ "$t", { "$literal": ["x"] } ] } };
+    assert!(matches_at(&doc! { "t": ["x"] }, &same, now).unwrap());
+    assert!(!matches_at(&doc! { "t": [["x"]] }, &same, now).unwrap());
+    assert!(!matches_at(&doc! { "t": "x" }, &same, now).unwrap());
+    let dollar = doc! { "$expr": { "$eq": [ "$s", { "$literal": "$a" } ] } };
+    assert!(matches_at(&doc! { "s": "$a", "a": 1 }, &dollar, now).unwrap());
+    assert!(!matches_at(&doc! { "s": 1, "a": 1 }, &dollar, now).unwrap());
 }

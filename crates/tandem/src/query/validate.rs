@@ -144,6 +144,9 @@ fn validate_expr(expr: &Bson) -> Result<(), StoreError> {
                     d.len()
                 )));
             }
+            if op == "$literal" {
+                return Ok(());
+            }
             let args = expr_args(args);
             let arity = |n: usize| {
                 if args.len() == n {

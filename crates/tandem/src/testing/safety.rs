@@ -1233,7 +1233,6 @@ pub async fn before_images_keep_the_stored_types<F: StoreFactory + ?Sized>(facto
     for d in [
         doc! { "_id": "d", "spec": { "qty": 5.0_f64 } },
         doc! { "_id": "s", "state": Bson::Symbol("open".into()) },
-        doc! { "_id": "r", "size": 5.0_f64 },
     ] {
         seed(store.as_ref(), &products, d).await;
     }
@@ -1300,35 +1299,53 @@ pub async fn before_images_keep_the_stored_types<F: StoreFactory + ?Sized>(facto
         assert_eq!(s.get("state"), Some(&Bson::Symbol("open".into())), "{s}");
     }
 
-    // An image read as 5.0, then an outside write of 5 (Int64) before the
-    // apply: the apply no longer matches, and the outside write stays.
-    let (release, run) = stalled(
-        &store,
-        db,
-        lease,
-        3, // 1: the image read; 2: the record; 3: the apply
-        Transaction::new()
-            .change(DocumentChange::update(products.clone(), "r").set("size", 7_i64))
-            .change(missing()),
-    )
-    .await;
-    store
-        .update_one(
+    // An image read, then an outside write of a value equal to it in a
+    // query (another numeric type; an array holding it) before the apply:
+    // the apply no longer matches, and the outside write stays.
+    let dbref = |id: Bson| Bson::Document(doc! { "$ref": "users", "$id": id });
+    let cases = [
+        ("size", Bson::Double(5.0), Bson::Int64(5)),
+        ("tags", bson::bson!(["x"]), bson::bson!([["x"]])),
+        ("tags", bson::bson!([]), bson::bson!([[]])),
+        ("m", bson::bson!({ "0": "x" }), bson::bson!([{ "0": "x" }])),
+        ("owner", dbref(Bson::Int32(5)), dbref(Bson::Double(5.0))),
+    ];
+    for (i, (field, read, outside)) in cases.into_iter().enumerate() {
+        let id = format!("r{i}");
+        seed(
+            store.as_ref(),
             &products,
-            doc! { "_id": "r" },
-            doc! { "$set": { "size": 5_i64 } },
-            crate::store::UpdateOptions::default(),
+            doc! { "_id": id.as_str(), field: read.clone() },
         )
-        .await
-        .expect("the outside write");
-    let _ = release.send(());
-    let answer = run.await.expect("the worker");
-    assert!(answer.is_err(), "{answer:?}");
-    plain.drain().await;
-    let r = get(store.as_ref(), &products, "r").await.expect("r");
-    assert_eq!(
-        r.get("size"),
-        Some(&Bson::Int64(5)),
-        "the outside write stays: {r}"
-    );
+        .await;
+        let (release, run) = stalled(
+            &store,
+            db,
+            lease,
+            3, // 1: the image read; 2: the record; 3: the apply
+            Transaction::new()
+                .change(DocumentChange::update(products.clone(), id.as_str()).set(field, "y"))
+                .change(missing()),
+        )
+        .await;
+        store
+            .update_one(
+                &products,
+                doc! { "_id": id.as_str() },
+                doc! { "$set": { field: outside.clone() } },
+                crate::store::UpdateOptions::default(),
+            )
+            .await
+            .expect("the outside write");
+        let _ = release.send(());
+        let answer = run.await.expect("the worker");
+        assert!(answer.is_err(), "{field} = {read}: {answer:?}");
+        plain.drain().await;
+        let r = get(store.as_ref(), &products, &id).await.expect("r");
+        assert_eq!(
+            r.get(field),
+            Some(&outside),
+            "{field} read as {read}: the outside write stays: {r}"
+        );
+    }
 }
