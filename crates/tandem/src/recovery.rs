@@ -811,7 +811,9 @@ impl RecoveryWorker {
     /// until the
     /// [idempotency window](RecoveryConfig::idempotency_window) after it
     /// finished has passed; stubs past it are removed. Returns how many
-    /// records were removed or reduced to stubs.
+    /// records were removed or reduced to stubs: a store error after some
+    /// were ends the collection early with their count (logged; the next
+    /// collection goes on), and is returned only when none were.
     ///
     /// `older_than` must be at least the lease plus the clock margin
     /// ([`CoordinatorConfig::lease`](crate::CoordinatorConfig::lease),
@@ -896,9 +898,10 @@ impl RecoveryWorker {
             .await?;
         // Records to remove go in batches of one `delete` each, by `_id` under
         // the scan's own conditions: a record written again under the same id
-        // since the scan (young, or not finished) is not among them.
-        let mut removed = 0;
+        // since the scan (young, or not finished) is not among them. Stubs go
+        // in batches of one request each, a statement per record.
         let mut ids = Vec::new();
+        let mut stubs = Vec::new();
         for (record, live, keep_until) in due {
             if let Some(live) = live {
                 if engine
@@ -926,37 +929,56 @@ impl RecoveryWorker {
                     }
                     let stub =
                         doc! { "$set": { "participants": [], "history": [], "stubUntil": until } };
-                    removed += engine
-                        .retry(|| {
-                            engine.records().update_one(
-                                &ns,
-                                filter.clone(),
-                                stub.clone(),
-                                crate::store::UpdateOptions::default(),
-                            )
-                        })
-                        .await?
-                        .matched as usize;
+                    stubs.push((filter, stub));
                 }
                 None => ids.push(Bson::String(record.id.as_str().to_owned())),
             }
         }
-        for batch in ids.chunks(GC_BATCH) {
-            let mut filter = due_filter.clone();
-            filter.insert("_id", doc! { "$in": batch });
-            removed += engine
-                .retry(|| engine.records().delete_many(&ns, filter.clone()))
-                .await? as usize;
+        // What is done counts: an error after some records were removed
+        // ends this collection with their count (the next one goes on);
+        // only an error before any was removed is the answer.
+        let mut removed = 0;
+        let done = |result: Result<usize, StoreError>, removed: &mut usize| match result {
+            Ok(n) => {
+                *removed += n;
+                Ok(())
+            }
+            Err(e) if *removed > 0 => {
+                tracing::warn!(target: "tandem", "garbage collection stopped after {removed} record(s): {e}");
+                Err(None)
+            }
+            Err(e) => Err(Some(e)),
+        };
+        let outcome: Result<(), Option<StoreError>> = async {
+            for batch in stubs.chunks(GC_BATCH) {
+                let result = engine
+                    .retry(|| engine.records().update_each(&ns, batch.to_vec()))
+                    .await;
+                done(result.map(|n| n as usize), &mut removed)?;
+            }
+            for batch in ids.chunks(GC_BATCH) {
+                let mut filter = due_filter.clone();
+                filter.insert("_id", doc! { "$in": batch });
+                let result = engine
+                    .retry(|| engine.records().delete_many(&ns, filter.clone()))
+                    .await;
+                done(result.map(|n| n as usize), &mut removed)?;
+            }
+            // Stubs whose idempotency window has passed, in one request.
+            let result = engine
+                .retry(|| {
+                    engine
+                        .records()
+                        .delete_many(&ns, doc! { "stubUntil": { "$lte": now } })
+                })
+                .await;
+            done(result.map(|n| n as usize), &mut removed)
         }
-        // Stubs whose idempotency window has passed, in one request.
-        removed += engine
-            .retry(|| {
-                engine
-                    .records()
-                    .delete_many(&ns, doc! { "stubUntil": { "$lte": now } })
-            })
-            .await? as usize;
-        Ok(removed)
+        .await;
+        match outcome {
+            Err(Some(e)) => Err(e),
+            _ => Ok(removed),
+        }
     }
 }
 
