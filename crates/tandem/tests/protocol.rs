@@ -14,6 +14,30 @@ use tandem::{
     TxId, TxState,
 };
 
+/// Writes a record of another owner, `state`, with the one participant
+/// `participant`, last changed (and leased) at `at` milliseconds.
+async fn stranger(
+    store: &MemoryStore,
+    id: String,
+    state: &str,
+    participant: bson::Document,
+    at: i64,
+) {
+    store
+        .insert_one(
+            &records(),
+            doc! {
+                "_id": id, "state": state, "owner": "elsewhere",
+                "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
+                "participants": [participant],
+                "lastModified": bson::DateTime::from_millis(at),
+                "leaseStart": bson::DateTime::from_millis(at),
+            },
+        )
+        .await
+        .unwrap();
+}
+
 fn done(store: &MemoryStore) -> Coordinator {
     Coordinator::builder(store.clone())
         .commit_point(CommitPoint::Done)
@@ -1643,19 +1667,14 @@ async fn a_record_this_process_cannot_drive_is_not_claimed() {
 async fn recovery_is_not_starved_by_records_it_cannot_drive() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
     for i in 0..2 {
-        store
-            .insert_one(
-                &records(),
-                doc! {
-                    "_id": format!("foreign-{i}"), "state": "pending", "owner": "elsewhere",
-                    "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
-                    "participants": [{ "kind": "document", "label": "remote/A", "spec": { "store": "remote" } }],
-                    "lastModified": bson::DateTime::from_millis(0),
-                    "leaseStart": bson::DateTime::from_millis(0),
-                },
-            )
-            .await
-            .unwrap();
+        stranger(
+            &store,
+            format!("foreign-{i}"),
+            "pending",
+            doc! { "kind": "document", "label": "remote/A", "spec": { "store": "remote" } },
+            0,
+        )
+        .await;
     }
     clock.advance(Duration::from_secs(3600));
     // A transfer whose coordinator stops right after writing its record.
@@ -1687,19 +1706,14 @@ async fn recovery_is_not_starved_by_records_it_cannot_drive() {
 async fn recovery_reaches_records_behind_more_pages_than_a_pass_reads() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
     for i in 0..40 {
-        store
-            .insert_one(
-                &records(),
-                doc! {
-                    "_id": format!("foreign-{i:02}"), "state": "pending", "owner": "elsewhere",
-                    "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
-                    "participants": [{ "kind": "document", "label": "remote/A", "spec": { "store": "remote" } }],
-                    "lastModified": bson::DateTime::from_millis(0),
-                    "leaseStart": bson::DateTime::from_millis(0),
-                },
-            )
-            .await
-            .unwrap();
+        stranger(
+            &store,
+            format!("foreign-{i:02}"),
+            "pending",
+            doc! { "kind": "document", "label": "remote/A", "spec": { "store": "remote" } },
+            0,
+        )
+        .await;
     }
     clock.advance(Duration::from_secs(3600));
     let dying = FaultStore::new(Arc::new(store.clone())).crash_after(1);
@@ -1773,19 +1787,14 @@ impl tandem::Participant for Uncompensating {
 async fn a_record_passed_before_it_was_due_is_recovered_in_the_next_round() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
     for i in 1..=3 {
-        store
-            .insert_one(
-                &records(),
-                doc! {
-                    "_id": format!("stuck-{i}"), "state": "canceling", "owner": "elsewhere",
-                    "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
-                    "participants": [{ "kind": "test.uncompensating", "label": "uncompensating", "spec": {} }],
-                    "lastModified": bson::DateTime::from_millis(i),
-                    "leaseStart": bson::DateTime::from_millis(i),
-                },
-            )
-            .await
-            .unwrap();
+        stranger(
+            &store,
+            format!("stuck-{i}"),
+            "canceling",
+            doc! { "kind": "test.uncompensating", "label": "uncompensating", "spec": {} },
+            i,
+        )
+        .await;
     }
     clock.advance(Duration::from_secs(3600));
     // A transfer whose coordinator, with a lease of an hour, stops right
@@ -1866,18 +1875,14 @@ impl tandem::Participant for Unforgetting {
 async fn garbage_collection_is_not_starved_by_records_whose_forget_fails() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
     for i in 0..2 {
-        store
-            .insert_one(
-                &records(),
-                doc! {
-                    "_id": format!("unforgetting-{i}"), "state": "done", "owner": "elsewhere",
-                    "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
-                    "participants": [{ "kind": "test.unforgetting", "label": "unforgetting", "spec": {} }],
-                    "lastModified": bson::DateTime::from_millis(0),
-                },
-            )
-            .await
-            .unwrap();
+        stranger(
+            &store,
+            format!("unforgetting-{i}"),
+            "done",
+            doc! { "kind": "test.unforgetting", "label": "unforgetting", "spec": {} },
+            0,
+        )
+        .await;
     }
     let coordinator = Coordinator::builder(store.clone())
         .commit_point(CommitPoint::Done)
@@ -1906,18 +1911,14 @@ async fn garbage_collection_is_not_starved_by_records_whose_forget_fails() {
 async fn garbage_collection_is_not_starved_by_unknown_kinds() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
     for i in 0..3 {
-        store
-            .insert_one(
-                &records(),
-                doc! {
-                    "_id": format!("foreign-{i}"), "state": "done", "owner": "elsewhere",
-                    "epoch": 0_i64, "leaseMillis": 30_000_i64, "attempts": 0, "history": [],
-                    "participants": [{ "kind": "not-registered-here", "label": "x", "spec": {} }],
-                    "lastModified": bson::DateTime::from_millis(0),
-                },
-            )
-            .await
-            .unwrap();
+        stranger(
+            &store,
+            format!("foreign-{i}"),
+            "done",
+            doc! { "kind": "not-registered-here", "label": "x", "spec": {} },
+            0,
+        )
+        .await;
     }
     let coordinator = done(&store);
     for _ in 0..2 {

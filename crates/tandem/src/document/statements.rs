@@ -1017,11 +1017,7 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
                 true
             }
             Bson::Document(d) => d.iter().fold(true, |all, (key, v)| {
-                let nameable = !key.is_empty()
-                    && !key.contains('.')
-                    && (!key.starts_with('$') || DBREF_KEYS.contains(&key.as_str()));
-                let digits = key.bytes().all(|b| b.is_ascii_digit());
-                let named = nameable && !(in_array && digits) && walk(&join(key), v, false, out);
+                let named = nameable(key, in_array) && walk(&join(key), v, false, out);
                 all && named
             }),
             Bson::Array(a) => a.iter().enumerate().fold(true, |all, (i, v)| {
@@ -1032,6 +1028,16 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
     }
     let mut out = Vec::new();
     walk(path, value, false, &mut out).then_some(out)
+}
+
+/// Whether a query path can name the field `key` of a document (one inside
+/// an array if `in_array`): not empty, no dot, no leading `$` but a DBRef's
+/// keys, and, inside an array, not all digits (`a.0` names the element).
+fn nameable(key: &str, in_array: bool) -> bool {
+    !key.is_empty()
+        && !key.contains('.')
+        && (!key.starts_with('$') || DBREF_KEYS.contains(&key))
+        && !(in_array && key.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The keys of a DBRef, which a query path may name (`owner.$id`), unlike
@@ -1060,11 +1066,7 @@ fn collect_leaf_types(path: &str, value: &Bson, in_array: bool, out: &mut Vec<(S
     match value {
         Bson::Document(d) => {
             for (key, v) in d {
-                let nameable = !key.is_empty()
-                    && !key.contains('.')
-                    && (!key.starts_with('$') || DBREF_KEYS.contains(&key.as_str()));
-                let digits = key.bytes().all(|b| b.is_ascii_digit());
-                if nameable && !(in_array && digits) {
+                if nameable(key, in_array) {
                     collect_leaf_types(&join(key), v, false, out);
                 }
             }
