@@ -1034,10 +1034,11 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
 /// an array if `in_array`): not empty, no dot, no leading `$` but a DBRef's
 /// keys, and, inside an array, not all digits (`a.0` names the element).
 fn nameable(key: &str, in_array: bool) -> bool {
-    !key.is_empty()
+    let plain = !key.is_empty()
         && !key.contains('.')
-        && (!key.starts_with('$') || DBREF_KEYS.contains(&key))
-        && !(in_array && key.bytes().all(|b| b.is_ascii_digit()))
+        && (!key.starts_with('$') || DBREF_KEYS.contains(&key));
+    let digits = key.bytes().all(|b| b.is_ascii_digit());
+    plain && !(in_array && digits)
 }
 
 /// The keys of a DBRef, which a query path may name (`owner.$id`), unlike
