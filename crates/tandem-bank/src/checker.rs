@@ -234,6 +234,10 @@ pub struct Report {
     pub stubbed_committed: u64,
     /// Ledger entries of transactions whose record is gone (collected).
     pub unrecorded_committed: u64,
+    /// The ids of the records that are stubs, and of the transactions
+    /// whose ledger entry has no record: what only garbage collection may
+    /// have done ([`check_collected`]).
+    pub collected_ids: BTreeSet<String>,
     /// Transactions their worker saw canceled, with no record (collected, or
     /// refused before their record was written) and no ledger entry.
     pub unrecorded_canceled: u64,
@@ -312,19 +316,27 @@ impl Report {
     }
 }
 
-/// Compares what garbage collection reported (records removed or reduced
-/// to stubs, `collected`) with what the checker found: every committed
-/// transaction had a full record, and only garbage collection removes one or
-/// makes it a stub, so the stubs and the ledger entries without a record
-/// together cannot outnumber what it collected.
-pub fn check_collected(report: &mut Report, collected: u64) {
-    let touched = report.unrecorded_committed + report.stub_records;
-    if touched > collected {
+/// Compares, record by record, what the checker found collected with what
+/// garbage collection asked for (`sent`: the ids its removals and stub
+/// writes named, noted before they were sent): every committed transaction
+/// had a full record, and only garbage collection removes one or makes it a
+/// stub, so each stub, and each ledger entry without a record, must be
+/// among them. (A count of what it reported would fall short of what it
+/// did whenever an answer was lost.)
+pub fn check_collected(report: &mut Report, sent: &BTreeSet<String>) {
+    let unasked: Vec<&String> = report
+        .collected_ids
+        .iter()
+        .filter(|id| !sent.contains(*id))
+        .collect();
+    if let Some(first) = unasked.first() {
         report.add(
             Check::Orphan,
             format!(
-                "{} ledger entries have no transaction record and {} records are stubs, but garbage collection collected only {collected} records",
-                report.unrecorded_committed, report.stub_records
+                "{} record(s) are gone or stubs though garbage collection never asked to collect them ({} ledger entries have no record, {} records are stubs); the first: {first}",
+                unasked.len(),
+                report.unrecorded_committed,
+                report.stub_records
             ),
         );
     }
@@ -476,6 +488,7 @@ pub fn check(spec: &BankSpec, ns: &BankNs, snap: &Snapshot, logs: Option<&LogSum
             Ok(r) => {
                 if is_stub(doc, &r) {
                     report.stub_records += 1;
+                    report.collected_ids.insert(r.id.as_str().to_owned());
                     stubs.insert(r.id.as_str().to_owned());
                     if !r.state.is_terminal() {
                         report.add(
@@ -668,6 +681,7 @@ pub fn check(spec: &BankSpec, ns: &BankNs, snap: &Snapshot, logs: Option<&LogSum
             None => match logs.map(|l| l.plans.get(&txid)) {
                 Some(Some(planned)) => {
                     report.unrecorded_committed += 1;
+                    report.collected_ids.insert(txid.clone());
                     if *planned != plan {
                         report.add(
                             Check::RecordMismatch,
@@ -1142,6 +1156,10 @@ mod tests {
         }
     }
 
+    fn ids(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
     fn plans() -> Vec<(Plan, bool)> {
         vec![
             (
@@ -1241,10 +1259,19 @@ mod tests {
             (report.unrecorded_committed, report.unrecorded_canceled),
             (3, 2)
         );
-        check_collected(&mut report, 5);
+        // Garbage collection asked for all five (the canceled ones too);
+        // only the committed ones are known to be gone.
+        check_collected(&mut report, &ids(&["t1", "t4", "v1", "v2", "v5"]));
         assert!(report.violations.is_empty());
-        check_collected(&mut report, 2);
+        assert_eq!(report.collected_ids, ids(&["t1", "v1", "v2"]));
+        // A record gone that it never asked for was removed by something else.
+        check_collected(&mut report, &ids(&["t1", "t4", "v1", "v5"]));
         assert_eq!(report.count(Check::Orphan), 1);
+        assert!(
+            report.violations[0].detail.contains("the first: v2"),
+            "{:#?}",
+            report.violations
+        );
 
         // Without the logs, an entry without its record is an orphan.
         let report = check(&spec, &ns(), &snap, None);
@@ -1283,9 +1310,11 @@ mod tests {
         assert_eq!((report.committed, report.canceled), (8, 4));
         assert_eq!((report.done_records, report.canceled_records), (7, 4));
         assert_eq!((report.stub_records, report.stubbed_committed), (4, 2));
-        check_collected(&mut report, 5);
+        check_collected(&mut report, &ids(&["t1", "t4", "v1", "v2", "v5"]));
         assert!(report.violations.is_empty());
-        check_collected(&mut report, 4);
+        assert_eq!(report.collected_ids, ids(&["t1", "t4", "v1", "v2", "v5"]));
+        // A stub it never asked for was made by something else.
+        check_collected(&mut report, &ids(&["t1", "v1", "v2", "v5"]));
         assert_eq!(report.count(Check::Orphan), 1);
 
         // A canceled stub still tells a compensation was lost; a done stub's

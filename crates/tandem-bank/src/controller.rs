@@ -39,6 +39,7 @@ use crate::checker::{check, check_collected, Check, Report, Snapshot, Violation}
 use crate::nemesis::{
     failpoint_off, is_loopback, probe_failpoints, random_failpoint, slow_failpoint, Nemesis,
 };
+use crate::noting::{Noting, Sent};
 use crate::outcome_log::{LogSummary, LogTail, Logged};
 use crate::procs::{locate_libfaketime, locate_secantusd, ClockSkew, Server, Worker};
 use crate::rng::Rng;
@@ -164,6 +165,8 @@ struct GcStats {
     failed: AtomicU64,
     /// The last failure.
     last_error: Mutex<Option<String>>,
+    /// The ids of the records it asked to remove or reduce to stubs.
+    sent: Sent,
 }
 
 fn say(line: impl AsRef<str>) {
@@ -490,11 +493,19 @@ async fn run_in(
             "garbage collection: every {GC_EVERY:?}, records older than {age:?} (the lease plus the clock margin); stubs kept {:?}",
             age * STUB_WINDOWS
         ));
-        let worker = coordinator.recovery(RecoveryConfig {
-            batch: 1000,
-            idempotency_window: age * STUB_WINDOWS,
-            ..RecoveryConfig::default()
-        });
+        // Its own coordinator over the same stores, but whose records' store
+        // notes the ids each removal or stub write names, before sending it.
+        let noting = Noting::new(stores[0].clone(), ns.records(), gc.sent.clone());
+        let worker = Coordinator::builder(noting)
+            .store(REMOTE, stores[1].clone())
+            .database(&db)
+            .lease(options.lease)
+            .build()
+            .recovery(RecoveryConfig {
+                batch: 1000,
+                idempotency_window: age * STUB_WINDOWS,
+                ..RecoveryConfig::default()
+            });
         let (gc, done) = (gc.clone(), done.clone());
         Some(tokio::spawn(async move {
             while !done.load(Ordering::SeqCst) {
@@ -711,7 +722,8 @@ async fn run_in(
     };
     let snapshot = bounded(LONG, "reading the bank", read_snapshot(&stores, &ns)).await?;
     let mut report = check(&spec, &ns, &snapshot, Some(&logs));
-    check_collected(&mut report, collected);
+    let sent = gc.sent.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    check_collected(&mut report, &sent);
     if hot.peak > bound {
         report.violations.push(Violation {
             check: Check::HotDocument,

@@ -40,7 +40,8 @@
 //! The modules: [`bank`] (accounts, vouchers, ledger, transactions), [`worker`]
 //! (the worker process), [`nemesis`] (faults), [`procs`] (child processes),
 //! [`outcome_log`] (the workers' logs), [`checker`] (the invariants),
-//! [`controller`] (the run), [`args`] (flags), [`rng`] (seeded randomness).
+//! [`controller`] (the run), [`noting`] (what garbage collection asked for),
+//! [`args`] (flags), [`rng`] (seeded randomness).
 #![warn(missing_docs)]
 
 pub mod args;
@@ -48,6 +49,7 @@ pub mod bank;
 pub mod checker;
 pub mod controller;
 pub mod nemesis;
+pub mod noting;
 pub mod outcome_log;
 pub mod procs;
 pub mod rng;
