@@ -1008,6 +1008,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn images_of_paths_through_arrays() {
+        let Some(f) = factory("s_array_paths").await else {
+            return;
+        };
+        safety::images_of_paths_through_arrays(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn own_record_landing_while_the_id_is_taken() {
         let Some(f) = factory("s_own_record").await else {
             return;

@@ -77,6 +77,66 @@ async fn an_array_as_id_differs_between_servers() {
     t.drop().await;
 }
 
+/// In an aggregation expression, MongoDB reads a field path's numeric
+/// segment as a field name, through an array of each element (so
+/// `"$items.0.tags"` on `{items: [{tags: ["a"]}]}` is `[]`); SecantusDB
+/// 0.7.0b3 reads it as the array's element (`["a"]`), as an update does.
+/// The embedded store follows MongoDB. tandem relies on neither: the
+/// before-image of a path through an array is compared with `$let`,
+/// `$cond`, `$isArray` and `$arrayElemAt`, which read the element on every
+/// server (the store contract's `expressions_reach_array_elements`).
+#[tokio::test]
+async fn a_field_path_through_an_array_differs_between_servers() {
+    let Some(t) = TestDb::new("fieldpath").await else {
+        return;
+    };
+    let ns = t.ns("docs");
+    for d in [
+        doc! { "_id": 1, "items": [{ "tags": ["a"] }] },
+        doc! { "_id": 2, "items": { "0": { "tags": ["a"] } } },
+    ] {
+        t.store.insert_one(&ns, d).await.unwrap();
+    }
+    let found: Vec<bson::Bson> = t
+        .store
+        .find(
+            &ns,
+            doc! { "$expr": { "$eq": ["$items.0.tags", { "$literal": ["a"] }] } },
+            FindOptions::default(),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|d| d.get("_id").cloned())
+        .collect();
+    let memory = tandem::MemoryStore::new();
+    for d in [
+        doc! { "_id": 1, "items": [{ "tags": ["a"] }] },
+        doc! { "_id": 2, "items": { "0": { "tags": ["a"] } } },
+    ] {
+        memory.insert_one(&ns, d).await.unwrap();
+    }
+    let embedded = memory
+        .find(
+            &ns,
+            doc! { "$expr": { "$eq": ["$items.0.tags", { "$literal": ["a"] }] } },
+            FindOptions::default(),
+        )
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(embedded, 1, "the embedded store reads MongoDB's way");
+    match secantus_version(&t.store).await {
+        Some(version) => assert_eq!(
+            found,
+            [bson::Bson::Int32(1), bson::Bson::Int32(2)],
+            "SecantusDB {version}"
+        ),
+        None => assert_eq!(found, [bson::Bson::Int32(2)]),
+    }
+    t.drop().await;
+}
+
 /// MongoDB keeps a symbol (a deprecated BSON type) as a symbol, and
 /// `$type` tells it from a string, as the embedded store does; SecantusDB
 /// 0.7.0b3 stores a string. tandem's before-images rely on `$type` to tell

@@ -174,3 +174,8 @@ async fn own_record_landing_while_the_id_is_taken() {
 async fn before_images_keep_the_stored_types() {
     safety::before_images_keep_the_stored_types(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn images_of_paths_through_arrays() {
+    safety::images_of_paths_through_arrays(&MemoryFactory::new(), "bank").await;
+}

@@ -271,7 +271,7 @@ impl DocumentChange {
                             // aggregation expression compares (a query's
                             // equality also matches an array holding it).
                             None => whole.push(
-                                doc! { "$eq": [format!("${path}"), { "$literal": v.clone() }] },
+                                doc! { "$eq": [field_expr(&path), { "$literal": v.clone() }] },
                             ),
                         }
                         // An equal value of another type (`5` for `5.0`, a
@@ -1028,6 +1028,36 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
     }
     let mut out = Vec::new();
     walk(path, value, false, &mut out).then_some(out)
+}
+
+/// An aggregation expression for the value at `path` as an update reads
+/// it: a numeric segment past the first is an element of an array
+/// (`$arrayElemAt`) and a field of a document. (A field path such as
+/// `"$items.0.tags"` would read the field `0` of each element instead, and
+/// never equal the image: the apply would be refused for good.)
+fn field_expr(path: &str) -> Bson {
+    let segments: Vec<&str> = path.split('.').collect();
+    // An index as the document was read by (`query::lookup`).
+    let index = |seg: &str| crate::query::array_index(seg).and_then(|i| i32::try_from(i).ok());
+    // The first segment names a field of the document itself.
+    let Some(first) = (1..segments.len()).find(|&k| index(segments[k]).is_some()) else {
+        return Bson::String(format!("${path}"));
+    };
+    // The segments before the first index, as a field path; each one from
+    // there on, through a variable bound to the value so far.
+    let mut expr = Bson::String(format!("${}", segments[..first].join(".")));
+    for seg in &segments[first..] {
+        let inner = match index(seg) {
+            Some(i) => Bson::Document(doc! { "$cond": [
+                { "$isArray": "$$v" },
+                { "$arrayElemAt": ["$$v", i] },
+                format!("$$v.{seg}"),
+            ] }),
+            None => Bson::String(format!("$$v.{seg}")),
+        };
+        expr = Bson::Document(doc! { "$let": { "vars": { "v": expr }, "in": inner } });
+    }
+    expr
 }
 
 /// Whether a query path can name the field `key` of a document (one inside

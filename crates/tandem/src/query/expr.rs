@@ -9,7 +9,7 @@ use super::validate::expr_args;
 use super::{bad_request, split_dot, total_cmp, type_name, Ctx, CONVERSION_FAILURE};
 use crate::store::{StoreError, StoreErrorKind};
 
-/// The only variable `$expr` supports.
+/// The store's clock, the one system variable `$expr` supports.
 pub(super) const NOW: &str = "$$NOW";
 
 /// What a missing value compares as: MongoDB ranks missing with undefined,
@@ -43,20 +43,96 @@ pub(super) fn eval_expr<'a>(
     expr: &'a Bson,
     cx: &Ctx<'_>,
 ) -> Result<Value<'a>, StoreError> {
+    eval_in(doc, expr, None, cx)
+}
+
+/// The variables `$let` bound around an expression, innermost first.
+struct Vars<'v, 'a> {
+    name: &'a str,
+    value: Value<'a>,
+    outer: Option<&'v Vars<'v, 'a>>,
+}
+
+impl<'a> Vars<'_, 'a> {
+    fn get(&self, name: &str) -> Option<&Value<'a>> {
+        if self.name == name {
+            Some(&self.value)
+        } else {
+            self.outer.and_then(|o| o.get(name))
+        }
+    }
+}
+
+/// [`eval_expr`] with the variables `vars` in scope.
+fn eval_in<'a>(
+    doc: &'a Document,
+    expr: &'a Bson,
+    vars: Option<&Vars<'_, 'a>>,
+    cx: &Ctx<'_>,
+) -> Result<Value<'a>, StoreError> {
     match expr {
         Bson::String(s) if s.starts_with("$$") => {
-            if s != NOW {
-                return Err(bad_request(format!("unsupported variable in $expr: {s}")));
+            if s == NOW {
+                return Ok(Some(Cow::Owned(Bson::DateTime(cx.now()?))));
             }
-            Ok(Some(Cow::Owned(Bson::DateTime(cx.now()?))))
+            let (name, rest) = match split_dot(&s[2..]) {
+                Some((name, rest)) => (name, Some(rest)),
+                None => (&s[2..], None),
+            };
+            let Some(value) = vars.and_then(|v| v.get(name)) else {
+                return Err(bad_request(format!("unsupported variable in $expr: {s}")));
+            };
+            Ok(match rest {
+                None => value.clone(),
+                Some(rest) => value
+                    .as_deref()
+                    .and_then(|v| value_path(v, rest))
+                    .map(|v| Cow::Owned(v.into_owned())),
+            })
         }
         Bson::String(s) if s.starts_with('$') => Ok(field_path(doc, &s[1..])),
         Bson::Document(d) => match d.iter().next() {
             Some((op, value)) if op == "$literal" => Ok(Some(Cow::Borrowed(value))),
-            Some((op, args)) => eval_expr_operator(doc, op, expr_args(args), cx),
+            Some((op, Bson::Document(spec))) if op == "$let" => eval_let(doc, spec, vars, cx),
+            Some((op, args)) => eval_expr_operator(doc, op, expr_args(args), vars, cx),
             None => Ok(Some(Cow::Borrowed(expr))),
         },
         _ => Ok(Some(Cow::Borrowed(expr))),
+    }
+}
+
+/// `$let: {vars: {name: expr, ...}, in: expr}`: `in` with the variables
+/// bound (each evaluated outside the others, as in MongoDB).
+fn eval_let<'a>(
+    doc: &'a Document,
+    spec: &'a Document,
+    vars: Option<&Vars<'_, 'a>>,
+    cx: &Ctx<'_>,
+) -> Result<Value<'a>, StoreError> {
+    let (Ok(bound), Some(body)) = (spec.get_document("vars"), spec.get("in")) else {
+        return Err(bad_request("$let needs 'vars' and 'in'"));
+    };
+    let mut values = Vec::with_capacity(bound.len());
+    for (name, expr) in bound {
+        values.push((name.as_str(), eval_in(doc, expr, vars, cx)?));
+    }
+    eval_bound(doc, body, values, vars, cx)
+}
+
+/// `body` with `values` bound on top of `outer`, one scope per variable.
+fn eval_bound<'a>(
+    doc: &'a Document,
+    body: &'a Bson,
+    mut values: Vec<(&'a str, Value<'a>)>,
+    outer: Option<&Vars<'_, 'a>>,
+    cx: &Ctx<'_>,
+) -> Result<Value<'a>, StoreError> {
+    match values.pop() {
+        None => eval_in(doc, body, outer, cx),
+        Some((name, value)) => {
+            let scope = Vars { name, value, outer };
+            eval_bound(doc, body, values, Some(&scope), cx)
+        }
     }
 }
 
@@ -64,13 +140,14 @@ fn eval_expr_operator<'a>(
     doc: &'a Document,
     op: &str,
     args: &'a [Bson],
+    vars: Option<&Vars<'_, 'a>>,
     cx: &Ctx<'_>,
 ) -> Result<Value<'a>, StoreError> {
     let boolean = |b: bool| Ok(Some(Cow::Owned(Bson::Boolean(b))));
     match op {
         "$and" => {
             for arg in args {
-                if !expr_truthy(eval_expr(doc, arg, cx)?.as_deref()) {
+                if !expr_truthy(eval_in(doc, arg, vars, cx)?.as_deref()) {
                     return boolean(false);
                 }
             }
@@ -78,7 +155,7 @@ fn eval_expr_operator<'a>(
         }
         "$or" => {
             for arg in args {
-                if expr_truthy(eval_expr(doc, arg, cx)?.as_deref()) {
+                if expr_truthy(eval_in(doc, arg, vars, cx)?.as_deref()) {
                     return boolean(true);
                 }
             }
@@ -88,17 +165,46 @@ fn eval_expr_operator<'a>(
             let [arg] = args else {
                 return Err(bad_request("Expression $toLong takes exactly 1 arguments."));
             };
-            let v = eval_expr(doc, arg, cx)?;
+            let v = eval_in(doc, arg, vars, cx)?;
             Ok(Some(Cow::Owned(to_long(v.as_deref())?)))
         }
         "$ifNull" => {
             let [value, otherwise] = args else {
                 return Err(bad_request("Expression $ifNull takes exactly 2 arguments."));
             };
-            match eval_expr(doc, value, cx)? {
+            match eval_in(doc, value, vars, cx)? {
                 Some(v) if !matches!(v.as_ref(), Bson::Null | Bson::Undefined) => Ok(Some(v)),
-                _ => eval_expr(doc, otherwise, cx),
+                _ => eval_in(doc, otherwise, vars, cx),
             }
+        }
+        "$cond" => {
+            let [test, then, otherwise] = args else {
+                return Err(bad_request("Expression $cond takes exactly 3 arguments."));
+            };
+            if expr_truthy(eval_in(doc, test, vars, cx)?.as_deref()) {
+                eval_in(doc, then, vars, cx)
+            } else {
+                eval_in(doc, otherwise, vars, cx)
+            }
+        }
+        "$isArray" => {
+            let [arg] = args else {
+                return Err(bad_request(
+                    "Expression $isArray takes exactly 1 arguments.",
+                ));
+            };
+            let v = eval_in(doc, arg, vars, cx)?;
+            boolean(matches!(v.as_deref(), Some(Bson::Array(_))))
+        }
+        "$arrayElemAt" => {
+            let [array, index] = args else {
+                return Err(bad_request(
+                    "Expression $arrayElemAt takes exactly 2 arguments.",
+                ));
+            };
+            let array = eval_in(doc, array, vars, cx)?;
+            let index = eval_in(doc, index, vars, cx)?;
+            array_elem_at(array, index.as_deref())
         }
         "$subtract" => {
             let [left, right] = args else {
@@ -106,8 +212,8 @@ fn eval_expr_operator<'a>(
                     "Expression $subtract takes exactly 2 arguments.",
                 ));
             };
-            let left = eval_expr(doc, left, cx)?;
-            let right = eval_expr(doc, right, cx)?;
+            let left = eval_in(doc, left, vars, cx)?;
+            let right = eval_in(doc, right, vars, cx)?;
             Ok(Some(Cow::Owned(subtract(
                 left.as_deref(),
                 right.as_deref(),
@@ -119,8 +225,8 @@ fn eval_expr_operator<'a>(
                     "Expression {op} takes exactly 2 arguments."
                 )));
             };
-            let left = eval_expr(doc, left, cx)?;
-            let right = eval_expr(doc, right, cx)?;
+            let left = eval_in(doc, left, vars, cx)?;
+            let right = eval_in(doc, right, vars, cx)?;
             let o = total_cmp(
                 left.as_deref().unwrap_or(&MISSING),
                 right.as_deref().unwrap_or(&MISSING),
@@ -163,6 +269,71 @@ fn field_path<'a>(doc: &'a Document, path: &str) -> Value<'a> {
         ))),
         _ => None,
     }
+}
+
+/// The aggregation field path `path` read from the value `v` (a variable's):
+/// a document's field, or, through an array, the values its document
+/// elements give, collected into an array (as [`field_path`]).
+fn value_path<'a>(v: &'a Bson, path: &str) -> Value<'a> {
+    match v {
+        Bson::Document(d) => field_path(d, path),
+        Bson::Array(elements) => Some(Cow::Owned(Bson::Array(
+            elements
+                .iter()
+                .filter_map(|e| match e {
+                    Bson::Document(d) => field_path(d, path).map(Cow::into_owned),
+                    _ => None,
+                })
+                .collect(),
+        ))),
+        _ => None,
+    }
+}
+
+/// `$arrayElemAt`: the element at an index (from the end if negative);
+/// missing past either end; null if either operand is null or missing; an
+/// error for anything but an array and an integral index, as in MongoDB.
+fn array_elem_at<'a>(array: Value<'a>, index: Option<&Bson>) -> Result<Value<'a>, StoreError> {
+    let null = Ok(Some(Cow::Owned(Bson::Null)));
+    let i = match index {
+        None | Some(Bson::Null | Bson::Undefined) => return null,
+        Some(Bson::Int32(i)) => i64::from(*i),
+        Some(Bson::Int64(i)) => *i,
+        Some(Bson::Double(f)) if f.fract() == 0.0 && f.abs() < 2_f64.powi(31) => *f as i64,
+        Some(other) => {
+            return Err(bad_request(format!(
+                "$arrayElemAt's second argument must be a numeric value, but is {}",
+                type_name(other)
+            ))
+            .with_code(28690))
+        }
+    };
+    let len = match array.as_deref() {
+        None | Some(Bson::Null | Bson::Undefined) => return null,
+        Some(Bson::Array(a)) => a.len(),
+        Some(other) => {
+            return Err(bad_request(format!(
+                "$arrayElemAt's first argument must be an array, but is {}",
+                type_name(other)
+            ))
+            .with_code(28689))
+        }
+    };
+    let at = if i < 0 {
+        usize::try_from(i.unsigned_abs())
+            .ok()
+            .and_then(|back| len.checked_sub(back))
+    } else {
+        usize::try_from(i).ok().filter(|&i| i < len)
+    };
+    let Some(at) = at else {
+        return Ok(None);
+    };
+    Ok(match array {
+        Some(Cow::Borrowed(Bson::Array(a))) => Some(Cow::Borrowed(&a[at])),
+        Some(Cow::Owned(Bson::Array(mut a))) => Some(Cow::Owned(a.swap_remove(at))),
+        _ => None,
+    })
 }
 
 /// `$subtract` of two numbers: null if either is null or missing; a 32-bit

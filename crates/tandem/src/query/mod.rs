@@ -38,8 +38,15 @@
 //!     missing gives null. Anything else, or a double that is not finite or
 //!     out of range, fails the operation (code 241, `ConversionFailure`), as
 //!     on MongoDB;
+//!   - `$cond` of three operands (`[if, then, else]`), `$isArray` of one, and
+//!     `$arrayElemAt` of an array and an integral index (from the end if
+//!     negative; missing past either end; null for a null or missing
+//!     operand; anything else fails, codes 28689 and 28690, as on MongoDB);
 //!   - field paths `"$a.b"`, with MongoDB's aggregation semantics (a path
-//!     through an array of documents yields the array of the values found);
+//!     through an array of documents yields the array of the values found,
+//!     and a numeric segment names a field, not an element);
+//!   - `$let: {vars: {x: expr}, in: expr}`, and its variables inside `in`,
+//!     with or without a path (`"$$x"`, `"$$x.a"`);
 //!   - the variable `"$$NOW"`, a date. [`matches()`] reads the system clock
 //!     for it, [`matches_at`] takes it from the caller, and the
 //!     [`MemoryStore`](crate::MemoryStore) reads its own clock once per call;
@@ -61,7 +68,7 @@
 //! `$size`, `$type`, `$mod`, `$where`, `$text`, geospatial and
 //! bitwise operators, collations, and arithmetic on Decimal128 (a Decimal128
 //! only equals a bitwise-identical Decimal128). Inside `$expr`: every other
-//! expression operator (`$add`, `$cond`, `$literal`, ...), every other
+//! expression operator (`$add`, `$map`, `$getField`, ...), every other
 //! variable (`$$ROOT`, `$$CLUSTER_TIME`, ...), and document and array
 //! expressions; `$expr` is not allowed in a `$pull` condition either (as in
 //! MongoDB). They are rejected with [`StoreErrorKind::BadRequest`] rather

@@ -699,3 +699,57 @@ fn literal_values_compare_whole() {
     assert!(matches_at(&doc! { "s": "$a", "a": 1 }, &dollar, now).unwrap());
     assert!(!matches_at(&doc! { "s": 1, "a": 1 }, &dollar, now).unwrap());
 }
+
+/// `$let` binds variables for `in` (read with a path, `$$v.a`, too);
+/// `$cond` picks a branch; `$isArray` and `$arrayElemAt` (from the end when
+/// negative, missing past either end, null for null, an error for a
+/// non-array) reach array elements, which a field path's numeric segment
+/// does not.
+#[test]
+fn let_cond_and_array_elements() {
+    let now = Some(DateTime::from_millis(0));
+    let d = doc! { "items": [{ "tags": ["a"] }, { "tags": ["b"] }], "s": "x", "nul": Bson::Null };
+    let holds = |expr: Document| matches_at(&d, &doc! { "$expr": expr }, now).unwrap();
+    let element = |i: i32| {
+        doc! { "$let": {
+            "vars": { "v": "$items" },
+            "in": { "$cond": [{ "$isArray": "$$v" }, { "$arrayElemAt": ["$$v", i] }, "$$v.0"] },
+        } }
+    };
+    let tags = |i: i32| doc! { "$let": { "vars": { "v": element(i) }, "in": "$$v.tags" } };
+    assert!(holds(doc! { "$eq": [tags(0), { "$literal": ["a"] }] }));
+    assert!(holds(doc! { "$eq": [tags(-1), { "$literal": ["b"] }] }));
+    assert!(!holds(
+        doc! { "$eq": ["$items.0.tags", { "$literal": ["a"] }] }
+    ));
+    // Past the end: missing, which only missing equals.
+    assert!(holds(
+        doc! { "$eq": [{ "$arrayElemAt": ["$items", 2] }, "$none"] }
+    ));
+    assert!(!holds(
+        doc! { "$eq": [{ "$arrayElemAt": ["$items", 2] }, Bson::Null] }
+    ));
+    assert!(holds(
+        doc! { "$eq": [{ "$arrayElemAt": ["$nul", 0] }, Bson::Null] }
+    ));
+    assert!(holds(doc! { "$eq": [{ "$cond": [false, 1, 2] }, 2] }));
+    assert!(!holds(doc! { "$isArray": "$s" }));
+    let e = matches_at(
+        &d,
+        &doc! { "$expr": { "$eq": [{ "$arrayElemAt": ["$s", 0] }, 1] } },
+        now,
+    )
+    .unwrap_err();
+    assert_eq!(e.code, Some(28689), "{e:?}");
+    // Unbound variables, bad names and bad arities are refused up front.
+    for bad in [
+        doc! { "$eq": ["$$v", 1] },
+        doc! { "$let": { "vars": { "V": 1 }, "in": "$$V" } },
+        doc! { "$let": { "vars": { "v": "$$v" }, "in": 1 } },
+        doc! { "$cond": [true, 1] },
+        doc! { "$arrayElemAt": ["$items"] },
+    ] {
+        let e = matches_at(&d, &doc! { "$expr": bad.clone() }, now).unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::BadRequest, "{bad}: {e:?}");
+    }
+}

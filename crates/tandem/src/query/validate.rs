@@ -110,13 +110,19 @@ pub(crate) fn validate_operators(ops: &Document) -> Result<(), StoreError> {
 /// Validates the expression of an `$expr` (see the module documentation for
 /// the supported subset).
 fn validate_expr(expr: &Bson) -> Result<(), StoreError> {
+    validate_expr_in(expr, &[])
+}
+
+/// [`validate_expr`] inside `$let`s binding the variables `bound`.
+fn validate_expr_in(expr: &Bson, bound: &[&str]) -> Result<(), StoreError> {
     match expr {
         Bson::String(s) if s.starts_with("$$") => {
-            if s == NOW {
+            let name = s[2..].split('.').next().unwrap_or("");
+            if s == NOW || bound.contains(&name) {
                 Ok(())
             } else {
                 Err(bad_request(format!(
-                    "unsupported variable in $expr: {s} (only $$NOW is supported)"
+                    "unsupported variable in $expr: {s} (only $$NOW and those of an enclosing $let are supported)"
                 )))
             }
         }
@@ -147,6 +153,9 @@ fn validate_expr(expr: &Bson) -> Result<(), StoreError> {
             if op == "$literal" {
                 return Ok(());
             }
+            if op == "$let" {
+                return validate_let(args, bound);
+            }
             let args = expr_args(args);
             let arity = |n: usize| {
                 if args.len() == n {
@@ -162,7 +171,9 @@ fn validate_expr(expr: &Bson) -> Result<(), StoreError> {
                 "$lt" | "$lte" | "$gt" | "$gte" | "$eq" | "$ne" | "$subtract" | "$ifNull" => {
                     arity(2)?
                 }
-                "$toLong" => arity(1)?,
+                "$toLong" | "$isArray" => arity(1)?,
+                "$arrayElemAt" => arity(2)?,
+                "$cond" => arity(3)?,
                 "$and" | "$or" => {}
                 _ => {
                     return Err(bad_request(format!(
@@ -170,13 +181,40 @@ fn validate_expr(expr: &Bson) -> Result<(), StoreError> {
                     )))
                 }
             }
-            args.iter().try_for_each(validate_expr)
+            args.iter().try_for_each(|a| validate_expr_in(a, bound))
         }
         Bson::Array(_) => Err(bad_request(format!(
             "array expressions are not supported in $expr: {expr}"
         ))),
         _ => Ok(()),
     }
+}
+
+/// `$let: {vars: {name: expr, ...}, in: expr}`: the variables' expressions
+/// see the enclosing scope, `in` sees them too.
+fn validate_let(spec: &Bson, bound: &[&str]) -> Result<(), StoreError> {
+    let Bson::Document(spec) = spec else {
+        return Err(bad_request("$let only supports an object as its argument"));
+    };
+    let (Ok(vars), Some(body)) = (spec.get_document("vars"), spec.get("in")) else {
+        return Err(bad_request("$let needs 'vars' and 'in'"));
+    };
+    if spec.len() != 2 {
+        return Err(bad_request("$let takes only 'vars' and 'in'"));
+    }
+    let mut inner = bound.to_vec();
+    for (name, expr) in vars {
+        let valid = name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(bad_request(format!(
+                "'{name}' is not a valid variable name"
+            )));
+        }
+        validate_expr_in(expr, bound)?;
+        inner.push(name);
+    }
+    validate_expr_in(body, &inner)
 }
 
 /// The operands of an expression operator: the elements of an array, or

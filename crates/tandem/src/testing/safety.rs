@@ -1349,3 +1349,99 @@ pub async fn before_images_keep_the_stored_types<F: StoreFactory + ?Sized>(facto
         );
     }
 }
+
+/// A before-image of a path through an array (`items.0.tags`, `n.0`) that
+/// is an array: the apply compares the element the update reaches (element
+/// 0 of an array, the field `0` of a document), not the field `0` of each
+/// element as an aggregation field path reads it, so the change commits;
+/// a canceled one is undone; and an outside write of an array holding the
+/// image, landing between the image read and the apply, is not overwritten.
+pub async fn images_of_paths_through_arrays<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let products = Namespace::new(db, "products");
+    for d in [
+        doc! { "_id": "p", "items": [{ "tags": ["a"] }], "n": [["x"]] },
+        doc! { "_id": "q", "items": { "0": { "tags": ["a"] } } },
+    ] {
+        seed(store.as_ref(), &products, d).await;
+    }
+    let lease = factory.lease();
+    let plain = coordinator(store.clone(), db, lease);
+    let set = |id: &str, path: &str, value: Bson| {
+        DocumentChange::update(products.clone(), id).set(path, value)
+    };
+    let missing = || DocumentChange::update(accounts(db), "missing").inc("balance", 1_i64);
+
+    // Committed: element 0 of an array; the field `0` of a document.
+    for (id, path, value) in [
+        ("p", "items.0.tags", bson::bson!(["b"])),
+        ("p", "n.0", bson::bson!(["y"])),
+        ("q", "items.0.tags", bson::bson!(["b"])),
+    ] {
+        let answer = plain
+            .run(Transaction::new().change(set(id, path, value.clone())))
+            .await;
+        assert!(answer.is_ok(), "{id} {path}: {answer:?}");
+        plain.drain().await;
+        let d = get(store.as_ref(), &products, id)
+            .await
+            .expect("the document");
+        assert_eq!(
+            crate::query::lookup(&d, path),
+            Some(&value),
+            "{id} {path}: {d}"
+        );
+    }
+
+    // Canceled: undone.
+    let answer = plain
+        .run(
+            Transaction::new()
+                .change(set("p", "items.0.tags", bson::bson!(["c"])))
+                .change(missing()),
+        )
+        .await;
+    assert!(
+        matches!(answer, Err(TxError::Canceled { .. })),
+        "{answer:?}"
+    );
+    plain.drain().await;
+    let p = get(store.as_ref(), &products, "p").await.expect("p");
+    assert_eq!(
+        crate::query::lookup(&p, "items.0.tags"),
+        Some(&bson::bson!(["b"])),
+        "undone: {p}"
+    );
+
+    // An outside write of an array holding the image, between the image
+    // read and the apply: the apply does not match, the write stays.
+    let (release, run) = stalled(
+        &store,
+        db,
+        lease,
+        3, // 1: the image read; 2: the record; 3: the apply
+        Transaction::new()
+            .change(set("p", "items.0.tags", bson::bson!(["d"])))
+            .change(missing()),
+    )
+    .await;
+    store
+        .update_one(
+            &products,
+            doc! { "_id": "p" },
+            doc! { "$set": { "items.0.tags": [["b"]] } },
+            crate::store::UpdateOptions::default(),
+        )
+        .await
+        .expect("the outside write");
+    let _ = release.send(());
+    let answer = run.await.expect("the worker");
+    assert!(answer.is_err(), "{answer:?}");
+    plain.drain().await;
+    let p = get(store.as_ref(), &products, "p").await.expect("p");
+    assert_eq!(
+        crate::query::lookup(&p, "items.0.tags"),
+        Some(&bson::bson!([["b"]])),
+        "the outside write stays: {p}"
+    );
+}

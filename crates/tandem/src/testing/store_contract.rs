@@ -70,6 +70,7 @@ macro_rules! __store_contract_list {
             ids_equal_across_numeric_types,
             numbers_equal_across_types_in_filters,
             type_tells_equal_values_apart,
+            expressions_reach_array_elements,
             update_outcomes,
             guarded_updates,
             upsert_and_set_on_insert,
@@ -2034,6 +2035,63 @@ pub async fn push_with_slice_keeps_the_newest<F: StoreFactory + ?Sized>(factory:
         get(store.as_ref(), &ns, 1).await,
         Some(doc! { "_id": 1, "history": [4, 5, 6] })
     );
+}
+
+/// In `$expr`, `$arrayElemAt` picks an array's element and a variable's
+/// path (`$$v.0`) a document's field, and `$let`, `$cond` and `$isArray`
+/// choose between them: what a before-image of a path through an array is
+/// compared with. `$arrayElemAt` past the end
+/// is missing, and on a string it fails (code 28689).
+pub async fn expressions_reach_array_elements<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = docs(db);
+    seed(
+        store.as_ref(),
+        &ns,
+        vec![
+            doc! { "_id": 1, "items": [{ "tags": ["a"] }] },
+            doc! { "_id": 2, "items": { "0": { "tags": ["a"] } } },
+            doc! { "_id": 3, "items": [[{ "tags": ["a"] }]] },
+            doc! { "_id": 4, "items": [{ "tags": [["a"]] }] },
+            doc! { "_id": 5, "items": "s" },
+        ],
+    )
+    .await;
+    let s = store.as_ref();
+    let tags = doc! { "$literal": ["a"] };
+    // (A field path, `"$items.0.tags"`, reads the field `0` of each element
+    // on MongoDB and the element on SecantusDB: `store_semantics.rs` in
+    // tandem-mongodb, `a_field_path_through_an_array_differs_between_servers`.)
+    // Element 0 of an array, the field `0` of a document.
+    let element = doc! { "$let": {
+        "vars": { "v": "$items" },
+        "in": { "$cond": [
+            { "$isArray": "$$v" },
+            { "$arrayElemAt": ["$$v", 0] },
+            "$$v.0",
+        ] },
+    } };
+    let nav = doc! { "$let": { "vars": { "v": element }, "in": "$$v.tags" } };
+    assert_eq!(
+        ids(s, &ns, doc! { "$expr": { "$eq": [nav, &tags] } }).await,
+        int_ids(&[1, 2]),
+        "$let, $cond, $isArray, $arrayElemAt"
+    );
+    let past_end = doc! { "$expr": { "$eq": [{ "$arrayElemAt": ["$items", 3] }, "$nothing"] } };
+    assert_eq!(
+        ids(s, &ns, doc! { "_id": 1, "$and": [past_end] }).await,
+        int_ids(&[1]),
+        "past the end: missing"
+    );
+    let e = s
+        .find(
+            &ns,
+            doc! { "_id": 5, "$expr": { "$eq": [{ "$arrayElemAt": ["$items", 0] }, 1] } },
+            FindOptions::default(),
+        )
+        .await
+        .expect_err("$arrayElemAt of a string");
+    assert_eq!(e.code, Some(28689), "{e:?}");
 }
 
 /// Dotted paths reach into subdocuments in filters and updates: `$set`
