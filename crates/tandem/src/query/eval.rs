@@ -61,9 +61,9 @@ pub(super) fn any_equal(doc: &Document, path: &str, arg: &Bson) -> bool {
         Bson::String(s) => {
             let same = |x: &Bson| matches!(x, Bson::String(x) | Bson::Symbol(x) if same_str(x, s));
             any_value(doc, path, &mut |v| match v {
-                None => false,
-                Some(Bson::Array(elements)) => elements.iter().any(same),
-                Some(x) => same(x),
+                Found::Missing => false,
+                Found::Field(Bson::Array(elements)) => elements.iter().any(same),
+                Found::Field(x) | Found::Element(x) => same(x),
             })
         }
         _ => any_value(doc, path, &mut |v| {
@@ -85,7 +85,7 @@ fn eval_operator(doc: &Document, path: &str, op: &str, arg: &Bson) -> bool {
         "$lte" => test(&mut |x| matches!(compare(x, arg), Some(Ordering::Less | Ordering::Equal))),
         "$in" => test(&mut |x| in_list(x, arg)),
         "$nin" => !test(&mut |x| in_list(x, arg)),
-        "$exists" => any_value(doc, path, &mut |v| v.is_some()) == truthy(arg),
+        "$exists" => any_value(doc, path, &mut |v| v.value().is_some()) == truthy(arg),
         // A value of one of the named types, or an array holding one (an
         // array itself only for "array"); never a missing field.
         "$type" => {
@@ -99,11 +99,7 @@ fn eval_operator(doc: &Document, path: &str, op: &str, arg: &Bson) -> bool {
                     _ => false,
                 })
             };
-            any_value(doc, path, &mut |v| match v {
-                None => false,
-                Some(x @ Bson::Array(elements)) => is(x) || elements.iter().any(is),
-                Some(x) => is(x),
-            })
+            any_value(doc, path, &mut |v| v.each(&mut |x| is(x)))
         }
         "$not" => match arg {
             Bson::Document(inner) => !inner
@@ -146,32 +142,62 @@ pub(super) fn truthy(v: &Bson) -> bool {
 }
 
 /// Applies a value test to one value found at a path: a missing value tests
-/// as null; an array passes if it passes as a whole or any element passes.
-pub(super) fn test_value(v: Option<&Bson>, t: &mut dyn FnMut(&Bson) -> bool) -> bool {
+/// as null; an array passes if it passes as a whole or any element passes,
+/// unless it is `whole` (an array's element the path names by its index,
+/// which MongoDB does not look into).
+pub(super) fn test_value(v: Found<'_>, t: &mut dyn FnMut(&Bson) -> bool) -> bool {
     match v {
-        None => t(&Bson::Null),
-        Some(whole @ Bson::Array(elements)) => t(whole) || elements.iter().any(t),
-        Some(x) => t(x),
+        Found::Missing => t(&Bson::Null),
+        found => found.each(t),
     }
 }
 
-/// Calls `f` on each value `path` reaches in `doc` (`None` for a dead end),
-/// descending into arrays of documents as MongoDB does; true if any call is.
-pub(super) fn any_value(
-    doc: &Document,
-    path: &str,
-    f: &mut dyn FnMut(Option<&Bson>) -> bool,
-) -> bool {
+/// What a path reaches in a document.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Found<'a> {
+    /// Nothing: a dead end.
+    Missing,
+    /// A field's value (an array is tested whole and element by element).
+    Field(&'a Bson),
+    /// An array's element named by its index at the end of the path, as in
+    /// `a.0` (tested whole: `{"a.0": 5}` does not match `{a: [[5]]}`).
+    Element(&'a Bson),
+}
+
+impl<'a> Found<'a> {
+    /// The value reached, if any.
+    pub(super) fn value(self) -> Option<&'a Bson> {
+        match self {
+            Found::Missing => None,
+            Found::Field(v) | Found::Element(v) => Some(v),
+        }
+    }
+
+    /// The values a test looks at: an array [`Field`](Found::Field)'s
+    /// elements too.
+    fn each(self, t: &mut dyn FnMut(&Bson) -> bool) -> bool {
+        match self {
+            Found::Missing => false,
+            Found::Field(whole @ Bson::Array(elements)) => t(whole) || elements.iter().any(t),
+            Found::Field(x) | Found::Element(x) => t(x),
+        }
+    }
+}
+
+/// Calls `f` on each value `path` reaches in `doc` ([`Found::Missing`] for a
+/// dead end), descending into arrays of documents as MongoDB does; true if
+/// any call is.
+pub(super) fn any_value(doc: &Document, path: &str, f: &mut dyn FnMut(Found<'_>) -> bool) -> bool {
     match split_dot(path) {
-        None => f(doc.get(path)),
+        None => f(doc.get(path).map_or(Found::Missing, Found::Field)),
         Some((seg, rest)) => match doc.get(seg) {
-            None => f(None),
+            None => f(Found::Missing),
             Some(v) => any_value_in(v, rest, f),
         },
     }
 }
 
-fn any_value_in(v: &Bson, path: &str, f: &mut dyn FnMut(Option<&Bson>) -> bool) -> bool {
+fn any_value_in(v: &Bson, path: &str, f: &mut dyn FnMut(Found<'_>) -> bool) -> bool {
     match v {
         Bson::Document(d) => any_value(d, path, f),
         Bson::Array(elements) => {
@@ -180,21 +206,29 @@ fn any_value_in(v: &Bson, path: &str, f: &mut dyn FnMut(Option<&Bson>) -> bool) 
                 Some((seg, rest)) => (seg, Some(rest)),
             };
             if let Some(i) = array_index(seg) {
-                return match (elements.get(i), rest) {
-                    (None, _) => f(None),
-                    (Some(e), None) => f(Some(e)),
-                    (Some(e), Some(rest)) => any_value_in(e, rest, f),
-                };
+                // The documents among the elements, whose field the segment
+                // may name (`m.0` reaches `"x"` in `{m: [{"0": "x"}]}`), and
+                // the element at the index.
+                let in_documents = elements.iter().any(|e| match e {
+                    Bson::Document(d) => any_value(d, path, f),
+                    _ => false,
+                });
+                return in_documents
+                    || match (elements.get(i), rest) {
+                        (None, _) => f(Found::Missing),
+                        (Some(e), None) => f(Found::Element(e)),
+                        (Some(e), Some(rest)) => any_value_in(e, rest, f),
+                    };
             }
             if elements.is_empty() {
-                return f(None);
+                return f(Found::Missing);
             }
             elements.iter().any(|e| match e {
                 Bson::Document(d) => any_value(d, path, f),
-                _ => f(None),
+                _ => f(Found::Missing),
             })
         }
-        _ => f(None),
+        _ => f(Found::Missing),
     }
 }
 

@@ -10,10 +10,13 @@
 //! # Supported
 //!
 //! * Plain equality `{a: v}`, also on dotted paths such as `{"a.b": v}` and
-//!   `{"list.0": v}`. A numeric path segment indexes an array; any other
-//!   segment met at an array of documents descends into every element, and
-//!   the clause matches if any element does. When the value found is an
-//!   array, equality holds if the array equals `v` or contains `v`.
+//!   `{"list.0": v}`. A numeric path segment indexes an array (the element
+//!   it names last is compared whole: `{"a.0": 5}` does not match
+//!   `{a: [[5]]}`), and also names that field of each document element
+//!   (`{"m.0": "x"}` matches `{m: [{"0": "x"}]}`); any other segment met at
+//!   an array of documents descends into every element, and the clause
+//!   matches if any element does. When the value found is an array,
+//!   equality holds if the array equals `v` or contains `v`.
 //!   `{a: null}` matches documents where `a` is null or missing.
 //! * Field operators `$eq`, `$ne`, `$gt`, `$gte`, `$lt`, `$lte`, `$in`, `$nin`,
 //!   `$exists`, `$type` (a type's name such as `"double"` or `"string"`, the
@@ -65,7 +68,7 @@
 //! # Not supported
 //!
 //! `$regex` and regular-expression values, `$elemMatch`, `$all`,
-//! `$size`, `$type`, `$mod`, `$where`, `$text`, geospatial and
+//! `$size`, `$mod`, `$where`, `$text`, geospatial and
 //! bitwise operators, collations, and arithmetic on Decimal128 (a Decimal128
 //! only equals a bitwise-identical Decimal128). Inside `$expr`: every other
 //! expression operator (`$add`, `$map`, `$getField`, ...), every other

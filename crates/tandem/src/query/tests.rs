@@ -75,8 +75,19 @@ fn dotted_paths() {
     assert!(!m(&d, doc! { "docs.k": 3 }));
     assert!(m(&d, doc! { "docs.1.v": "two" }));
     assert!(!m(&d, doc! { "docs.0.v": "two" }));
-    assert!(m(&d, doc! { "nested.0": 2 }));
+    // An element named by its index is compared whole, not looked into
+    // (MongoDB's matcher: an array offset at the end of a path is no
+    // implicit traversal).
+    assert!(!m(&d, doc! { "nested.0": 2 }));
+    assert!(m(&d, doc! { "nested.0": [1, 2] }));
+    assert!(!m(&d, doc! { "nested.0": { "$type": "int" } }));
     assert!(m(&d, doc! { "nested.1": [3] }));
+    // A numeric segment also names the field of each document element.
+    let keyed = doc! { "m": [{ "0": "x" }, { "k": 1 }] };
+    assert!(m(&keyed, doc! { "m.0": "x" }));
+    assert!(!m(&keyed, doc! { "m.0": { "k": 1 } }));
+    assert!(m(&keyed, doc! { "m.1": { "k": 1 } }));
+    assert!(!m(&keyed, doc! { "m.0.0": { "$exists": false } }));
     // An element without the field counts as missing.
     let partial = doc! { "docs": [ { "k": 1 }, { "j": 2 } ] };
     assert!(m(&partial, doc! { "docs.k": Bson::Null }));

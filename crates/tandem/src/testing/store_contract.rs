@@ -71,6 +71,7 @@ macro_rules! __store_contract_list {
             numbers_equal_across_types_in_filters,
             type_tells_equal_values_apart,
             expressions_reach_array_elements,
+            numeric_segments_in_filters,
             update_outcomes,
             guarded_updates,
             upsert_and_set_on_insert,
@@ -2035,6 +2036,41 @@ pub async fn push_with_slice_keeps_the_newest<F: StoreFactory + ?Sized>(factory:
         get(store.as_ref(), &ns, 1).await,
         Some(doc! { "_id": 1, "history": [4, 5, 6] })
     );
+}
+
+/// In a filter, a numeric segment names an array's element, compared
+/// whole at the end of the path (`{"a.0": 5}` does not match `{a: [[5]]}`),
+/// and also the field of that name of each document element (`{"m.0": "x"}`
+/// matches `{m: [{"0": "x"}]}`), as MongoDB's matcher reads it.
+pub async fn numeric_segments_in_filters<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = docs(db);
+    seed(
+        store.as_ref(),
+        &ns,
+        vec![
+            doc! { "_id": 1, "a": [[5]] },
+            doc! { "_id": 2, "a": [5] },
+            doc! { "_id": 3, "m": [{ "0": "x" }] },
+            doc! { "_id": 4, "m": ["x"] },
+            doc! { "_id": 5, "m": [["x"]] },
+        ],
+    )
+    .await;
+    let s = store.as_ref();
+    for (filter, expected, what) in [
+        (doc! { "a.0": 5 }, &[2][..], "an element, whole"),
+        (doc! { "a.0": [5] }, &[1], "an array element, whole"),
+        (
+            doc! { "a.0": { "$type": "int" } },
+            &[2],
+            "$type of an element",
+        ),
+        (doc! { "m.0": "x" }, &[3, 4], "a document element's field"),
+        (doc! { "m.0.0": "x" }, &[3, 5], "through the element"),
+    ] {
+        assert_eq!(ids(s, &ns, filter).await, int_ids(expected), "{what}");
+    }
 }
 
 /// In `$expr`, `$arrayElemAt` picks an array's element and a variable's
