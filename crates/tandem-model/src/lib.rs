@@ -376,6 +376,16 @@
 //!   covered by the same argument; one that does not is outside the protocol.
 //!   Other exclusive updates (`$set` under a lock) behave like the delete's
 //!   apply (lock and marker, effect at clear).
+//! * **Guard kinds**: the model's shared change carries a lower bound
+//!   (`A ≥ 1`). Which guards may share a document is a per-guard argument
+//!   the model leaves to the code: a shared guard must stay true while other
+//!   transactions' credits land (deferred to their clears) and their
+//!   reservations are undone. Lower bounds (`≥`, `>`) and presence do;
+//!   `==`, `!=`, `<`, `≤` and "missing" do not (a deferred credit creates a
+//!   missing field when it lands), so those changes are exclusive, as the
+//!   model's delete is (`DocumentChange::is_exclusive`; an adversarial
+//!   review found "missing" shared, and a one-time bonus paid twice:
+//!   `a_missing_guard_sees_a_committed_credit_still_to_land`).
 //! * **Store errors other than lost answers**: a failed request either did
 //!   not land (the same as a step not taken yet, or a worker that stalls or
 //!   gives up) or may have landed (a lost answer). Retries are new attempts,

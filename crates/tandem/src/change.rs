@@ -504,16 +504,17 @@ impl DocumentChange {
 
     /// Whether this change holds its document exclusively.
     ///
-    /// Only increments under lower-bound or existence guards share a document;
-    /// any other change, or a guard that a concurrent increment could falsify
-    /// when it is undone (`==`, `!=`, `<`, `<=`), holds it alone.
+    /// Only increments under lower-bound or presence guards share a
+    /// document: guards that stay true while other transactions' credits land
+    /// and their reservations are undone. Any other change, or a guard that
+    /// those could falsify (`==`, `!=`, `<`, `<=`, and "missing", which a
+    /// credit deferred to its commit falsifies when it lands and creates the
+    /// field), holds it alone.
     pub fn is_exclusive(&self) -> bool {
-        let guards_shared = self.guards.iter().all(|g| {
-            matches!(
-                g.op,
-                GuardOp::Gte | GuardOp::Gt | GuardOp::Exists | GuardOp::Missing
-            )
-        });
+        let guards_shared = self
+            .guards
+            .iter()
+            .all(|g| matches!(g.op, GuardOp::Gte | GuardOp::Gt | GuardOp::Exists));
         match &self.op {
             DocumentOp::Update { ops } => !guards_shared || ops.iter().any(|op| !op.commutes()),
             DocumentOp::Insert { .. } | DocumentOp::Delete => true,

@@ -2073,3 +2073,73 @@ async fn early_commit_can_be_turned_off() {
     audit.assert_clean();
     assert_eq!(audit.count(TxState::Done), 1);
 }
+
+/// A one-time bonus: paid from A to B only while B has no `bonus` yet.
+fn grant_bonus() -> Transaction {
+    Transaction::new()
+        .change(
+            DocumentChange::update(accounts(), "A")
+                .inc("balance", -10_i64)
+                .require_gte("balance", 10_i64),
+        )
+        .change(
+            DocumentChange::update(accounts(), "B")
+                .inc("bonus", 10_i64)
+                .require_missing("bonus"),
+        )
+}
+
+/// A `require_missing` guard shared its document with increments, like a
+/// lower bound. But a credit to a shared document is deferred to the clear
+/// after the commit, and a deferred credit to a missing field creates it
+/// when it lands: the guard is not monotone under it (found by an
+/// adversarial review; a "missing" guard now holds its document alone). Here the first grant is answered committed (at its applies); its
+/// clear, which lands the credit, has not run yet when the second grant
+/// starts. In the serial order the answers imply (first, then second) the
+/// second's guard `bonus is missing` is false, so it must be refused; it is
+/// admitted, and the bonus is paid twice.
+#[tokio::test]
+async fn a_missing_guard_sees_a_committed_credit_still_to_land() {
+    let (store, _clock, seeded) = bank(&["A", "B"], 1000).await;
+    // The first coordinator's finisher is held before its first operation
+    // after the applies (1: the record; 2, 3: the applies, one request
+    // each through the wrapper; 4: the move to `applied`), as a busy
+    // finisher or a slow store would hold it.
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    let finisher = faulty.pause_at(4);
+    let first = Coordinator::new(faulty);
+    let receipt = first
+        .run(grant_bonus())
+        .await
+        .expect("the first grant commits");
+    assert_eq!(receipt.state, TxState::Applied, "committed at its applies");
+    finisher.reached.await.expect("the finisher starts");
+
+    // Strictly after the first grant was answered committed.
+    let second = Coordinator::new(store.clone());
+    let again = second.run(grant_bonus()).await;
+
+    finisher.release.send(()).unwrap();
+    first.drain().await;
+    second.drain().await;
+    let b = get(&store, &accounts(), "B").await.unwrap();
+    // Refused: B is held by the first grant until its finisher clears it
+    // (or, once cleared, the bonus is there).
+    assert!(
+        matches!(
+            again,
+            Err(TxError::Canceled {
+                cause: StepError::GuardFailed { .. } | StepError::Conflict { .. },
+                ..
+            })
+        ),
+        "the second grant must be refused: B's bonus was committed before it began; \
+         got {again:?}, and B ends {b}"
+    );
+    assert_eq!(b.get_i64("bonus").ok(), Some(10), "paid once: {b}");
+    assert_eq!(balance(&store, "A").await, 990);
+    audit(&store, &records(), &seeded)
+        .await
+        .unwrap()
+        .assert_clean();
+}

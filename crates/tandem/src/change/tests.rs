@@ -123,6 +123,15 @@ fn exclusivity_follows_the_operators() {
         .inc("n", -1)
         .require_lte("n", 9)
         .is_exclusive());
+    // Presence stays true as credits land; absence does not.
+    assert!(!DocumentChange::update(ns(), "A")
+        .inc("n", 1)
+        .require_exists("n")
+        .is_exclusive());
+    assert!(DocumentChange::update(ns(), "A")
+        .inc("n", 1)
+        .require_missing("n")
+        .is_exclusive());
 }
 
 #[test]
