@@ -386,6 +386,14 @@
 //!   model's delete is (`DocumentChange::is_exclusive`; an adversarial
 //!   review found "missing" shared, and a one-time bonus paid twice:
 //!   `a_missing_guard_sees_a_committed_credit_still_to_land`).
+//! * **One document, one marker per participant**: the model's markers are
+//!   per transaction and document, each participant's on its own. The code
+//!   refuses two changes of one document through one store name, and gives
+//!   a change through another name to a document an earlier one changes (one
+//!   database under two names) a marker of its own (`<marker>/<index>`);
+//!   sharing the transaction's, the second apply took the first's marker for
+//!   its own (an adversarial review;
+//!   `one_database_under_two_store_names_names_a_document_twice`).
 //! * **Store errors other than lost answers**: a failed request either did
 //!   not land (the same as a step not taken yet, or a worker that stalls or
 //!   gives up) or may have landed (a lost answer). Retries are new attempts,

@@ -1017,6 +1017,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn a_canceled_change_leaves_nothing_on_the_way() {
+        let Some(f) = factory("s_nothing_left").await else {
+            return;
+        };
+        safety::a_canceled_change_leaves_nothing_on_the_way(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn own_record_landing_while_the_id_is_taken() {
         let Some(f) = factory("s_own_record").await else {
             return;

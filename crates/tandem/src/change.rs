@@ -670,7 +670,7 @@ fn check_amount(path: &str, by: &Bson) -> Result<(), ChangeError> {
 }
 
 /// Whether two dotted paths are equal or one lies inside the other.
-fn overlaps(a: &str, b: &str) -> bool {
+pub(crate) fn overlaps(a: &str, b: &str) -> bool {
     let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
     long == short || (long.starts_with(short) && long.as_bytes()[short.len()] == b'.')
 }

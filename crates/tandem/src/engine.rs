@@ -31,6 +31,10 @@ pub(crate) struct Party {
     /// request may still land until the epoch's deadline, so the marker may
     /// be removed only after the deadline plus the clock margin.
     pub in_doubt: AtomicBool,
+    /// The marker of a change to a document an earlier participant changes
+    /// too, through another store name ([`party_markers`]); `None`: the
+    /// transaction's.
+    pub marker: Option<TxId>,
 }
 
 impl Party {
@@ -39,8 +43,41 @@ impl Party {
             participant,
             before,
             in_doubt: AtomicBool::new(false),
+            marker: None,
         }
     }
+
+    /// This party with its own marker (`None`: the transaction's).
+    pub fn with_marker(mut self, marker: Option<TxId>) -> Self {
+        self.marker = marker;
+        self
+    }
+}
+
+/// The markers of participants that change a document an earlier one
+/// changes too (`keys`: [`document_key`](crate::document::document_key) of
+/// each), `None` for the others, which carry the transaction's `marker`.
+///
+/// Two changes of one document in one transaction are refused as one
+/// document named twice, but only through one store name: one database
+/// registered under two names names it twice unnoticed. Each change must
+/// then carry a marker of its own, or the second to apply finds the first's
+/// marker, takes it for its own apply, and is lost from a committed
+/// transaction. The marker is `<marker>/<index>`, rebuilt alike from the
+/// record. (A marker without a tag, of a record written before tags, stays
+/// as it was.)
+pub(crate) fn party_markers(keys: &[Option<Vec<u8>>], marker: &TxId) -> Vec<Option<TxId>> {
+    let tagged = TxId::of_marker(marker.as_str()) != marker.as_str();
+    let mut seen = std::collections::HashSet::new();
+    keys.iter()
+        .enumerate()
+        .map(|(index, key)| match key {
+            Some(key) if tagged && !seen.insert(key.as_slice()) => {
+                Some(TxId::from_marker_parts(marker, index))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// A transaction as one worker drives it.
@@ -325,7 +362,7 @@ impl Engine {
         };
         StepContext {
             tx: &live.id,
-            marker: &live.marker,
+            marker: party.marker.as_ref().unwrap_or(&live.marker),
             epoch: live.epoch,
             deadline: Some(live.deadline),
             not_before,
@@ -815,14 +852,22 @@ impl Engine {
 
     /// Rebuilds the participants of a stored record, as its current epoch drives it.
     pub fn rebuild(&self, record: &TxRecord) -> Result<Live, ChangeError> {
+        let marker = record.marker();
+        let keys: Vec<_> = record
+            .participants
+            .iter()
+            .map(|entry| crate::document::document_key(&entry.kind, &entry.spec))
+            .collect();
         let parties = record
             .participants
             .iter()
-            .map(|entry| {
+            .zip(party_markers(&keys, &marker))
+            .map(|(entry, own)| {
                 Ok(Party::new(
                     self.kinds.build(&entry.kind, &entry.spec)?,
                     entry.before.clone(),
-                ))
+                )
+                .with_marker(own))
             })
             .collect::<Result<Vec<_>, ChangeError>>()?;
         Ok(Live {
@@ -830,7 +875,7 @@ impl Engine {
             token: record.token.clone(),
             id: record.id.clone(),
             epoch: record.epoch,
-            marker: record.marker(),
+            marker,
             parties,
             deadline: record.deadline(),
             not_before: record.not_before,
@@ -920,4 +965,45 @@ pub(crate) const HISTORY_KEPT: i32 = 32;
 /// The stored form of a history line.
 pub(crate) fn history(state: TxState, owner: &str, epoch: i64, event: &str) -> Bson {
     Bson::Document(doc! { "state": state, "owner": owner, "epoch": epoch, "event": event })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A change to a document an earlier participant changes too gets a
+    /// marker of its own, which still names the transaction; the others,
+    /// and every participant of an untagged (old) marker, keep the
+    /// transaction's.
+    #[test]
+    fn a_document_changed_twice_gets_a_marker_of_its_own() {
+        let tagged = TxId::new("t1").unwrap().marker(Some("0123456789abcdef"));
+        let key = |k: &str| Some(k.as_bytes().to_vec());
+        let keys = [key("A"), None, key("B"), key("A"), None, key("A")];
+        let markers = party_markers(&keys, &tagged);
+        let own: Vec<Option<&str>> = markers
+            .iter()
+            .map(|m| m.as_ref().map(TxId::as_str))
+            .collect();
+        assert_eq!(
+            own,
+            [
+                None,
+                None,
+                None,
+                Some("t1#0123456789ab/3"),
+                None,
+                Some("t1#0123456789ab/5")
+            ]
+        );
+        for m in markers.iter().flatten() {
+            assert_eq!(TxId::of_marker(m.as_str()), "t1");
+        }
+        let untagged = TxId::new("t1").unwrap();
+        assert!(party_markers(&keys, &untagged).iter().all(Option::is_none));
+        // Not a tag: the value names itself.
+        for value in ["t1#0123456789ab/", "t1#0123456789ab/x", "t1#0123/4"] {
+            assert_eq!(TxId::of_marker(value), value);
+        }
+    }
 }

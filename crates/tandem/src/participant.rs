@@ -114,6 +114,9 @@ pub struct StepContext<'a> {
     /// with its record's creation token ([`TxId::marker`]), so that a late
     /// step of an earlier transaction under the same id never matches them.
     /// What a participant keys its effects by (markers, idempotency keys).
+    /// (A document change to a document an earlier participant changes too,
+    /// through another store name, carries one of its own,
+    /// `<marker>/<index>`, which [`TxId::of_marker`] also reads.)
     pub marker: &'a TxId,
     /// The epoch of the worker running the step.
     pub epoch: i64,

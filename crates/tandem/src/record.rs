@@ -82,16 +82,28 @@ impl TxId {
     /// (see [`marker`](Self::marker)); an untagged value names itself.
     pub fn of_marker(value: &str) -> &str {
         match value.rsplit_once(MARKER_TAG_SEPARATOR) {
-            Some((id, tag))
-                if !id.is_empty()
-                    && tag.len() == MARKER_TAG_LEN
-                    && tag.bytes().all(|b| b.is_ascii_hexdigit()) =>
-            {
-                id
-            }
+            Some((id, tag)) if !id.is_empty() && is_tag(tag) => id,
             _ => value,
         }
     }
+
+    /// The marker of a transaction's participant `index` that changes a
+    /// document an earlier participant changes too: `<marker>/<index>`.
+    pub(crate) fn from_marker_parts(marker: &TxId, index: usize) -> TxId {
+        TxId(format!("{}/{index}", marker.0))
+    }
+}
+
+/// A marker's tag, possibly followed by `/<index>` (a participant's own
+/// marker: see `TxId::from_marker_parts`).
+fn is_tag(tag: &str) -> bool {
+    let (tag, index) = match tag.split_once('/') {
+        Some((tag, index)) => (tag, Some(index)),
+        None => (tag, None),
+    };
+    tag.len() == MARKER_TAG_LEN
+        && tag.bytes().all(|b| b.is_ascii_hexdigit())
+        && index.is_none_or(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// How many characters of the creation token tag a marker (48 random bits).

@@ -2143,3 +2143,240 @@ async fn a_missing_guard_sees_a_committed_credit_still_to_land() {
         .unwrap()
         .assert_clean();
 }
+
+/// A transaction may not name one document twice (the second change would
+/// find the first's marker and take it for its own apply). The check keys a
+/// document by store *name*, namespace and `_id`; one database registered
+/// under two names (the default store, and the same client as a named
+/// store for changes that say `in_store`) names one document twice
+/// unnoticed. Whichever of A's two debits applied second met the other's
+/// marker on A (the same marker: one transaction) and answered "applied
+/// already": the transaction committed with one of A's debits never made
+/// (here the transfer's 100), and the money was created (found by an
+/// adversarial review). The second change now carries a marker of its own.
+#[tokio::test]
+async fn one_database_under_two_store_names_names_a_document_twice() {
+    let (store, _clock, seeded) = bank(&["A", "B", "F"], 1000).await;
+    let coordinator = Coordinator::builder(store.clone())
+        .store("main", store.clone())
+        .build();
+    let result = coordinator
+        .run(
+            transfer("A", "B", 100)
+                .change(
+                    DocumentChange::update(accounts(), "A")
+                        .in_store("main")
+                        .inc("balance", -1_i64)
+                        .require_gte("balance", 1_i64),
+                )
+                .change(DocumentChange::update(accounts(), "F").inc("balance", 1_i64)),
+        )
+        .await;
+    coordinator.drain().await;
+    let total =
+        balance(&store, "A").await + balance(&store, "B").await + balance(&store, "F").await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(balance(&store, "A").await, 899, "both debits of A landed");
+    assert!(
+        result.is_err() || total == 3000,
+        "committed ({result:?}) with A {}, B {}, F {}: {} created",
+        balance(&store, "A").await,
+        balance(&store, "B").await,
+        balance(&store, "F").await,
+        total - 3000
+    );
+    audit(&store, &records(), &seeded)
+        .await
+        .unwrap()
+        .assert_clean();
+}
+
+/// The same transaction, its coordinator dying after the record, after
+/// some or after all of the applies: recovery rebuilds each change's own
+/// marker from the record, probes for it, and finishes the transaction one
+/// way or the other, with both of A's debits or neither.
+#[tokio::test]
+async fn recovery_rebuilds_the_own_marker_of_a_document_named_twice() {
+    for operations in 1..=4 {
+        let (store, clock, seeded) = bank(&["A", "B", "F"], 1000).await;
+        let dying = FaultStore::new(Arc::new(store.clone())).crash_after(operations);
+        let coordinator = Coordinator::builder(dying.clone())
+            .store("main", dying)
+            .retry(tandem::RetryPolicy::NONE)
+            .build();
+        let _ = coordinator
+            .run(
+                transfer("A", "B", 100)
+                    .change(
+                        DocumentChange::update(accounts(), "A")
+                            .in_store("main")
+                            .inc("balance", -1_i64)
+                            .require_gte("balance", 1_i64),
+                    )
+                    .change(DocumentChange::update(accounts(), "F").inc("balance", 1_i64)),
+            )
+            .await;
+        clock.advance(Duration::from_secs(120));
+        let recovered = Coordinator::builder(store.clone())
+            .store("main", store.clone())
+            .build();
+        let worker = recovered.recovery(RecoveryConfig::default());
+        // A pass may leave a record waiting for a fence: a few passes, the
+        // clock moved on between them.
+        for _ in 0..4 {
+            worker.run_once().await.unwrap();
+            clock.advance(Duration::from_secs(120));
+        }
+        let audit = audit(&store, &records(), &seeded).await.unwrap();
+        audit.assert_clean();
+        let (a, b, f) = (
+            balance(&store, "A").await,
+            balance(&store, "B").await,
+            balance(&store, "F").await,
+        );
+        assert_eq!(a + b + f, 3000, "after {operations} operations");
+        let committed = audit.count(TxState::Done) == 1;
+        assert_eq!(
+            (a, b, f),
+            if committed {
+                (899, 1100, 1001)
+            } else {
+                (1000, 1000, 1000)
+            },
+            "after {operations} operations, committed: {committed}"
+        );
+    }
+}
+
+/// A transaction that is canceled must leave every document as it found
+/// it. A `set` of a field whose parent is missing creates the parent; the
+/// undo restores the before-image, "missing", with an `$unset` of the
+/// field, which leaves the parent behind as an empty document. A `set` past
+/// the end of an array pads it with nulls; the undo's `$unset` of the
+/// element leaves a null in its place (as MongoDB does, and the embedded
+/// store with it), and the padding stayed (found by an adversarial review).
+/// The image is now taken where the change creates more than its field:
+/// the missing parent, the padded array.
+#[tokio::test]
+async fn a_canceled_set_leaves_no_parent_and_no_padding_behind() {
+    let (store, _clock, seeded) = bank(&["A"], 100).await;
+    let orders = tandem::Namespace::new("shop", "orders");
+    let order = bson::doc! { "_id": "o1", "state": "UnPaid", "tags": ["new"] };
+    tandem::Store::insert_one(&store, &orders, order.clone())
+        .await
+        .unwrap();
+    let coordinator = Coordinator::new(store.clone());
+    let refused = coordinator
+        .run(
+            Transaction::new()
+                .change(
+                    DocumentChange::update(orders.clone(), "o1")
+                        .set("shipping.carrier", "UPS")
+                        .set("tags.3", "gift"),
+                )
+                // Refused: A holds 100. The order's change is undone.
+                .change(
+                    DocumentChange::update(accounts(), "A")
+                        .inc("balance", -500_i64)
+                        .require_gte("balance", 500_i64),
+                ),
+        )
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(TxError::Canceled {
+                cause: StepError::GuardFailed { .. },
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    coordinator.drain().await;
+    let after = get(&store, &orders, "o1").await.unwrap();
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Canceled), 1);
+    assert!(
+        audit.records[0].conflicts().is_empty(),
+        "nobody else wrote the order: {:?}",
+        audit.records[0].conflicts()
+    );
+    assert!(
+        after.get("shipping").is_none(),
+        "the canceled transaction left `shipping` behind: {after}"
+    );
+    assert_eq!(
+        after.get_array("tags").unwrap(),
+        order.get_array("tags").unwrap(),
+        "the canceled transaction left the array padded: {after}"
+    );
+
+    // An `unset` of an array's element leaves a null in its place: undone,
+    // the element is back, and no outside write is reported.
+    tandem::Store::insert_one(
+        &store,
+        &orders,
+        bson::doc! { "_id": "o2", "tags": ["a", "b", "c"] },
+    )
+    .await
+    .unwrap();
+    let refused = coordinator
+        .run(
+            Transaction::new()
+                .change(DocumentChange::update(orders.clone(), "o2").unset("tags.1"))
+                .change(
+                    DocumentChange::update(accounts(), "A")
+                        .inc("balance", -500_i64)
+                        .require_gte("balance", 500_i64),
+                ),
+        )
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    coordinator.drain().await;
+    let o2 = get(&store, &orders, "o2").await.unwrap();
+    assert_eq!(
+        o2.get_array("tags").unwrap(),
+        &vec![Bson::from("a"), Bson::from("b"), Bson::from("c")],
+        "{o2}"
+    );
+    let audit = tandem::testing::audit(&store, &records(), &seeded)
+        .await
+        .unwrap();
+    audit.assert_clean();
+    assert!(
+        audit.records.iter().all(|r| r.conflicts().is_empty()),
+        "nobody else wrote the orders"
+    );
+
+    // An increment under the parent a `set` creates has an undo of its own:
+    // the image stays at the set's field (the parent, emptied, stays).
+    let refused = coordinator
+        .run(
+            Transaction::new()
+                .change(
+                    DocumentChange::update(orders.clone(), "o2")
+                        .set("stats.last", "x")
+                        .inc("stats.count", 1_i64),
+                )
+                .change(
+                    DocumentChange::update(accounts(), "A")
+                        .inc("balance", -500_i64)
+                        .require_gte("balance", 500_i64),
+                ),
+        )
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    coordinator.drain().await;
+    let o2 = get(&store, &orders, "o2").await.unwrap();
+    let stats = o2.get_document("stats").map(|s| s.len()).unwrap_or(0);
+    assert!(
+        o2.get("stats").is_none()
+            || (stats == 1 && o2.get_document("stats").unwrap().get("count").is_some()),
+        "undone, the count at 0 at most: {o2}"
+    );
+    tandem::testing::audit(&store, &records(), &seeded)
+        .await
+        .unwrap()
+        .assert_clean();
+}

@@ -179,3 +179,8 @@ async fn before_images_keep_the_stored_types() {
 async fn images_of_paths_through_arrays() {
     safety::images_of_paths_through_arrays(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn a_canceled_change_leaves_nothing_on_the_way() {
+    safety::a_canceled_change_leaves_nothing_on_the_way(&MemoryFactory::new(), "bank").await;
+}

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use bson::{doc, Bson};
+use bson::{doc, Bson, Document};
 use futures::future::join_all;
 
 use super::{entry, Coordinator, Item, Receipt, Transaction, MAX_RECORD_ENTRIES_LEN};
 use crate::change::DocumentOp;
 use crate::config::{CommitPoint, Strategy};
-use crate::engine::{history, Live, Party};
+use crate::engine::{history, party_markers, Live, Party};
 use crate::error::{ChangeError, StepError, TxError};
 use crate::event::TxEvent;
 use crate::participant::{Participant, StepContext};
@@ -59,8 +59,23 @@ impl Coordinator {
         let epoch = 0;
         let token = crate::record::new_token();
         let marker = id.marker(Some(&token));
-        let prepare_ctx = |id| StepContext {
-            tx: id,
+        // The specs the record keeps, and from them the marker each change
+        // carries (its own where an earlier one changes the same document
+        // through another store name), as recovery rebuilds them.
+        let specs: Vec<Result<Document, ChangeError>> =
+            participants.iter().map(|p| p.spec()).collect();
+        let keys: Vec<_> = participants
+            .iter()
+            .zip(&specs)
+            .map(|(p, spec)| {
+                spec.as_ref()
+                    .ok()
+                    .and_then(|spec| crate::document::document_key(p.kind(), spec))
+            })
+            .collect();
+        let own_markers = party_markers(&keys, &marker);
+        let prepare_ctx = StepContext {
+            tx: &id,
             marker: &marker,
             epoch,
             deadline: None,
@@ -68,11 +83,23 @@ impl Coordinator {
             before: None,
             stores: &engine.stores,
         };
-        let images = join_all(participants.iter().map(|p| p.prepare(prepare_ctx(&id)))).await;
+        let images = join_all(participants.iter().zip(&own_markers).map(|(p, own)| {
+            p.prepare(StepContext {
+                marker: own.as_ref().unwrap_or(&marker),
+                ..prepare_ctx
+            })
+        }))
+        .await;
         let mut parties = Vec::with_capacity(participants.len());
         let mut entries = Vec::with_capacity(participants.len());
         let mut refused = None;
-        for (index, (participant, image)) in participants.into_iter().zip(images).enumerate() {
+        for (index, (((participant, image), spec), own)) in participants
+            .into_iter()
+            .zip(images)
+            .zip(specs)
+            .zip(own_markers)
+            .enumerate()
+        {
             let before = match image {
                 Ok(b) => b,
                 Err(StepError::Store { source, .. }) => {
@@ -95,13 +122,13 @@ impl Coordinator {
                     None
                 }
             };
-            match participant.spec() {
+            match spec {
                 Ok(spec) => entries.push(entry(participant.as_ref(), spec, before.clone())),
                 Err(e) => {
                     refused.get_or_insert(TxError::Invalid(e));
                 }
             }
-            parties.push(Party::new(participant, before));
+            parties.push(Party::new(participant, before).with_marker(own));
         }
         // The record holds every change: one too large for it is refused
         // before it is written (servers disagree on how they refuse it).
@@ -121,7 +148,7 @@ impl Coordinator {
         }
         if let Some(refusal) = refused {
             // Nothing was recorded.
-            give_back(&parties, &inserts, prepare_ctx(&id)).await;
+            give_back(&parties, &inserts, prepare_ctx).await;
             return Err(refusal);
         }
         let custom_reads = parties
@@ -158,7 +185,7 @@ impl Coordinator {
                 // unknown or recovery has the record: an undo now could take
                 // back what recovery applied.)
                 if matches!(e, TxError::Duplicate { .. } | TxError::Canceled { .. }) {
-                    give_back(&live.parties, &inserts, prepare_ctx(&id)).await;
+                    give_back(&live.parties, &inserts, prepare_ctx).await;
                 }
                 return Err(e);
             }
@@ -543,6 +570,10 @@ async fn give_back(parties: &[Party], inserts: &[bool], ctx: StepContext<'_>) {
             .zip(inserts)
             .filter(|(_, insert)| **insert)
             .map(|(party, _)| async move {
+                let ctx = StepContext {
+                    marker: party.marker.as_ref().unwrap_or(ctx.marker),
+                    ..ctx
+                };
                 if let Err(e) = party.participant.compensate(ctx).await {
                     tracing::warn!(target: "tandem", "releasing the placeholder of {} failed: {e}", party.participant.label());
                 }

@@ -262,11 +262,7 @@ impl Participant for DocumentChange {
             .ok_or_else(|| StepError::NotFound {
                 participant: self.label(),
             })?;
-        let image = paths
-            .into_iter()
-            .map(|p| (p.to_owned(), query::lookup(&current, p).cloned()))
-            .collect();
-        Ok(Some(image_to_doc(image)))
+        Ok(Some(image_to_doc(self.read_image(&current))))
     }
 
     async fn apply(&self, ctx: StepContext<'_>) -> Result<(), StepError> {
@@ -492,6 +488,22 @@ fn insert_expr(filter: &mut Document, mut exprs: Vec<Document>) {
             filter.insert("$expr", doc! { "$and": exprs });
         }
     }
+}
+
+/// The document a document change's `spec` (as its record keeps it) names,
+/// whatever store name it goes through: its namespace and its `_id` in
+/// canonical form. `None` for another kind of participant.
+pub(crate) fn document_key(kind: &str, spec: &Document) -> Option<Vec<u8>> {
+    if kind != KIND {
+        return None;
+    }
+    let ns = spec.get_document("namespace").ok()?;
+    let key = doc! {
+        "db": ns.get_str("db").ok()?,
+        "collection": ns.get_str("collection").ok()?,
+        "id": canonical_id(spec.get("id")?),
+    };
+    bson::to_vec(&key).ok()
 }
 
 /// `id` with every number in one form per value: an integral number that fits

@@ -3,6 +3,8 @@
 
 use bson::{doc, Bson, Document};
 
+use crate::change::overlaps;
+
 use super::*;
 
 impl DocumentChange {
@@ -60,8 +62,48 @@ impl DocumentChange {
         }
     }
 
+    /// The before-image read from `current` (the document as prepared): for
+    /// each path a `set`, `unset`, `push` or `pull` replaces, what its undo
+    /// restores, and where. Where the change creates more than its field,
+    /// the image is taken higher up, so that the undo takes that away too:
+    /// the first missing field on the way to the path (a `set` of
+    /// `shipping.carrier` without `shipping` creates `shipping`, which an
+    /// undo of `shipping.carrier` alone would leave behind, empty), or the
+    /// whole array the path indexes past its end (a `set` of `tags.3` on one
+    /// element pads `tags` with nulls) or whose element an `unset` removes
+    /// (which leaves a null in its place). Not where that would overlap an
+    /// increment of the change, whose undo is its own. Images covered by
+    /// another are left out.
+    pub(super) fn read_image(&self, current: &Document) -> Vec<(String, Option<Bson>)> {
+        let DocumentOp::Update { ops } = &self.op else {
+            return Vec::new();
+        };
+        let incs: Vec<&str> = ops
+            .iter()
+            .filter(|op| op.commutes())
+            .map(|op| op.path())
+            .collect();
+        let mut image: Vec<(String, Option<Bson>)> = Vec::new();
+        for op in ops.iter().filter(|op| !op.commutes()) {
+            let path = op.path();
+            let unset = matches!(op, FieldOp::Unset { .. });
+            let root = image_root(current, path, unset)
+                .filter(|root| !incs.iter().any(|inc| overlaps(root, inc)))
+                .unwrap_or(path);
+            if image
+                .iter()
+                .any(|(p, _)| overlaps(p, root) && p.len() <= root.len())
+            {
+                continue; // restored with a wider image
+            }
+            image.retain(|(p, _)| !overlaps(p, root));
+            image.push((root.to_owned(), query::lookup(current, root).cloned()));
+        }
+        image
+    }
+
     /// The before-image, when a guard pins every imaged path exactly: the
-    /// field is missing, or, for a `set` or `unset`, it equals a value that
+    /// field is missing (a top-level one), or, for a `set` or `unset`, it equals a value that
     /// is neither null nor an array. (An equality also matches an array that
     /// contains the value, and `null` a missing field: a guard `tags ==
     /// "sale"` says nothing of the rest of the array, which an undo restores.
@@ -83,7 +125,10 @@ impl DocumentChange {
                         GuardOp::Eq if whole && pins(&g.value) => {
                             Some((path.to_owned(), Some(g.value.clone())))
                         }
-                        GuardOp::Missing => Some((path.to_owned(), None)),
+                        // Only a top-level field: below one, the parent may
+                        // be missing too, and the image must then be taken
+                        // there ([`read_image`](Self::read_image)).
+                        GuardOp::Missing if !path.contains('.') => Some((path.to_owned(), None)),
                         _ => None,
                     })
             })
@@ -531,7 +576,9 @@ impl DocumentChange {
         let inc = self.undo_increments();
         if let Some(before) = ctx.before {
             for (path, value) in image_from_doc(before) {
-                if changed.contains(&path) {
+                // An image taken above a changed field (its parent, its
+                // array) would take the outside write away with it.
+                if changed.iter().any(|c| overlaps(c, &path)) {
                     continue;
                 }
                 match value {
@@ -615,6 +662,15 @@ impl DocumentChange {
             .filter_map(|op| match op {
                 FieldOp::Set { path, value } => {
                     Some((path.clone(), Bson::Document(doc! { "$eq": value.clone() })))
+                }
+                // An `unset` of an array's element leaves a null in its place.
+                FieldOp::Unset { path }
+                    if path
+                        .rsplit('.')
+                        .next()
+                        .is_some_and(|last| query::array_index(last).is_some()) =>
+                {
+                    Some((path.clone(), Bson::Document(doc! { "$eq": Bson::Null })))
                 }
                 FieldOp::Unset { path } => {
                     Some((path.clone(), Bson::Document(doc! { "$exists": false })))
@@ -1028,6 +1084,59 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
     }
     let mut out = Vec::new();
     walk(path, value, false, &mut out).then_some(out)
+}
+
+/// Where an undo of the change at `path` restores `doc` from, when higher
+/// than `path` ([`DocumentChange::read_image`]): the first field missing on
+/// the way (unless it is the last), or the array the path indexes past its
+/// end, or, for an `unset`, the array whose element the path names. `None`:
+/// at `path` itself (also where the update fails, through a scalar).
+fn image_root<'p>(doc: &Document, path: &'p str, unset: bool) -> Option<&'p str> {
+    enum Node<'d> {
+        Doc(&'d Document),
+        Arr(&'d [Bson]),
+        Leaf,
+    }
+    fn node_of(v: &Bson) -> Node<'_> {
+        match v {
+            Bson::Document(d) => Node::Doc(d),
+            Bson::Array(a) => Node::Arr(a),
+            _ => Node::Leaf,
+        }
+    }
+    let mut node = Node::Doc(doc);
+    // Where the prefix walked so far ends, and, when its value is an
+    // element of an array, where that array's path ends.
+    let mut end = 0;
+    let mut in_array: Option<usize> = None;
+    for seg in path.split('.') {
+        let start = if end == 0 { 0 } else { end + 1 };
+        let seg_end = start + seg.len();
+        let last = seg_end == path.len();
+        node = match node {
+            Node::Doc(d) => match d.get(seg) {
+                None => return (!last).then(|| &path[..seg_end]),
+                Some(v) => {
+                    in_array = None;
+                    node_of(v)
+                }
+            },
+            Node::Arr(a) => match query::array_index(seg) {
+                Some(i) if i < a.len() => {
+                    in_array = Some(end);
+                    node_of(&a[i])
+                }
+                Some(_) => return Some(&path[..end]),
+                None => return None,
+            },
+            Node::Leaf => return None,
+        };
+        end = seg_end;
+    }
+    match in_array {
+        Some(array_end) if unset => Some(&path[..array_end]),
+        _ => None,
+    }
 }
 
 /// An aggregation expression for the value at `path` as an update reads

@@ -1445,3 +1445,48 @@ pub async fn images_of_paths_through_arrays<F: StoreFactory + ?Sized>(factory: &
         "the outside write stays: {p}"
     );
 }
+
+/// A canceled transaction leaves its documents as it found them, also what
+/// its changes created on the way: a `set` under a missing parent (the
+/// parent goes), past the end of an array (the padding goes), and an
+/// `unset` of an array's element (the element comes back, where MongoDB's
+/// `$unset` left a null); nobody else wrote, and no conflict is reported.
+pub async fn a_canceled_change_leaves_nothing_on_the_way<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let orders = Namespace::new(db, "orders");
+    let order = doc! { "_id": "o1", "state": "UnPaid", "tags": ["a", "b"] };
+    seed(store.as_ref(), &orders, order.clone()).await;
+    let plain = coordinator(store.clone(), db, factory.lease());
+    let missing = || DocumentChange::update(accounts(db), "missing").inc("balance", 1_i64);
+    for change in [
+        DocumentChange::update(orders.clone(), "o1")
+            .set("shipping.carrier", "UPS")
+            .set("tags.4", "gift"),
+        DocumentChange::update(orders.clone(), "o1").unset("tags.0"),
+        // A guard that the field is missing says nothing of its parent.
+        DocumentChange::update(orders.clone(), "o1")
+            .set("shipping.carrier", "UPS")
+            .require_missing("shipping.carrier"),
+    ] {
+        let answer = plain
+            .run(Transaction::new().change(change).change(missing()))
+            .await;
+        assert!(
+            matches!(answer, Err(TxError::Canceled { .. })),
+            "{answer:?}"
+        );
+        plain.drain().await;
+        let after = get(store.as_ref(), &orders, "o1").await.expect("o1");
+        assert_eq!(after.get("shipping"), None, "{after}");
+        assert_eq!(after.get("tags"), order.get("tags"), "{after}");
+        let id = match &answer {
+            Err(e) => e.id().cloned().expect("an id"),
+            Ok(_) => unreachable!(),
+        };
+        let record = plain.record(&id).await.expect("read").expect("the record");
+        assert!(record.conflicts().is_empty(), "{:?}", record.conflicts());
+    }
+}
