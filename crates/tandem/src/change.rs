@@ -286,6 +286,13 @@ pub struct DocumentChange {
     /// take off what was never added.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) counts_debits: bool,
+    /// Whether a guard that a field is missing holds the document alone
+    /// ([`is_exclusive`](Self::is_exclusive)): true for every change built
+    /// now, false for one read back from a record an earlier version wrote,
+    /// whose apply shared the document (its credits deferred to the clear),
+    /// so that its clear or undo finishes it as it was applied.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) missing_held_alone: bool,
     /// Mistakes found while building, reported by `validate`.
     #[serde(skip)]
     errors: Vec<ChangeError>,
@@ -316,6 +323,7 @@ impl DocumentChange {
             op,
             guards: Vec::new(),
             counts_debits: true,
+            missing_held_alone: true,
             errors: Vec::new(),
             origin: Origin(None),
         }
@@ -511,10 +519,11 @@ impl DocumentChange {
     /// credit deferred to its commit falsifies when it lands and creates the
     /// field), holds it alone.
     pub fn is_exclusive(&self) -> bool {
-        let guards_shared = self
-            .guards
-            .iter()
-            .all(|g| matches!(g.op, GuardOp::Gte | GuardOp::Gt | GuardOp::Exists));
+        let guards_shared = self.guards.iter().all(|g| match g.op {
+            GuardOp::Gte | GuardOp::Gt | GuardOp::Exists => true,
+            GuardOp::Missing => !self.missing_held_alone,
+            _ => false,
+        });
         match &self.op {
             DocumentOp::Update { ops } => !guards_shared || ops.iter().any(|op| !op.commutes()),
             DocumentOp::Insert { .. } | DocumentOp::Delete => true,

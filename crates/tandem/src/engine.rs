@@ -63,9 +63,10 @@ impl Party {
 /// registered under two names names it twice unnoticed. Each change must
 /// then carry a marker of its own, or the second to apply finds the first's
 /// marker, takes it for its own apply, and is lost from a committed
-/// transaction. The marker is `<marker>/<index>`, rebuilt alike from the
-/// record. (A marker without a tag, of a record written before tags, stays
-/// as it was.)
+/// transaction. The marker is `<marker>/<index>`, and the record keeps it
+/// ([`ParticipantEntry::marker`](crate::record::ParticipantEntry::marker)).
+/// (A marker without a tag, of a record written before tags, stays as it
+/// was.)
 pub(crate) fn party_markers(keys: &[Option<Vec<u8>>], marker: &TxId) -> Vec<Option<TxId>> {
     let tagged = TxId::of_marker(marker.as_str()) != marker.as_str();
     let mut seen = std::collections::HashSet::new();
@@ -853,21 +854,15 @@ impl Engine {
     /// Rebuilds the participants of a stored record, as its current epoch drives it.
     pub fn rebuild(&self, record: &TxRecord) -> Result<Live, ChangeError> {
         let marker = record.marker();
-        let keys: Vec<_> = record
-            .participants
-            .iter()
-            .map(|entry| crate::document::document_key(&entry.kind, &entry.spec))
-            .collect();
         let parties = record
             .participants
             .iter()
-            .zip(party_markers(&keys, &marker))
-            .map(|(entry, own)| {
+            .map(|entry| {
                 Ok(Party::new(
                     self.kinds.build(&entry.kind, &entry.spec)?,
                     entry.before.clone(),
                 )
-                .with_marker(own))
+                .with_marker(entry.marker.clone().map(TxId::from_marker_value)))
             })
             .collect::<Result<Vec<_>, ChangeError>>()?;
         Ok(Live {

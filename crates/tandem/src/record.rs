@@ -92,6 +92,12 @@ impl TxId {
     pub(crate) fn from_marker_parts(marker: &TxId, index: usize) -> TxId {
         TxId(format!("{}/{index}", marker.0))
     }
+
+    /// A marker value as a record keeps it
+    /// ([`ParticipantEntry::marker`]).
+    pub(crate) fn from_marker_value(value: String) -> TxId {
+        TxId(value)
+    }
 }
 
 /// A marker's tag, possibly followed by `/<index>` (a participant's own
@@ -249,6 +255,13 @@ pub struct ParticipantEntry {
     /// The before-image captured before anything was applied, if the participant needs one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<Document>,
+    /// The marker this participant's steps carry when it is not the
+    /// record's ([`TxRecord::marker`]): a change to a document an earlier
+    /// participant changes too, through another store name
+    /// (`<marker>/<index>`). Recorded rather than worked out again, so that
+    /// a record written before such markers existed is finished as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marker: Option<String>,
 }
 
 /// How a history line noting an undo's conflict begins (see [`TxRecord::conflicts`]).

@@ -2173,6 +2173,16 @@ async fn one_database_under_two_store_names_names_a_document_twice() {
         )
         .await;
     coordinator.drain().await;
+    // The record keeps the second change's own marker, for recovery.
+    let id = result.as_ref().expect("committed").id.clone();
+    let record = coordinator.record(&id).await.unwrap().expect("the record");
+    let own: Vec<Option<&str>> = record
+        .participants
+        .iter()
+        .map(|p| p.marker.as_deref())
+        .collect();
+    let expected = format!("{}/2", record.marker().as_str());
+    assert_eq!(own, [None, None, Some(expected.as_str()), None]);
     let total =
         balance(&store, "A").await + balance(&store, "B").await + balance(&store, "F").await;
     assert!(result.is_ok(), "{result:?}");
@@ -2379,4 +2389,76 @@ async fn a_canceled_set_leaves_no_parent_and_no_padding_behind() {
         .await
         .unwrap()
         .assert_clean();
+}
+
+/// A record an earlier version wrote, of a change guarded by "missing" that
+/// shared its document then (its credit deferred to the clear, no lock), is
+/// finished as it was applied: its spec says nothing of holding the
+/// document alone, and the change read back shares it. Worked out again
+/// under today's rule, the credit counted as landed at apply: committed, B
+/// never got it, and the pending sum stayed for good (found by an
+/// adversarial review of the change that made "missing" exclusive).
+#[tokio::test]
+async fn a_newer_recovery_finishes_an_older_versions_missing_guard_credit() {
+    for point in [CommitPoint::Applied, CommitPoint::Done] {
+        let (store, clock, seeded) = bank(&["A", "B"], 1000).await;
+        // The record and both applies; then the coordinator dies.
+        let dying = FaultStore::new(Arc::new(store.clone())).crash_after(3);
+        let coordinator = Coordinator::builder(dying)
+            .commit_point(point)
+            .retry(tandem::RetryPolicy::NONE)
+            .build();
+        let answer = coordinator.run(grant_bonus()).await;
+        let id = match &answer {
+            Ok(receipt) => receipt.id.clone(),
+            Err(e) => e.id().cloned().expect("an id"),
+        };
+        // The record and B as the earlier version wrote them: no
+        // `missingHeldAlone` in the spec; the credit deferred, not held.
+        store
+            .update_one(
+                &records(),
+                doc! { "_id": id.as_str() },
+                doc! { "$unset": { "participants.1.spec.missingHeldAlone": "" } },
+                tandem::store::UpdateOptions::default(),
+            )
+            .await
+            .unwrap();
+        let b = get(&store, &accounts(), "B").await.unwrap();
+        let marker = b.get_array("pendingTransactions").unwrap()[0].clone();
+        store
+            .replace_one(
+                &accounts(),
+                doc! { "_id": "B" },
+                doc! {
+                    "_id": "B", "balance": 1000_i64, "pendingTransactions": [marker],
+                    "_tandem": { "credit": { "bonus": 10_i64 }, "pending": 1 },
+                },
+            )
+            .await
+            .unwrap();
+
+        clock.advance(Duration::from_secs(120));
+        let recovered = Coordinator::new(store.clone());
+        let worker = recovered.recovery(RecoveryConfig::default());
+        for _ in 0..4 {
+            worker.run_once().await.unwrap();
+            clock.advance(Duration::from_secs(120));
+        }
+        let audit = audit(&store, &records(), &seeded).await.unwrap();
+        let committed = audit.count(TxState::Done) == 1;
+        let a = balance(&store, "A").await;
+        let b = get(&store, &accounts(), "B").await.unwrap();
+        let bonus = b.get_i64("bonus").ok();
+        assert_eq!(
+            (a, bonus),
+            if committed {
+                (990, Some(10))
+            } else {
+                (1000, None)
+            },
+            "{point:?}: answered {answer:?}, committed: {committed}; A {a}, B {b}"
+        );
+        audit.assert_clean();
+    }
 }

@@ -37,7 +37,12 @@ pub(crate) enum Item {
 
 /// A participant as its record entry stores it: the stored form of a
 /// [`ParticipantEntry`](crate::record::ParticipantEntry), written out directly rather than through serde.
-fn entry(participant: &dyn Participant, spec: Document, before: Option<Document>) -> Bson {
+fn entry(
+    participant: &dyn Participant,
+    spec: Document,
+    before: Option<Document>,
+    marker: Option<&TxId>,
+) -> Bson {
     let mut entry = doc! {
         "kind": participant.kind(),
         "label": participant.label(),
@@ -45,6 +50,9 @@ fn entry(participant: &dyn Participant, spec: Document, before: Option<Document>
     };
     if let Some(before) = before {
         entry.insert("before", before);
+    }
+    if let Some(marker) = marker {
+        entry.insert("marker", marker.as_str());
     }
     Bson::Document(entry)
 }

@@ -123,7 +123,12 @@ impl Coordinator {
                 }
             };
             match spec {
-                Ok(spec) => entries.push(entry(participant.as_ref(), spec, before.clone())),
+                Ok(spec) => entries.push(entry(
+                    participant.as_ref(),
+                    spec,
+                    before.clone(),
+                    own.as_ref(),
+                )),
                 Err(e) => {
                     refused.get_or_insert(TxError::Invalid(e));
                 }
@@ -308,7 +313,12 @@ impl Coordinator {
                         .iter()
                         .map(|party| {
                             let p = party.participant.as_ref();
-                            Ok(entry(p, p.spec()?, party.before.clone()))
+                            Ok(entry(
+                                p,
+                                p.spec()?,
+                                party.before.clone(),
+                                party.marker.as_ref(),
+                            ))
                         })
                         .collect::<Result<Vec<_>, ChangeError>>(),
                 };

@@ -95,6 +95,9 @@ impl DocumentChange {
         if self.counts_debits {
             spec.insert("countsDebits", true);
         }
+        if self.missing_held_alone {
+            spec.insert("missingHeldAlone", true);
+        }
         Some(spec)
     }
 }
