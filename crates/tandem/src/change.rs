@@ -254,6 +254,11 @@ pub enum DocumentOp {
 /// (bad paths, values that cannot be stored) are collected and reported by
 /// [`DocumentChange::validate`] when the transaction runs, before anything is written.
 ///
+/// Its serde form is the spec a transaction record keeps. A change read
+/// back from one is applied, committed and undone as the version that wrote
+/// it did (a spec without `countsDebits` or `missingHeldAlone` is an earlier
+/// version's), so build changes with the methods, not by deserializing.
+///
 /// ```
 /// use tandem::{DocumentChange, Namespace};
 ///
