@@ -167,6 +167,8 @@ struct GcStats {
     last_error: Mutex<Option<String>>,
     /// The ids of the records it asked to remove or reduce to stubs.
     sent: Sent,
+    /// The longest call, in milliseconds.
+    slowest_ms: AtomicU64,
 }
 
 fn say(line: impl AsRef<str>) {
@@ -510,9 +512,13 @@ async fn run_in(
         Some(tokio::spawn(async move {
             while !done.load(Ordering::SeqCst) {
                 gc.calls.fetch_add(1, Ordering::SeqCst);
-                match tokio::time::timeout(Duration::from_secs(20), worker.collect_garbage(age))
-                    .await
-                {
+                let began = Instant::now();
+                let outcome =
+                    tokio::time::timeout(Duration::from_secs(20), worker.collect_garbage(age))
+                        .await;
+                let took = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+                gc.slowest_ms.fetch_max(took, Ordering::SeqCst);
+                match outcome {
                     Ok(Ok(n)) => {
                         gc.collected.fetch_add(n as u64, Ordering::SeqCst);
                     }
@@ -770,8 +776,9 @@ async fn run_in(
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         format!(
-            "garbage collection: {collected} records collected (removed, or reduced to stubs and removed later) in {} calls ({failed} failed{})",
+            "garbage collection: {collected} records collected (removed, or reduced to stubs and removed later) in {} calls (the slowest {:.1} s; {failed} failed{})",
             gc.calls.load(Ordering::SeqCst),
+            gc.slowest_ms.load(Ordering::SeqCst) as f64 / 1000.0,
             last.map(|e| format!(", the last with: {e}"))
                 .unwrap_or_default()
         )

@@ -921,8 +921,11 @@ impl RecoveryWorker {
                     // again under the id after this one was collected (its
                     // window would already be over, and the next pass would
                     // remove a record seconds old).
-                    let mut filter = due_filter.clone();
-                    filter.insert("_id", record.id.as_str());
+                    // `_id` first: a server that rides the first clause an
+                    // index covers then looks the record up (SecantusDB
+                    // took the state index, and stubs cost 60 ms each).
+                    let mut filter = doc! { "_id": record.id.as_str() };
+                    filter.extend(due_filter.clone());
                     filter.insert("state", record.state);
                     if let Some(token) = &record.token {
                         filter.insert("token", token.as_str());
@@ -957,8 +960,8 @@ impl RecoveryWorker {
                 done(result.map(|n| n as usize), &mut removed)?;
             }
             for batch in ids.chunks(GC_BATCH) {
-                let mut filter = due_filter.clone();
-                filter.insert("_id", doc! { "$in": batch });
+                let mut filter = doc! { "_id": { "$in": batch } };
+                filter.extend(due_filter.clone());
                 let result = engine
                     .retry(|| engine.records().delete_many(&ns, filter.clone()))
                     .await;
