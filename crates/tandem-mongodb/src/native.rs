@@ -148,7 +148,11 @@ async fn body(
             .database(&change.namespace.db)
             .collection(&change.namespace.collection);
         let matched = match change.native_command() {
-            NativeCommand::Insert { doc } => {
+            NativeCommand::Insert { doc, placeholder } => {
+                // A placeholder of the `_id` is taken over.
+                if let Err(e) = coll.delete_one(placeholder).session(&mut *session).await {
+                    return Err(refusal_or_driver(change, e));
+                }
                 match coll.insert_one(doc).session(&mut *session).await {
                     Ok(_) => true,
                     Err(e) if code_of(&e) == Some(11000) => {

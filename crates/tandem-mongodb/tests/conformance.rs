@@ -1026,6 +1026,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn a_native_insert_takes_over_a_placeholder() {
+        let Some(f) = factory("s_native_placeholder").await else {
+            return;
+        };
+        safety::a_native_insert_takes_over_a_placeholder(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn own_record_landing_while_the_id_is_taken() {
         let Some(f) = factory("s_own_record").await else {
             return;

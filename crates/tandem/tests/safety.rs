@@ -184,3 +184,8 @@ async fn images_of_paths_through_arrays() {
 async fn a_canceled_change_leaves_nothing_on_the_way() {
     safety::a_canceled_change_leaves_nothing_on_the_way(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn a_native_insert_takes_over_a_placeholder() {
+    safety::a_native_insert_takes_over_a_placeholder(&MemoryFactory::new(), "bank").await;
+}

@@ -2,7 +2,7 @@
 
 use bson::{doc, Bson, Document};
 
-use super::{insert_expr, merge_conditions};
+use super::{insert_expr, merge_conditions, GHOST, LOCK};
 
 use crate::change::{DocumentChange, DocumentOp, FieldOp};
 
@@ -18,10 +18,16 @@ pub enum NativeCommand {
         /// The update.
         update: Document,
     },
-    /// `insertOne(doc)`; a duplicate key means the document exists already.
+    /// `deleteOne(placeholder)`, then `insertOne(doc)`: an insert takes over a
+    /// placeholder of its `_id` (reserved by a two-phase insert and not
+    /// filled), as a two-phase insert may; a duplicate key then means the
+    /// document exists already.
     Insert {
         /// The full document, `_id` included.
         doc: Document,
+        /// The filter of the placeholder the insert takes over, if there is
+        /// one: its `_id`, not held.
+        placeholder: Document,
     },
     /// `deleteOne(filter)`; deleting nothing means a refusal to explain.
     Delete {
@@ -37,7 +43,14 @@ impl DocumentChange {
             DocumentOp::Insert { doc } => {
                 let mut full = doc! { "_id": self.id.clone() };
                 full.extend(doc.clone());
-                NativeCommand::Insert { doc: full }
+                NativeCommand::Insert {
+                    doc: full,
+                    placeholder: doc! {
+                        "_id": self.id.clone(),
+                        GHOST: { "$exists": true },
+                        LOCK: Bson::Null,
+                    },
+                }
             }
             DocumentOp::Delete => NativeCommand::Delete {
                 filter: self.guarded_filter(None),

@@ -48,8 +48,17 @@ impl MemoryStore {
                     }))
             };
             match change.native_command() {
-                NativeCommand::Insert { doc } => {
+                NativeCommand::Insert { doc, placeholder } => {
                     let doc = checked(with_id_first(doc)).map_err(failed)?;
+                    // A placeholder of the `_id` is taken over.
+                    let held = data
+                        .get(ns)
+                        .and_then(|c| c.matching(&placeholder, &cx).next().map(|_| ()));
+                    cx.check().map_err(failed)?;
+                    if held.is_some() {
+                        let before = data.get_mut(ns).and_then(|c| c.remove(&change.id));
+                        undo.push((ns.clone(), change.id.clone(), before));
+                    }
                     collection(&mut data, ns).insert_new(ns, doc).map_err(|_| {
                         StepError::AlreadyExists {
                             participant: change.label(),

@@ -1490,3 +1490,63 @@ pub async fn a_canceled_change_leaves_nothing_on_the_way<F: StoreFactory + ?Size
         assert!(record.conflicts().is_empty(), "{:?}", record.conflicts());
     }
 }
+
+/// A native insert takes over a placeholder of its `_id` (one a two-phase
+/// insert reserved and did not fill), as a two-phase insert does: the
+/// placeholder is no document, to reads or to inserts. Refused as
+/// `AlreadyExists` before (found by an adversarial review), and only by the
+/// native strategy. A document that is there is still `AlreadyExists`.
+pub async fn a_native_insert_takes_over_a_placeholder<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    if store.native().is_none() {
+        return;
+    }
+    let orders = Namespace::new(db, "orders");
+    let now = store.now().await.expect("the store's clock");
+    let left = bson::DateTime::from_millis(now.timestamp_millis() - 3_600_000);
+    for (id, reserved) in [("old", left), ("new", now)] {
+        seed(
+            store.as_ref(),
+            &orders,
+            doc! { "_id": id, "_tandem": { "ghost": true, "reservedAt": reserved } },
+        )
+        .await;
+    }
+    seed(store.as_ref(), &orders, doc! { "_id": "there", "n": 1 }).await;
+    let plain = coordinator(store.clone(), db, factory.lease());
+    for id in ["old", "new"] {
+        let answer = plain
+            .run(
+                Transaction::new()
+                    .strategy(crate::Strategy::Native)
+                    .change(DocumentChange::insert(orders.clone(), id, doc! { "n": 5 })),
+            )
+            .await;
+        assert!(answer.is_ok(), "{id}: {answer:?}");
+        let d = get(store.as_ref(), &orders, id).await.expect("inserted");
+        assert_eq!(d, doc! { "_id": id, "n": 5 }, "{id}");
+    }
+    let answer =
+        plain
+            .run(Transaction::new().strategy(crate::Strategy::Native).change(
+                DocumentChange::insert(orders.clone(), "there", doc! { "n": 5 }),
+            ))
+            .await;
+    assert!(
+        matches!(
+            answer,
+            Err(TxError::Canceled {
+                cause: crate::StepError::AlreadyExists { .. },
+                ..
+            })
+        ),
+        "{answer:?}"
+    );
+    assert_eq!(
+        get(store.as_ref(), &orders, "there").await,
+        Some(doc! { "_id": "there", "n": 1 })
+    );
+}
