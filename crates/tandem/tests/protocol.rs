@@ -2144,6 +2144,19 @@ async fn a_missing_guard_sees_a_committed_credit_still_to_land() {
         .assert_clean();
 }
 
+/// A transfer from A to B, and a fee of 1 from A to F, A's debit through the
+/// store name "main" (the default store under a second name).
+fn a_fee_through_main() -> Transaction {
+    transfer("A", "B", 100)
+        .change(
+            DocumentChange::update(accounts(), "A")
+                .in_store("main")
+                .inc("balance", -1_i64)
+                .require_gte("balance", 1_i64),
+        )
+        .change(DocumentChange::update(accounts(), "F").inc("balance", 1_i64))
+}
+
 /// A transaction may not name one document twice (the second change would
 /// find the first's marker and take it for its own apply). The check keys a
 /// document by store *name*, namespace and `_id`; one database registered
@@ -2160,18 +2173,7 @@ async fn one_database_under_two_store_names_names_a_document_twice() {
     let coordinator = Coordinator::builder(store.clone())
         .store("main", store.clone())
         .build();
-    let result = coordinator
-        .run(
-            transfer("A", "B", 100)
-                .change(
-                    DocumentChange::update(accounts(), "A")
-                        .in_store("main")
-                        .inc("balance", -1_i64)
-                        .require_gte("balance", 1_i64),
-                )
-                .change(DocumentChange::update(accounts(), "F").inc("balance", 1_i64)),
-        )
-        .await;
+    let result = coordinator.run(a_fee_through_main()).await;
     coordinator.drain().await;
     // The record keeps the second change's own marker, for recovery.
     let id = result.as_ref().expect("committed").id.clone();
@@ -2214,18 +2216,7 @@ async fn recovery_rebuilds_the_own_marker_of_a_document_named_twice() {
             .store("main", dying)
             .retry(tandem::RetryPolicy::NONE)
             .build();
-        let _ = coordinator
-            .run(
-                transfer("A", "B", 100)
-                    .change(
-                        DocumentChange::update(accounts(), "A")
-                            .in_store("main")
-                            .inc("balance", -1_i64)
-                            .require_gte("balance", 1_i64),
-                    )
-                    .change(DocumentChange::update(accounts(), "F").inc("balance", 1_i64)),
-            )
-            .await;
+        let _ = coordinator.run(a_fee_through_main()).await;
         clock.advance(Duration::from_secs(120));
         let recovered = Coordinator::builder(store.clone())
             .store("main", store.clone())

@@ -256,19 +256,7 @@ fn field_path<'a>(doc: &'a Document, path: &str) -> Value<'a> {
     let Some((seg, rest)) = split_dot(path) else {
         return doc.get(path).map(Cow::Borrowed);
     };
-    match doc.get(seg)? {
-        Bson::Document(d) => field_path(d, rest),
-        Bson::Array(elements) => Some(Cow::Owned(Bson::Array(
-            elements
-                .iter()
-                .filter_map(|e| match e {
-                    Bson::Document(d) => field_path(d, rest).map(Cow::into_owned),
-                    _ => None,
-                })
-                .collect(),
-        ))),
-        _ => None,
-    }
+    value_path(doc.get(seg)?, rest)
 }
 
 /// The aggregation field path `path` read from the value `v` (a variable's):
