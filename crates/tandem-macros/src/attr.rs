@@ -235,13 +235,19 @@ pub(crate) struct SerdeContainer {
     pub(crate) default: bool,
     /// `transparent` or `into = "..."`: the struct is not stored as its fields.
     pub(crate) not_by_fields: Option<(Span, &'static str)>,
+    /// A `serde` or `participant` attribute inside `#[cfg_attr(...)]`, which
+    /// this macro sees unexpanded: its span and the attribute's name.
+    pub(crate) in_cfg_attr: Option<(Span, &'static str)>,
 }
 
 impl SerdeContainer {
     /// Reads the container's `#[serde(...)]` attributes. Malformed ones are left
     /// for serde to report.
     pub(crate) fn parse(attrs: &[Attribute]) -> Self {
-        let mut serde = SerdeContainer::default();
+        let mut serde = SerdeContainer {
+            in_cfg_attr: hidden_in_cfg_attr(attrs),
+            ..SerdeContainer::default()
+        };
         for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
             let _ = attr.parse_nested_meta(|meta| {
                 let span = span_of(&meta.path);
@@ -284,12 +290,17 @@ pub(crate) struct SerdeField {
     pub(crate) default: bool,
     /// The function serializing the field, from `with` or `serialize_with`.
     pub(crate) serialize_with: Option<ExprPath>,
+    /// A `serde` or `participant` attribute inside `#[cfg_attr(...)]`.
+    pub(crate) in_cfg_attr: Option<(Span, &'static str)>,
 }
 
 impl SerdeField {
     /// Reads a field's `#[serde(...)]` attributes. Malformed ones are left for serde to report.
     pub(crate) fn parse(attrs: &[Attribute]) -> Self {
-        let mut serde = SerdeField::default();
+        let mut serde = SerdeField {
+            in_cfg_attr: hidden_in_cfg_attr(attrs),
+            ..SerdeField::default()
+        };
         for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
             let _ = attr.parse_nested_meta(|meta| {
                 if meta.path.is_ident("rename") {
@@ -366,6 +377,39 @@ pub(crate) fn serde_derives(attrs: &[Attribute]) -> (bool, bool) {
         }
     }
     (ser, de)
+}
+
+/// The first `serde(...)` or `participant(...)` attribute written inside a
+/// `#[cfg_attr(predicate, ...)]`: an attribute macro runs before `cfg_attr` is
+/// expanded on the item's fields (and sees it unexpanded on the struct), so
+/// such an attribute would be read by serde and not by `#[participant]`.
+fn hidden_in_cfg_attr(attrs: &[Attribute]) -> Option<(Span, &'static str)> {
+    use proc_macro2::TokenTree;
+    for attr in attrs.iter().filter(|a| a.path().is_ident("cfg_attr")) {
+        let syn::Meta::List(list) = &attr.meta else {
+            continue;
+        };
+        // `predicate, attr, attr, ...`: the attributes follow top-level commas.
+        let mut after_comma = false;
+        for token in list.tokens.clone() {
+            match &token {
+                TokenTree::Punct(p) if p.as_char() == ',' => {
+                    after_comma = true;
+                    continue;
+                }
+                TokenTree::Ident(ident) if after_comma => {
+                    for name in ["serde", "participant"] {
+                        if ident == name {
+                            return Some((ident.span(), name));
+                        }
+                    }
+                }
+                _ => {}
+            }
+            after_comma = false;
+        }
+    }
+    None
 }
 
 fn string_value(meta: &ParseNestedMeta<'_>) -> syn::Result<LitStr> {

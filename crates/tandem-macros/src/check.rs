@@ -18,6 +18,7 @@ pub(crate) fn check(m: &Model, errors: &mut Errors) {
     check_marker_name(m, errors);
     check_embedded_takes_no_document_options(m, errors);
     check_serde_derives(m, errors);
+    check_no_attributes_in_cfg_attr(m, errors);
     check_stored_by_fields(m, errors);
     check_no_deny_unknown_fields(m, errors);
     check_named_struct(m, errors);
@@ -166,6 +167,28 @@ fn check_stored_by_fields(m: &Model, errors: &mut Errors) {
             span,
             format_args!(
                 "#[participant] cannot address the fields of a struct serialized with `#[serde({what})]`"
+            ),
+        );
+    }
+}
+
+/// No `serde(...)` or `participant(...)` attribute may sit inside a
+/// `#[cfg_attr(...)]`, on the struct or a field: the macro reads attributes as
+/// written, so it would miss a `rename` that serde applies, and send typed
+/// changes to a field serde never reads.
+fn check_no_attributes_in_cfg_attr(m: &Model, errors: &mut Errors) {
+    let hidden = m.serde.in_cfg_attr.iter().chain(
+        m.input_fields
+            .iter()
+            .filter_map(|f| f.serde.in_cfg_attr.as_ref()),
+    );
+    for (span, name) in hidden {
+        errors.at(
+            *span,
+            format_args!(
+                "#[participant] cannot read a `{name}` attribute inside `cfg_attr`: it would \
+                 not see what the attribute says (a rename, a skip), and the typed paths could \
+                 name a field serde never writes; write `#[{name}(...)]` without `cfg_attr`"
             ),
         );
     }
