@@ -445,7 +445,7 @@ impl<'a> Gen<'a> {
         );
         let path_methods = self.path_methods(&quote!(TandemDoc), Some(quote!(&self.path)));
         let fields_at_body = self.body(quote! {
-            #fields { path, document: #p::PhantomData }
+            #fields { path, nullable, document: #p::PhantomData }
         });
         let allow_stub = self.stub.then(|| quote!(#[allow(unused_variables)]));
         let wrappers = self.wrappers.borrow();
@@ -459,6 +459,10 @@ impl<'a> Gen<'a> {
                     fn path(&self) -> &str {
                         &self.path
                     }
+
+                    fn nullable(&self) -> bool {
+                        self.nullable
+                    }
                 }
             }
         });
@@ -467,6 +471,7 @@ impl<'a> Gen<'a> {
             #[doc = #fields_doc]
             #vis struct #fields<TandemDoc> {
                 path: ::std::string::String,
+                nullable: bool,
                 document: #p::PhantomData<fn() -> TandemDoc>,
             }
 
@@ -478,7 +483,10 @@ impl<'a> Gen<'a> {
                 impl #impl_generics #p::Embedded for #ident #ty_generics #where_clause {
                     type Fields<TandemDoc> = #fields<TandemDoc>;
 
-                    fn fields_at<TandemDoc>(path: ::std::string::String) -> #fields<TandemDoc> {
+                    fn fields_at<TandemDoc>(
+                        path: ::std::string::String,
+                        nullable: bool,
+                    ) -> #fields<TandemDoc> {
                         #fields_at_body
                     }
                 }
@@ -488,7 +496,11 @@ impl<'a> Gen<'a> {
                 #[automatically_derived]
                 impl<TandemDoc> ::core::clone::Clone for #fields<TandemDoc> {
                     fn clone(&self) -> Self {
-                        #fields { path: ::core::clone::Clone::clone(&self.path), document: #p::PhantomData }
+                        #fields {
+                            path: ::core::clone::Clone::clone(&self.path),
+                            nullable: self.nullable,
+                            document: #p::PhantomData,
+                        }
                     }
                 }
 
@@ -623,8 +635,17 @@ impl<'a> Gen<'a> {
             ));
         }
         if matches!(f.shape, Shape::Option) {
-            for (op, what) in [("Exists", "is present"), ("Missing", "is absent")] {
-                let suffix = format!("_{}", op.to_lowercase());
+            // Serde stores `None` as `null`, which `$exists` counts as present:
+            // the guards test what the struct reads, `Some` or `None`.
+            for (name, op, what) in [
+                (
+                    "exists",
+                    "Ne",
+                    "holds a value (`Some`: present and not `null`)",
+                ),
+                ("missing", "Eq", "holds no value (`None`: absent or `null`)"),
+            ] {
+                let suffix = format!("_{name}");
                 let op = Ident::new(op, Span::call_site());
                 methods.push((
                     guard_doc(what),
@@ -717,15 +738,23 @@ impl<'a> Gen<'a> {
             guard("Lt", "is less than `value`"),
             guard("Lte", "is at most `value`"),
         ];
-        let presence = |op: &str, what: &str| {
+        let presence = |op: &str, null_op: &str, what: &str| {
             let doc_text = format!(
                 "Guard: the change applies only if `field` (a path from {fields_link}) {what}; \
-                 otherwise the transaction is canceled."
+                 otherwise the transaction is canceled.\n\n\
+                 For the path of an `Option` field, a stored `null` (serde's `None`) counts as \
+                 no value (see `FieldPath::nullable`)."
             );
             let name = Ident::new(&format!("require_{}", op.to_lowercase()), Span::call_site());
             let op = Ident::new(op, Span::call_site());
+            let null_op = Ident::new(null_op, Span::call_site());
             let body = body(quote! {
-                #change { inner: self.inner.require(#path, #p::GuardOp::#op, #p::bson::Bson::Null) }
+                let op = if #p::FieldPath::nullable(&field) {
+                    #p::GuardOp::#null_op
+                } else {
+                    #p::GuardOp::#op
+                };
+                #change { inner: self.inner.require(#path, op, #p::bson::Bson::Null) }
             });
             quote! {
                 #[doc = #doc_text]
@@ -737,8 +766,8 @@ impl<'a> Gen<'a> {
                 }
             }
         };
-        let exists = presence("Exists", "is present");
-        let missing = presence("Missing", "is absent");
+        let exists = presence("Exists", "Ne", "holds a value");
+        let missing = presence("Missing", "Eq", "holds no value");
 
         quote! {
             #[doc = #set_doc]
@@ -835,7 +864,8 @@ impl<'a> Gen<'a> {
                     let fields_ty = respan(quote!(<#nested as #p::Embedded>::Fields<#doc>), span);
                     let fields_at =
                         respan(quote!(<#nested as #p::Embedded>::fields_at::<#doc>), span);
-                    let body = self.body(respan(quote!(#fields_at(#path)), span));
+                    let nullable = matches!(f.shape, Shape::Option);
+                    let body = self.body(respan(quote!(#fields_at(#path, #nullable)), span));
                     quote! {
                         #[doc = #doc_text]
                         #[must_use]
@@ -846,7 +876,11 @@ impl<'a> Gen<'a> {
                 }
                 None => {
                     let doc_text = format!("The path of `{name}`, stored at {shown}.");
-                    let body = self.body(quote!(#p::Field::new(#path)));
+                    let body = if matches!(f.shape, Shape::Option) {
+                        self.body(quote!(#p::Field::optional(#path)))
+                    } else {
+                        self.body(quote!(#p::Field::new(#path)))
+                    };
                     quote! {
                         #[doc = #doc_text]
                         #[must_use]

@@ -1026,6 +1026,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn typed_presence_guards_follow_option() {
+        let Some(f) = factory("s_typed_presence").await else {
+            return;
+        };
+        safety::typed_presence_guards_follow_option(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn a_native_insert_takes_over_a_placeholder() {
         let Some(f) = factory("s_native_placeholder").await else {
             return;

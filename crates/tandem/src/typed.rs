@@ -72,7 +72,7 @@
 //! | `push_f(elem)`, `pull_f(elem)` | `Vec<T>` (taking a `T`) | `$push`, `$pull` |
 //! | `require_f_eq(value)`, `require_f_ne(value)` | every type | guard `==`, `!=` |
 //! | `require_f_gt/_gte/_lt/_lte(value)` | numbers, `String`, `DateTime` | guard `>`, `>=`, `<`, `<=` |
-//! | `require_f_exists()`, `require_f_missing()` | `Option<T>` | guard on presence |
+//! | `require_f_exists()`, `require_f_missing()` | `Option<T>` | guard: the field is `Some`, or `None` |
 //!
 //! Values of number fields are taken as the field's exact type, so that a
 //! literal such as `5_000_000_000` gets the field's type; other values are
@@ -100,6 +100,20 @@
 //! `require_eq/_ne/_gt/_gte/_lt/_lte(field, value)`, and
 //! `require_exists/_missing(field)`. [`Field::index`] addresses an array
 //! element, [`Field::new`] any path.
+//!
+//! # Presence guards follow the Rust type
+//!
+//! Serde stores `None` as `null` (unless the field is skipped when `None`),
+//! and `null` is present for MongoDB's `$exists`. So the presence guards of
+//! an `Option` field test what the struct would read: `require_f_exists()`
+//! (and `require_exists(field)` with the field's typed path) passes when the
+//! field holds a value, present and not `null` (`$ne: null`);
+//! `require_f_missing()` passes when it reads as `None`, absent or `null`
+//! (`$eq: null`). On a field of any other type, where a stored `null` cannot
+//! be read anyway, they test presence (`$exists`), which lets an increment
+//! under `require_exists` share its document with other increments. A
+//! [`Field`] made with [`Field::new`] tests presence; [`Field::optional`]
+//! makes one that tests for `null` too.
 //!
 //! A field marked `#[participant(nested)]`, whose type (or `Option` of it) is a
 //! struct marked `#[participant(embedded)]`, returns the embedded struct's
@@ -170,6 +184,9 @@
 //!   changes the id.
 //! * Stored names follow `#[serde(rename)]` and `#[serde(rename_all)]` (every
 //!   serde casing; the serialization side when the two differ).
+//! * `serde(...)` and `participant(...)` attributes are written directly, not
+//!   inside `#[cfg_attr(...)]`, which the attribute sees unexpanded on fields:
+//!   such an attribute is a compile error rather than a rename it would miss.
 //! * Documents carry tandem's own fields: the marker array and `_tandem`. The
 //!   struct need not declare them, since serde ignores unknown fields; so
 //!   `#[serde(deny_unknown_fields)]` is refused. A field stored under the marker
@@ -246,9 +263,10 @@ pub trait Embedded {
     /// The generated field paths, for fields of the document type `D`.
     type Fields<D>;
 
-    /// The field paths of an embedded document stored at `path`.
+    /// The field paths of an embedded document stored at `path`; `nullable`
+    /// for an `Option` of it (see [`FieldPath::nullable`]).
     #[doc(hidden)]
-    fn fields_at<D>(path: String) -> Self::Fields<D>;
+    fn fields_at<D>(path: String, nullable: bool) -> Self::Fields<D>;
 }
 
 /// A number that `$inc` can add: `i32`, `i64` or `f64`.
@@ -280,6 +298,14 @@ pub trait FieldPath<D> {
 
     /// The dotted path of the field in the stored document.
     fn path(&self) -> &str;
+
+    /// Whether a stored `null` reads as "no value" (`None` of an `Option`
+    /// field), so that presence guards test for `null` as well as absence.
+    ///
+    /// `false` unless the path was made for an `Option` field.
+    fn nullable(&self) -> bool {
+        false
+    }
 }
 
 /// The typed path of a field holding a `T` inside documents of type `D`.
@@ -290,6 +316,7 @@ pub trait FieldPath<D> {
 /// type against `T`.
 pub struct Field<D, T> {
     path: String,
+    nullable: bool,
     types: PhantomData<fn() -> (D, T)>,
 }
 
@@ -298,9 +325,14 @@ impl<D, T> Field<D, T> {
     ///
     /// The generated `fields()` are the checked way to get fields; use this
     /// for paths they cannot express, such as keys of a map.
+    ///
+    /// Its presence guards test presence (`$exists`); for a path holding an
+    /// `Option`, where a stored `null` reads as `None`, use
+    /// [`Field::optional`].
     pub fn new(path: impl Into<String>) -> Self {
         Field {
             path: path.into(),
+            nullable: false,
             types: PhantomData,
         }
     }
@@ -316,8 +348,24 @@ impl<D, T> Field<D, T> {
     }
 }
 
+impl<D, T> Field<D, Option<T>> {
+    /// An `Option` field at any dotted `path`: its presence guards treat a
+    /// stored `null` (serde's `None`) as no value, as the generated paths of
+    /// `Option` fields do.
+    pub fn optional(path: impl Into<String>) -> Self {
+        Field {
+            path: path.into(),
+            nullable: true,
+            types: PhantomData,
+        }
+    }
+}
+
 impl<D, T> Field<D, Vec<T>> {
     /// The element at `index` of an array field (path `field.index`).
+    ///
+    /// Its presence guards test presence; for an element of type `Option`,
+    /// build it with [`Field::optional`].
     pub fn index(&self, index: usize) -> Field<D, T> {
         Field::new(format!("{}.{index}", self.path))
     }
@@ -329,17 +377,30 @@ impl<D, T> FieldPath<D> for Field<D, T> {
     fn path(&self) -> &str {
         &self.path
     }
+
+    fn nullable(&self) -> bool {
+        self.nullable
+    }
 }
 
 impl<D, T> Clone for Field<D, T> {
     fn clone(&self) -> Self {
-        Field::new(self.path.clone())
+        Field {
+            path: self.path.clone(),
+            nullable: self.nullable,
+            types: PhantomData,
+        }
     }
 }
 
 impl<D, T> fmt::Debug for Field<D, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Field").field(&self.path).finish()
+        let mut t = f.debug_tuple("Field");
+        t.field(&self.path);
+        if self.nullable {
+            t.field(&"optional");
+        }
+        t.finish()
     }
 }
 
@@ -351,7 +412,7 @@ impl<D, T> fmt::Display for Field<D, T> {
 
 impl<D, T> PartialEq for Field<D, T> {
     fn eq(&self, other: &Self) -> bool {
-        self.path == other.path
+        self.path == other.path && self.nullable == other.nullable
     }
 }
 
@@ -360,6 +421,7 @@ impl<D, T> Eq for Field<D, T> {}
 impl<D, T> Hash for Field<D, T> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.path.hash(state);
+        self.nullable.hash(state);
     }
 }
 

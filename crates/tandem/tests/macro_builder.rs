@@ -57,8 +57,8 @@ fn update_builders_match_the_untyped_api() {
         .set("active", true)
         .require_ne("owner", "mallory")
         .require_lt("level", 10_i32)
-        .require_missing("nick")
-        .require_exists("bonus");
+        .require_eq("nick", Bson::Null)
+        .require_ne("bonus", Bson::Null);
     assert_eq!(DocumentChange::from(typed), by_hand);
 }
 
@@ -168,7 +168,8 @@ fn generic_methods_take_typed_fields() {
         .require_eq(f.active(), true)
         .require_lte(f.rate(), 2.0)
         .require_missing(f.bonus())
-        .require_exists(f.tags().index(0));
+        .require_exists(f.tags().index(0))
+        .require_exists(f.balance());
     let by_hand = DocumentChange::update(ns("accounts"), "A")
         .set("owner", "zed")
         .inc("balance", 3_i64)
@@ -178,11 +179,19 @@ fn generic_methods_take_typed_fields() {
         .require("level", GuardOp::Gt, 1_i32)
         .require_eq("active", true)
         .require_lte("rate", 2.0_f64)
-        .require_missing("bonus")
-        .require_exists("tags.0");
+        // An `Option` field's `None` is stored as null: it holds no value.
+        .require_eq("bonus", Bson::Null)
+        // Presence, for paths that hold no `Option`.
+        .require_exists("tags.0")
+        .require_exists("balance");
     assert_eq!(DocumentChange::from(typed), by_hand);
     assert_eq!(f.balance().path(), "balance");
     assert_eq!(f.balance(), Field::<Account, i64>::new("balance"));
+    assert!(!FieldPath::nullable(&f.balance()));
+    assert!(FieldPath::nullable(&f.bonus()));
+    assert_eq!(f.bonus(), Field::optional("bonus"));
+    assert_ne!(f.bonus(), Field::new("bonus"));
+    assert_eq!(format!("{:?}", f.bonus()), "Field(\"bonus\", \"optional\")");
 }
 
 // Renames.
@@ -313,6 +322,22 @@ fn nested_fields_are_dotted_paths() {
     assert_eq!(DocumentChange::from(typed), by_hand);
     assert_eq!(f.billing().geo().lon().path(), "bill.geo.lon");
     assert_eq!(FieldPath::path(&f.address()), "address");
+    // An `Option` of an embedded document is `None` when stored as null.
+    assert!(FieldPath::nullable(&f.billing()));
+    assert!(!FieldPath::nullable(&f.address()));
+    assert!(!FieldPath::nullable(&f.billing().city()));
+    assert_eq!(
+        DocumentChange::from(
+            Customer::change(id)
+                .require_exists(f.billing())
+                .require_missing(f.billing().zip_code())
+                .require_exists(f.address())
+        ),
+        DocumentChange::update(Namespace::new("crm", "customers"), id)
+            .require_ne("bill", Bson::Null)
+            .require_eq("bill.zipCode", Bson::Null)
+            .require_exists("address")
+    );
 
     let whole = Customer::change(id).set_address(address.clone());
     assert_eq!(

@@ -189,3 +189,8 @@ async fn a_canceled_change_leaves_nothing_on_the_way() {
 async fn a_native_insert_takes_over_a_placeholder() {
     safety::a_native_insert_takes_over_a_placeholder(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn typed_presence_guards_follow_option() {
+    safety::typed_presence_guards_follow_option(&MemoryFactory::new(), "bank").await;
+}

@@ -1550,3 +1550,108 @@ pub async fn a_native_insert_takes_over_a_placeholder<F: StoreFactory + ?Sized>(
         Some(doc! { "_id": "there", "n": 1 })
     );
 }
+
+/// The typed presence guards of an `Option` field test what the struct reads,
+/// `Some` or `None`. Serde stores `None` as `null`, which MongoDB's `$exists`
+/// counts as present: `require_approved_by_exists()` passed for a claim never
+/// approved, and the payout was made, while `require_coupon_missing()` refused
+/// an unused coupon (found by an adversarial review of the typed API). The
+/// generated paths of `Option` fields, plain and embedded, carry the same rule
+/// into the generic `require_exists` / `require_missing`.
+pub async fn typed_presence_guards_follow_option<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    use crate as tandem;
+    use serde::{Deserialize, Serialize};
+
+    #[tandem::participant(embedded, crate = "crate")]
+    #[derive(Serialize, Deserialize)]
+    struct Address {
+        city: String,
+    }
+
+    #[tandem::participant(collection = "claims", crate = "crate")]
+    #[derive(Serialize, Deserialize)]
+    struct Claim {
+        #[serde(rename = "_id")]
+        id: String,
+        approved_by: Option<String>,
+        coupon: Option<String>,
+        #[participant(nested)]
+        shipping: Option<Address>,
+        paid: i64,
+    }
+
+    let store = factory.fresh().await;
+    let claims = Namespace::new(db, "claims");
+    let claim = Claim {
+        id: "c1".into(),
+        approved_by: None,
+        coupon: None,
+        shipping: None,
+        paid: 0,
+    };
+    let stored = bson::to_document(&claim).expect("a document");
+    assert_eq!(stored.get("approved_by"), Some(&Bson::Null), "{stored}");
+    seed(store.as_ref(), &claims, stored).await;
+    let plain = coordinator(store.clone(), db, factory.lease());
+    let f = Claim::fields();
+    let pay = |guarded: ClaimChange| async {
+        let answer = plain.run(Transaction::new().change(guarded)).await;
+        plain.drain().await;
+        answer
+    };
+    let refused = |answer: &Result<_, TxError>| matches!(answer, Err(TxError::Canceled { .. }));
+
+    // `None` is no value: guards that need one refuse, and nothing is paid.
+    for guarded in [
+        Claim::change("c1")
+            .inc_paid(500)
+            .require_approved_by_exists(),
+        Claim::change("c1")
+            .inc_paid(500)
+            .require_exists(f.approved_by()),
+        Claim::change("c1")
+            .inc_paid(500)
+            .require_exists(f.shipping()),
+    ] {
+        let answer = pay(guarded).await;
+        assert!(refused(&answer), "{answer:?}");
+    }
+    let after = get(store.as_ref(), &claims, "c1").await.expect("c1");
+    assert_eq!(after.get_i64("paid"), Ok(0), "{after}");
+
+    // ... and guards that need none pass.
+    for guarded in [
+        Claim::change("c1").inc_paid(1).require_coupon_missing(),
+        Claim::change("c1").inc_paid(1).require_missing(f.coupon()),
+        Claim::change("c1")
+            .inc_paid(1)
+            .require_missing(f.shipping()),
+    ] {
+        let answer = pay(guarded).await;
+        assert!(answer.is_ok(), "{answer:?}");
+    }
+
+    // A value present passes, and a field absent altogether is `None` too.
+    let answer = pay(Claim::change("c1").set_approved_by(Some("boss".to_owned()))).await;
+    assert!(answer.is_ok(), "{answer:?}");
+    let answer = pay(Claim::change("c1").unset_coupon()).await;
+    assert!(answer.is_ok(), "{answer:?}");
+    for guarded in [
+        Claim::change("c1")
+            .inc_paid(10)
+            .require_approved_by_exists()
+            .require_coupon_missing(),
+        Claim::change("c1")
+            .inc_paid(10)
+            .require_exists(f.approved_by())
+            .require_missing(f.coupon()),
+    ] {
+        let answer = pay(guarded).await;
+        assert!(answer.is_ok(), "{answer:?}");
+    }
+    let after = get(store.as_ref(), &claims, "c1").await.expect("c1");
+    assert_eq!(after.get_i64("paid"), Ok(23), "{after}");
+    assert_eq!(after.get("coupon"), None, "{after}");
+    let read: Claim = bson::from_document(after).expect("the struct reads it");
+    assert_eq!(read.approved_by.as_deref(), Some("boss"));
+}
