@@ -208,7 +208,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             id,
             cause,
             participant,
+            undone,
         }) => {
+            // `undone`: nothing is left applied (otherwise recovery finishes the undo).
+            assert!(undone, "the undo met no failure");
             let by = participant.ok_or("a refusal names its participant")?;
             println!(
                 "  o-2 rolled back: {cause} (participant #{} of the transaction); hold {:?}",

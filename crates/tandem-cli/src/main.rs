@@ -706,5 +706,12 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
             total.failed
         )));
     }
+    if total.waiting > 0 {
+        // Decided or not, they are not finished: a debit may still show.
+        return Err(Failure::Incomplete(format!(
+            "{} transactions are not finished yet; run recover again after the lease",
+            total.waiting
+        )));
+    }
     Ok(())
 }

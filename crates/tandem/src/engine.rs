@@ -605,13 +605,18 @@ impl Engine {
         // `canceling` decides the outcome: whatever the undoing meets (a store
         // failure, an apply still in flight), recovery finishes it, and the
         // transaction ends `canceled` with nothing applied.
-        if let Err(e) = self.finish_canceling(live).await {
-            tracing::warn!(target: "tandem", "undoing {} left to recovery: {e}", live.id);
-        }
+        let undone = match self.finish_canceling(live).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(target: "tandem", "undoing {} left to recovery: {e}", live.id);
+                false
+            }
+        };
         Err(TxError::Canceled {
             id: live.id.clone(),
             cause,
             participant: by.map(Box::new),
+            undone,
         })
     }
 

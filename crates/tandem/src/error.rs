@@ -280,8 +280,21 @@ pub enum TxError {
         /// The state of the existing record (or of its stub), if it could be read.
         state: Option<TxState>,
     },
-    /// A participant refused its change; every applied change was undone.
-    #[error("transaction {id} canceled: {cause}")]
+    /// A participant refused its change, and the transaction is decided
+    /// canceled: it never commits.
+    ///
+    /// `undone` says whether every change it applied was undone before this
+    /// answer. It is `false` when an undo met a store failure, or had to wait
+    /// because an apply whose answer was lost could still land until the
+    /// transaction's deadline: the record stays `canceling`, the documents may
+    /// show the applied half, and recovery undoes the rest once the lease
+    /// plus the clock margin has passed (read the record, or
+    /// [`Coordinator::drain`](crate::Coordinator::drain) does not wait for
+    /// it: only recovery finishes it).
+    #[error(
+        "transaction {id} canceled{}: {cause}",
+        if *undone { "" } else { " (its undo is left to recovery)" }
+    )]
     Canceled {
         /// The id.
         id: TxId,
@@ -291,6 +304,9 @@ pub enum TxError {
         /// transaction as a whole, such as a record too large): see
         /// [`TxError::participant`] and [`TxError::refused_by`].
         participant: Option<Box<ParticipantRef>>,
+        /// Whether nothing of the transaction is left applied: every applied
+        /// change was undone (or none was applied) before this answer.
+        undone: bool,
     },
     /// Another worker took the transaction over (its lease had expired); that worker decides the outcome.
     #[error("transaction {id} was taken over by another worker (now {state:?} at epoch {epoch})")]

@@ -57,9 +57,12 @@ pub struct RecoveryReport {
     /// cannot drive (a participant kind it does not register, a store it
     /// does not have), left unclaimed for a process that can.
     pub failed: usize,
-    /// Claimed records whose markers may be removed only later, by the
-    /// participant stores' clocks, because an earlier apply may still be in
-    /// flight until its deadline: left for a later pass.
+    /// Claimed records left unfinished for a later pass: their markers may
+    /// be removed only later, by the participant stores' clocks, because an
+    /// earlier apply may still be in flight until its deadline, or a record
+    /// rolled forward was refused and its undo met a store failure. A record
+    /// counted here may be decided (`canceling`, `applied`) but still shows
+    /// its applied half.
     pub waiting: usize,
     /// Records another worker changed or claimed first.
     pub lost: usize,
@@ -702,7 +705,14 @@ impl RecoveryWorker {
                             live,
                             from_pending: true,
                         }),
-                        Err(TxError::Canceled { .. }) => Ok(Driven::State(TxState::Canceled)),
+                        Err(TxError::Canceled { undone: true, .. }) => {
+                            Ok(Driven::State(TxState::Canceled))
+                        }
+                        // Decided, and the undo left for a later pass: not
+                        // `canceled` yet, whatever the report would like.
+                        Err(TxError::Canceled { undone: false, .. }) => {
+                            Ok(Driven::State(TxState::Canceling))
+                        }
                         Err(e) => Err(e),
                     }
                 } else {
@@ -753,6 +763,12 @@ impl RecoveryWorker {
     /// `pending` (a later recovery pass decides); after it, `canceled` or
     /// `canceling` if some apply never landed, `done` (or `applied`) if every
     /// apply landed, which means the transaction committed.
+    ///
+    /// Once decided, the answer is the decision: `canceling` when the undo is
+    /// left to recovery (it must wait for applies in flight, or met a store
+    /// failure), `applied` when finishing a committed transaction is. A
+    /// store failure before the decision is
+    /// [`TxError::Interrupted`] in `pending`.
     pub async fn cancel(&self, id: &TxId, reason: &str) -> Result<TxState, TxError> {
         let record = self
             .engine
@@ -790,13 +806,30 @@ impl RecoveryWorker {
                 state: Some(record.state),
                 epoch: record.epoch,
             })?;
-        match self.drive(&claimed, Some(reason)).await? {
-            Driven::State(state) => Ok(state),
-            Driven::Committed { live, from_pending } => self
-                .finish_committed(&[(live, from_pending)])
-                .await
-                .pop()
-                .expect("one result per transaction"),
+        match self.drive(&claimed, Some(reason)).await {
+            Ok(Driven::State(state)) => Ok(state),
+            // Decided canceled: what is left of the undo, recovery finishes.
+            Err(TxError::Interrupted {
+                state: Some(TxState::Canceling),
+                source,
+                ..
+            }) => {
+                tracing::warn!(target: "tandem", "undoing {id} left to recovery: {source}");
+                Ok(TxState::Canceling)
+            }
+            Err(e) => Err(e),
+            Ok(Driven::Committed { live, from_pending }) => {
+                match self.finish_committed(&[(live, from_pending)]).await.pop() {
+                    Some(Ok(state)) => Ok(state),
+                    // Committed (every apply landed): what is left of the
+                    // finishing, recovery does.
+                    Some(Err(e)) => {
+                        tracing::warn!(target: "tandem", "finishing {id} left to recovery: {e}");
+                        Ok(TxState::Applied)
+                    }
+                    None => unreachable!("one result per transaction"),
+                }
+            }
         }
     }
 

@@ -221,10 +221,12 @@ impl Coordinator {
                     .iter()
                     .position(|c| cause.participant() == Some(c.label().as_str()))
                     .map(|i| Box::new(Participant::reference(&changes[i], i)));
+                // The native transaction was aborted: nothing of it was applied.
                 Err(TxError::Canceled {
                     id,
                     cause,
                     participant,
+                    undone: true,
                 })
             }
         };

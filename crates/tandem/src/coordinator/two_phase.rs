@@ -118,6 +118,7 @@ impl Coordinator {
                         id: id.clone(),
                         cause,
                         participant: Some(Box::new(participant.reference(index))),
+                        undone: true,
                     });
                     None
                 }
@@ -149,6 +150,7 @@ impl Coordinator {
                     participant: "(transaction record)".into(),
                 },
                 participant: None,
+                undone: true,
             });
         }
         if let Some(refusal) = refused {
@@ -274,6 +276,7 @@ impl Coordinator {
                         source,
                     },
                     participant: None,
+                    undone: true,
                 })?;
         let create_by =
             bson::DateTime::from_millis(estimate.timestamp_millis().saturating_add(lease_millis));
@@ -366,6 +369,7 @@ impl Coordinator {
                         participant: "(transaction record)".into(),
                     },
                     participant: None,
+                    undone: true,
                 });
             }
             Err(source) => {
@@ -541,6 +545,7 @@ impl Coordinator {
                 participant: "(transaction record)".into(),
             },
             participant: None,
+            undone: true,
         }
     }
 

@@ -1,0 +1,212 @@
+//! Answers and reports say what is known, no more: an adversarial review
+//! found three that claimed more. Each test walks every operation at which a
+//! fault can strike (a lost answer, a crash), and checks the answer against
+//! the stored record and balances.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::doc;
+use common::*;
+use tandem::testing::FaultStore;
+use tandem::{
+    Coordinator, MemoryStore, PendingPolicy, RecoveryConfig, Store, TxError, TxId, TxState,
+};
+
+/// A record left `pending` with nothing applied: its owner crashed after writing it.
+async fn stuck_transfer(store: &MemoryStore) -> TxId {
+    let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(1);
+    let dead = Coordinator::builder(faulty).build();
+    match dead.run(transfer("A", "B", 100)).await.unwrap_err() {
+        TxError::Interrupted {
+            id,
+            state: Some(TxState::Pending),
+            ..
+        } => id,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn state_of(store: &MemoryStore, id: &TxId) -> TxState {
+    Coordinator::new(store.clone())
+        .record(id)
+        .await
+        .unwrap()
+        .expect("the record")
+        .state
+}
+
+/// `Canceled` said "every applied change was undone" while the undo had to
+/// wait: one apply's answer was lost, so it could still land until the
+/// deadline, and the debit stayed applied for a lease. The answer now says
+/// whether the undo happened (`undone`), and recovery finishes it after the
+/// lease when it did not.
+#[tokio::test]
+async fn canceled_says_whether_the_undo_happened() {
+    let mut left = 0;
+    for n in 1..10 {
+        let (store, clock, _) = bank(&["A"], 1000).await;
+        // B does not exist: its credit is refused (not found).
+        let lossy = FaultStore::new(Arc::new(store.clone())).lose_at(n);
+        let coordinator = Coordinator::builder(lossy).build();
+        let answer = coordinator.run(transfer("A", "B", 100)).await;
+        let Err(TxError::Canceled { id, undone, .. }) = &answer else {
+            continue;
+        };
+        let state = state_of(&store, id).await;
+        if *undone {
+            assert_eq!(state, TxState::Canceled, "lost op {n}: {answer:?}");
+            assert_eq!(balance(&store, "A").await, 1000, "lost op {n}");
+            continue;
+        }
+        left += 1;
+        assert_eq!(state, TxState::Canceling, "lost op {n}: {answer:?}");
+        assert!(
+            answer
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("left to recovery"),
+            "{answer:?}"
+        );
+        clock.advance(Duration::from_secs(33));
+        let report = Coordinator::new(store.clone())
+            .recovery(RecoveryConfig::default())
+            .run_once()
+            .await
+            .unwrap();
+        assert_eq!(report.canceled, 1, "lost op {n}: {report:?}");
+        assert_eq!(state_of(&store, id).await, TxState::Canceled);
+        assert_eq!(balance(&store, "A").await, 1000, "lost op {n}");
+    }
+    assert!(left > 0, "no lost answer left an undo to recovery");
+}
+
+/// A record rolled forward whose re-apply was refused and whose undo must
+/// wait was counted `canceled` (and `tandem recover --forward` printed
+/// "canceled 1 … waiting 0" and exited 0) while it was `canceling` with the
+/// debit applied. It is now `waiting` until a later pass cancels it.
+#[tokio::test]
+async fn a_refused_roll_forward_left_canceling_is_waiting() {
+    let mut waiting = 0;
+    for n in 1..40 {
+        let (store, clock, _) = bank(&["A", "B"], 1000).await;
+        let id = stuck_transfer(&store).await;
+        // B goes away meanwhile: its apply will be refused (not found).
+        store
+            .delete_one(&accounts(), doc! { "_id": "B" })
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(33));
+        let lossy = FaultStore::new(Arc::new(store.clone())).lose_at(n);
+        let worker = Coordinator::builder(lossy).build().recovery(RecoveryConfig {
+            pending: PendingPolicy::RollForward,
+            ..RecoveryConfig::default()
+        });
+        let report = worker.run_once().await.unwrap();
+        let state = state_of(&store, &id).await;
+        assert_eq!(
+            report.canceled == 1,
+            state == TxState::Canceled,
+            "lost op {n}: {report:?}, record {state}"
+        );
+        if state == TxState::Canceling {
+            waiting += 1;
+            assert_eq!(report.waiting, 1, "lost op {n}: {report:?}");
+        }
+    }
+    assert!(waiting > 0, "no lost answer left the record canceling");
+}
+
+/// Once `cancel` has decided, its answer is the decision: it answered
+/// "outcome unknown" (`Interrupted` in `canceling`, or in `applied` for a
+/// transaction found committed), which the `TxError` documentation says never
+/// reaches a caller, when the undo or the finishing met a store failure.
+#[tokio::test]
+async fn cancel_answers_its_decision() {
+    let mut decided = 0;
+    for n in 1..30 {
+        let (store, clock, _) = bank(&["A", "B"], 1000).await;
+        let id = stuck_transfer(&store).await;
+        clock.advance(Duration::from_secs(33));
+        let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(n);
+        let answer = Coordinator::builder(faulty)
+            .build()
+            .cancel(&id, "operator")
+            .await;
+        let state = state_of(&store, &id).await;
+        match answer {
+            Ok(TxState::Canceling) => {
+                decided += 1;
+                assert_eq!(state, TxState::Canceling, "crash after op {n}");
+            }
+            Ok(TxState::Canceled) => assert_eq!(state, TxState::Canceled, "crash after op {n}"),
+            Err(TxError::Interrupted {
+                state: Some(TxState::Pending),
+                ..
+            }) => assert_eq!(state, TxState::Pending, "crash after op {n}"),
+            other => panic!("crash after op {n}: {other:?}, record {state}"),
+        }
+    }
+    assert!(decided > 0, "no crash struck between the decision and the undo");
+}
+
+/// The same for a transaction that had committed at its applies (its owner
+/// answered committed, then crashed): `cancel` finds it committed, and a
+/// failure while finishing it is answered `applied`, not "outcome unknown".
+#[tokio::test]
+async fn cancel_of_a_committed_transaction_answers_committed() {
+    // The first crash point at which the owner answered committed and left
+    // the record unfinished.
+    let mut owner_crash = None;
+    for k in 1..30 {
+        let (store, _, _) = bank(&["A", "B"], 1000).await;
+        let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(k);
+        if let Ok(receipt) = Coordinator::builder(faulty)
+            .build()
+            .run(transfer("A", "B", 100))
+            .await
+        {
+            if state_of(&store, &receipt.id).await != TxState::Done {
+                owner_crash = Some(k);
+                break;
+            }
+        }
+    }
+    let owner_crash = owner_crash.expect("a crash point after the commit");
+    let mut failed = 0;
+    for n in 1..30 {
+        let (store, clock, _) = bank(&["A", "B"], 1000).await;
+        let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(owner_crash);
+        let owner = Coordinator::builder(faulty).build();
+        let id = owner.run(transfer("A", "B", 100)).await.expect("committed").id;
+        clock.advance(Duration::from_secs(33));
+        let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(n);
+        let answer = Coordinator::builder(faulty)
+            .build()
+            .cancel(&id, "operator")
+            .await;
+        let state = state_of(&store, &id).await;
+        match answer {
+            Ok(TxState::Done) => assert_eq!(state, TxState::Done, "crash after op {n}"),
+            Ok(TxState::Applied) => {
+                failed += 1;
+                assert!(
+                    matches!(state, TxState::Pending | TxState::Applied),
+                    "crash after op {n}: record {state}"
+                );
+            }
+            Ok(TxState::Pending) => {}
+            Err(TxError::Interrupted {
+                state: Some(TxState::Pending),
+                ..
+            }) => {}
+            other => panic!("crash after op {n}: {other:?}, record {state}"),
+        }
+        // Committed either way: nothing is undone.
+        assert_eq!(balance(&store, "A").await, 900, "crash after op {n}");
+    }
+    assert!(failed > 0, "no crash struck while finishing the committed transaction");
+}
