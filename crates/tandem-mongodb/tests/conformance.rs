@@ -1026,6 +1026,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn guards_on_unusual_numbers_decide_alike() {
+        let Some(f) = factory("s_unusual_numbers").await else {
+            return;
+        };
+        safety::guards_on_unusual_numbers_decide_alike(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn typed_presence_guards_follow_option() {
         let Some(f) = factory("s_typed_presence").await else {
             return;

@@ -77,6 +77,45 @@ async fn an_array_as_id_differs_between_servers() {
     t.drop().await;
 }
 
+/// In a query, MongoDB reads a number with a leading zero (`tags.01`) as a
+/// field name, never as an array index (`isArrayOffsetMatch` in its
+/// `path.cpp` compares the segment with the element's index as strings), as
+/// the embedded store does; SecantusDB 0.7.0b3 reads it as the index.
+/// MongoDB's updates read it as the index. tandem relies on neither: such a
+/// segment is refused in changes and guards (`ChangeError::InvalidPath`), and
+/// the embedded store refuses it in updates.
+#[tokio::test]
+async fn a_leading_zero_segment_differs_between_servers() {
+    let Some(t) = TestDb::new("leading_zero").await else {
+        return;
+    };
+    let ns = t.ns("docs");
+    t.store
+        .insert_one(&ns, doc! { "_id": 1, "tags": ["x", "y"] })
+        .await
+        .unwrap();
+    let found = t
+        .store
+        .find(&ns, doc! { "tags.01": "y" }, FindOptions::default())
+        .await
+        .unwrap();
+    let memory = tandem::MemoryStore::new();
+    memory
+        .insert_one(&ns, doc! { "_id": 1, "tags": ["x", "y"] })
+        .await
+        .unwrap();
+    let embedded = memory
+        .find(&ns, doc! { "tags.01": "y" }, FindOptions::default())
+        .await
+        .unwrap();
+    assert!(embedded.is_empty(), "{embedded:?}");
+    match secantus_version(&t.store).await {
+        Some(version) => assert_eq!(found.len(), 1, "SecantusDB {version}: {found:?}"),
+        None => assert!(found.is_empty(), "MongoDB: {found:?}"),
+    }
+    t.drop().await;
+}
+
 /// In an aggregation expression, MongoDB reads a field path's numeric
 /// segment as a field name, through an array of each element (so
 /// `"$items.0.tags"` on `{items: [{tags: ["a"]}]}` is `[]`); SecantusDB

@@ -38,7 +38,8 @@ pub const DEFAULT_MARKER: &str = "pendingTransactions";
 /// The sub-document tandem keeps on participant documents (lock, pending delete, placeholder).
 pub const META_FIELD: &str = "_tandem";
 
-/// Checks one dotted field path: non-empty segments, none starting with `$`, no NUL.
+/// Checks one dotted field path: non-empty segments, none starting with `$`,
+/// no number with a leading zero (`01`), no NUL.
 pub fn check_path(path: &str) -> Result<(), ChangeError> {
     let bad = |reason| {
         Err(ChangeError::InvalidPath {
@@ -58,6 +59,11 @@ pub fn check_path(path: &str) -> Result<(), ChangeError> {
         }
         if seg.starts_with('$') {
             return bad("segment starts with '$'");
+        }
+        if seg.len() > 1 && seg.starts_with('0') && seg.bytes().all(|b| b.is_ascii_digit()) {
+            // MongoDB's updates read `tags.01` as `tags.1`, its queries as a
+            // field named "01": no guard or before-image could follow it.
+            return bad("a number with a leading zero as a segment (MongoDB's updates read it as an array index, its queries as a field name)");
         }
     }
     Ok(())

@@ -101,10 +101,12 @@ async fn a_refused_roll_forward_left_canceling_is_waiting() {
             .unwrap();
         clock.advance(Duration::from_secs(33));
         let lossy = FaultStore::new(Arc::new(store.clone())).lose_at(n);
-        let worker = Coordinator::builder(lossy).build().recovery(RecoveryConfig {
-            pending: PendingPolicy::RollForward,
-            ..RecoveryConfig::default()
-        });
+        let worker = Coordinator::builder(lossy)
+            .build()
+            .recovery(RecoveryConfig {
+                pending: PendingPolicy::RollForward,
+                ..RecoveryConfig::default()
+            });
         let report = worker.run_once().await.unwrap();
         let state = state_of(&store, &id).await;
         assert_eq!(
@@ -150,7 +152,10 @@ async fn cancel_answers_its_decision() {
             other => panic!("crash after op {n}: {other:?}, record {state}"),
         }
     }
-    assert!(decided > 0, "no crash struck between the decision and the undo");
+    assert!(
+        decided > 0,
+        "no crash struck between the decision and the undo"
+    );
 }
 
 /// The same for a transaction that had committed at its applies (its owner
@@ -181,7 +186,11 @@ async fn cancel_of_a_committed_transaction_answers_committed() {
         let (store, clock, _) = bank(&["A", "B"], 1000).await;
         let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(owner_crash);
         let owner = Coordinator::builder(faulty).build();
-        let id = owner.run(transfer("A", "B", 100)).await.expect("committed").id;
+        let id = owner
+            .run(transfer("A", "B", 100))
+            .await
+            .expect("committed")
+            .id;
         clock.advance(Duration::from_secs(33));
         let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(n);
         let answer = Coordinator::builder(faulty)
@@ -208,5 +217,8 @@ async fn cancel_of_a_committed_transaction_answers_committed() {
         // Committed either way: nothing is undone.
         assert_eq!(balance(&store, "A").await, 900, "crash after op {n}");
     }
-    assert!(failed > 0, "no crash struck while finishing the committed transaction");
+    assert!(
+        failed > 0,
+        "no crash struck while finishing the committed transaction"
+    );
 }

@@ -194,3 +194,8 @@ async fn a_native_insert_takes_over_a_placeholder() {
 async fn typed_presence_guards_follow_option() {
     safety::typed_presence_guards_follow_option(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn guards_on_unusual_numbers_decide_alike() {
+    safety::guards_on_unusual_numbers_decide_alike(&MemoryFactory::new(), "bank").await;
+}

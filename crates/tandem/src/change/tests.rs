@@ -18,6 +18,30 @@ fn paths_with_operators_are_rejected() {
     }
 }
 
+/// `tags.01` is `tags.1` to MongoDB's updates and a field "01" to its
+/// queries, so no guard or before-image could follow a change to it: it is
+/// refused before anything is written, in changes and in guards alike.
+#[test]
+fn numbers_with_leading_zeros_are_rejected_as_segments() {
+    for bad in ["tags.01", "a.00.b", "007"] {
+        let set = DocumentChange::update(ns(), "A").set(bad, 1).validate();
+        let guard = DocumentChange::update(ns(), "A")
+            .set("n", 1)
+            .require_eq(bad, 1)
+            .validate();
+        for err in [set, guard] {
+            assert!(
+                matches!(&err, Err(ChangeError::InvalidPath { reason, .. }) if reason.contains("leading zero")),
+                "{bad:?}: {err:?}"
+            );
+        }
+    }
+    for good in ["tags.0", "tags.10", "a.0b", "x0"] {
+        let ok = DocumentChange::update(ns(), "A").set(good, 1).validate();
+        assert!(ok.is_ok(), "{good:?}: {ok:?}");
+    }
+}
+
 #[test]
 fn namespaces_with_operators_are_rejected() {
     for (db, coll) in [("", "c"), ("a.b", "c"), ("d", "$cmd"), ("d", "")] {

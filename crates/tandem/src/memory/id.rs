@@ -125,7 +125,20 @@ pub(super) fn hash_bson<H: Hasher>(v: &Bson, state: &mut H) {
         Bson::Boolean(b) => state.write_u8(u8::from(*b)),
         Bson::DateTime(d) => state.write_i64(d.timestamp_millis()),
         Bson::Binary(b) => state.write(&b.bytes),
-        Bson::Decimal128(d) => state.write(&d.bytes()),
+        // As the equal integer or double (`total_cmp` compares decimals
+        // exactly with other numbers): a decimal that is an integer of the
+        // 64-bit range hashes as it; any other as its nearest double, which an
+        // equal double is.
+        Bson::Decimal128(d) => match crate::query::Exact::of(v) {
+            Some(exact) => match exact.as_i64() {
+                Some(i) => state.write_i64(i),
+                None => hash_bson(
+                    &Bson::Double(d.to_string().parse().unwrap_or(f64::NAN)),
+                    state,
+                ),
+            },
+            None => state.write(&d.bytes()),
+        },
         Bson::Timestamp(t) => {
             state.write_u32(t.time);
             state.write_u32(t.increment);

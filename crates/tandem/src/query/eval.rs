@@ -77,12 +77,12 @@ fn eval_operator(doc: &Document, path: &str, op: &str, arg: &Bson) -> bool {
     match op {
         "$eq" => any_equal(doc, path, arg),
         "$ne" => !any_equal(doc, path, arg),
-        "$gt" => test(&mut |x| compare(x, arg) == Some(Ordering::Greater)),
+        "$gt" => test(&mut |x| in_range(x, arg) == Some(Ordering::Greater)),
         "$gte" => {
-            test(&mut |x| matches!(compare(x, arg), Some(Ordering::Greater | Ordering::Equal)))
+            test(&mut |x| matches!(in_range(x, arg), Some(Ordering::Greater | Ordering::Equal)))
         }
-        "$lt" => test(&mut |x| compare(x, arg) == Some(Ordering::Less)),
-        "$lte" => test(&mut |x| matches!(compare(x, arg), Some(Ordering::Less | Ordering::Equal))),
+        "$lt" => test(&mut |x| in_range(x, arg) == Some(Ordering::Less)),
+        "$lte" => test(&mut |x| matches!(in_range(x, arg), Some(Ordering::Less | Ordering::Equal))),
         "$in" => test(&mut |x| in_list(x, arg)),
         "$nin" => !test(&mut |x| in_list(x, arg)),
         "$exists" => any_value(doc, path, &mut |v| v.value().is_some()) == truthy(arg),
@@ -108,6 +108,30 @@ fn eval_operator(doc: &Document, path: &str, op: &str, arg: &Bson) -> bool {
             _ => false,
         },
         _ => false,
+    }
+}
+
+/// How a value compares with a range operator's bound, as MongoDB's
+/// `ComparisonMatchExpression` does: as [`compare`], except that MinKey and
+/// MaxKey bound values of every type, and that NaN lies in no range (equal
+/// only to NaN, neither below nor above any number). `None`: no range holds.
+fn in_range(x: &Bson, bound: &Bson) -> Option<Ordering> {
+    let nan = |v: &Bson| match v {
+        Bson::Double(f) => f.is_nan(),
+        Bson::Decimal128(_) => crate::query::Exact::of(v).is_some_and(|e| e.is_nan()),
+        _ => false,
+    };
+    match compare(x, bound) {
+        None => match bound {
+            Bson::MaxKey => Some(Ordering::Less),
+            Bson::MinKey => Some(Ordering::Greater),
+            _ => None,
+        },
+        Some(o) => match (nan(x), nan(bound)) {
+            (false, false) => Some(o),
+            (true, true) => Some(Ordering::Equal),
+            _ => None,
+        },
     }
 }
 
@@ -220,12 +244,14 @@ fn any_value_in(v: &Bson, path: &str, f: &mut dyn FnMut(Found<'_>) -> bool) -> b
                         (Some(e), Some(rest)) => any_value_in(e, rest, f),
                     };
             }
-            if elements.is_empty() {
-                return f(Found::Missing);
-            }
+            // Only the documents among the elements are looked into: an
+            // empty array, a scalar or a nested array yields no value, not
+            // even a missing one (so `{"a.b": null}` does not match
+            // `{a: [1, 2]}` or `{a: []}`, as in MongoDB up to 8.x; 9.0 changed
+            // it, SERVER-36681).
             elements.iter().any(|e| match e {
                 Bson::Document(d) => any_value(d, path, f),
-                _ => f(Found::Missing),
+                _ => false,
             })
         }
         _ => f(Found::Missing),

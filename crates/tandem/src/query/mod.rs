@@ -62,21 +62,27 @@
 //! equal; strings compare with strings (bytewise, i.e. the simple collation),
 //! dates with dates, booleans with booleans, ObjectIds with ObjectIds. A range
 //! comparison across brackets is false: `{balance: {$gte: 100}}` does not
-//! match `{balance: "1000"}`. Embedded documents and arrays compare as whole
+//! match `{balance: "1000"}`, except against MinKey and MaxKey, which bound
+//! every value (`{v: {$lt: MaxKey}}` matches any `v`). NaN equals NaN but
+//! lies in no range: `$lt` and `$gt` are false when either side is NaN,
+//! `$lte` and `$gte` true only for NaN against NaN (in `$expr` and in sorting,
+//! NaN is below every other number). A Decimal128 compares exactly with
+//! the other numbers. Embedded documents and arrays compare as whole
 //! values (field names and order matter, numbers compare numerically).
 //!
 //! # Not supported
 //!
 //! `$regex` and regular-expression values, `$elemMatch`, `$all`,
 //! `$size`, `$mod`, `$where`, `$text`, geospatial and
-//! bitwise operators, collations, and arithmetic on Decimal128 (a Decimal128
-//! only equals a bitwise-identical Decimal128). Inside `$expr`: every other
+//! bitwise operators, collations, and arithmetic on Decimal128 (`$inc` of or
+//! by one). Inside `$expr`: every other
 //! expression operator (`$add`, `$map`, `$getField`, ...), every other
 //! variable (`$$ROOT`, `$$CLUSTER_TIME`, ...), and document and array
 //! expressions; `$expr` is not allowed in a `$pull` condition either (as in
 //! MongoDB). They are rejected with [`StoreErrorKind::BadRequest`] rather
 //! than silently misread.
 
+mod decimal;
 mod eval;
 mod expr;
 mod order;
@@ -88,6 +94,7 @@ use std::cell::Cell;
 
 use bson::{Bson, DateTime, Document};
 
+pub(crate) use decimal::Exact;
 pub(crate) use eval::{eval, eval_operators_on, eval_skipping};
 pub use order::compare;
 pub(crate) use order::{total_cmp, values_equal};

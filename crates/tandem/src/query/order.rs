@@ -13,9 +13,9 @@ use bson::{Bson, Document};
 /// other number); strings and symbols (bytewise); documents; arrays; binary
 /// data; ObjectIds; booleans; dates; timestamps; regular expressions;
 /// DBPointers; JavaScript; JavaScript with scope; MaxKey. Documents and arrays
-/// compare element by element. A Decimal128 is only comparable with an
-/// identical Decimal128 (they are equal); arithmetic on Decimal128 is not
-/// supported.
+/// compare element by element. A Decimal128 compares exactly with every
+/// number (`Decimal128("1.0")` equals `1`; a NaN decimal a NaN double);
+/// arithmetic on Decimal128 is not supported.
 ///
 /// (Run as the unit test `query::doc_examples::compare`: the module is internal.)
 /// ```ignore
@@ -31,13 +31,7 @@ pub fn compare(a: &Bson, b: &Bson) -> Option<Ordering> {
     if rank(a) != rank(b) {
         return None;
     }
-    match (a, b) {
-        (Bson::Decimal128(x), Bson::Decimal128(y)) if x.bytes() == y.bytes() => {
-            Some(Ordering::Equal)
-        }
-        (Bson::Decimal128(_), _) | (_, Bson::Decimal128(_)) => None,
-        _ => Some(total_cmp(a, b)),
-    }
+    Some(total_cmp(a, b))
 }
 
 /// Whether two values are equal under [`compare`].
@@ -76,8 +70,7 @@ pub(super) fn same_str(a: &str, b: &str) -> bool {
 /// orders them. Used for sorting and for ordering `_id`s.
 ///
 /// Values that [`compare`] calls equal are equal here too (so `Int32(1)` and
-/// `Double(1.0)` are the same `_id`); Decimal128s, which [`compare`] cannot
-/// order, sort after the other numbers, bytewise among themselves.
+/// `Double(1.0)` are the same `_id`, and so are `3` and `Decimal128("3.0")`).
 pub(crate) fn total_cmp(a: &Bson, b: &Bson) -> Ordering {
     // The common `_id` types first: these comparisons order map keys.
     match (a, b) {
@@ -92,9 +85,9 @@ pub(crate) fn total_cmp(a: &Bson, b: &Bson) -> Ordering {
         return ra.cmp(&rb);
     }
     match (a, b) {
-        (Bson::Decimal128(x), Bson::Decimal128(y)) => x.bytes().cmp(&y.bytes()),
-        (Bson::Decimal128(_), _) => Ordering::Greater,
-        (_, Bson::Decimal128(_)) => Ordering::Less,
+        (Bson::Decimal128(_), _) | (_, Bson::Decimal128(_)) => {
+            super::decimal::cmp_numbers_exactly(a, b).unwrap_or(Ordering::Equal)
+        }
         (Bson::Document(x), Bson::Document(y)) => cmp_documents(x, y),
         (Bson::Array(x), Bson::Array(y)) => {
             for (u, v) in x.iter().zip(y) {

@@ -1655,3 +1655,60 @@ pub async fn typed_presence_guards_follow_option<F: StoreFactory + ?Sized>(facto
     let read: Claim = bson::from_document(after).expect("the struct reads it");
     assert_eq!(read.approved_by.as_deref(), Some("boss"));
 }
+
+/// Guards on unusual numbers decide alike on every store, and a refusal is
+/// named as the guard that failed. NaN lies in no range (`risk < 0.5` held
+/// on the embedded store for a NaN risk, so the approval committed there and
+/// was refused on MongoDB, where the refusal was even reported as a
+/// concurrent write, since the explanation re-ran the guard through the
+/// embedded matcher); a Decimal128 compares with other numbers by value
+/// (`Decimal128("1.0") != 1` held on the embedded store). Found by a
+/// differential review of the embedded store against the test server.
+pub async fn guards_on_unusual_numbers_decide_alike<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let loans = Namespace::new(db, "loans");
+    let one: bson::Decimal128 = "1.0".parse().expect("a decimal");
+    seed(
+        store.as_ref(),
+        &loans,
+        doc! { "_id": "L", "risk": f64::NAN, "rate": one, "state": "new" },
+    )
+    .await;
+    let plain = coordinator(store.clone(), db, factory.lease());
+    let approve = || DocumentChange::update(loans.clone(), "L").set("state", "approved");
+    for guarded in [
+        approve().require_lt("risk", 0.5),
+        approve().require_gte("risk", 0.0),
+        approve().require_ne("rate", 1_i32),
+        approve().require_lt("rate", 1_i64),
+    ] {
+        let answer = plain.run(Transaction::new().change(guarded.clone())).await;
+        assert!(
+            matches!(
+                &answer,
+                Err(TxError::Canceled {
+                    cause: crate::StepError::GuardFailed { .. },
+                    ..
+                })
+            ),
+            "{guarded:?}: {answer:?}"
+        );
+    }
+    let after = get(store.as_ref(), &loans, "L").await.expect("L");
+    assert_eq!(after.get_str("state"), Ok("new"), "{after}");
+    for guarded in [
+        approve().require_eq("risk", f64::NAN),
+        approve()
+            .require_eq("rate", 1_i32)
+            .require_gte("rate", 0.5_f64),
+    ] {
+        let answer = plain.run(Transaction::new().change(guarded.clone())).await;
+        assert!(answer.is_ok(), "{guarded:?}: {answer:?}");
+    }
+    plain.drain().await;
+    let after = get(store.as_ref(), &loans, "L").await.expect("L");
+    assert_eq!(after.get_str("state"), Ok("approved"), "{after}");
+}

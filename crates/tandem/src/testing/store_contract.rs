@@ -101,6 +101,11 @@ macro_rules! __store_contract_list {
             dotted_paths,
             comparison_and_logical_operators,
             unset_and_set_outcomes,
+            nan_is_in_no_range,
+            update_paths_with_leading_zero_segments,
+            min_and_max_key_bound_every_value,
+            decimals_compare_as_numbers,
+            dotted_null_through_arrays_without_documents,
         }
     };
 }
@@ -2381,5 +2386,221 @@ pub async fn unset_and_set_outcomes<F: StoreFactory + ?Sized>(factory: &F, db: &
     assert_eq!(
         get(store.as_ref(), &ns, 1).await,
         Some(doc! { "_id": 1, "b": { "c": [1, 2] } })
+    );
+}
+
+/// NaN equals NaN but lies in no range: `$lt` and `$gt` never match when
+/// either side is NaN, `$lte` and `$gte` only NaN against NaN (MongoDB's
+/// `ComparisonMatchExpression::matchesSingleElement`, "Special case handling
+/// for NaN"). A `$pull` with a range condition therefore keeps a NaN.
+pub async fn nan_is_in_no_range<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let s = store.as_ref();
+    let ns = docs(db);
+    seed(
+        s,
+        &ns,
+        vec![
+            doc! { "_id": 1, "n": f64::NAN },
+            doc! { "_id": 2, "n": 5 },
+            doc! { "_id": 3, "a": [f64::NAN, 1, 7] },
+        ],
+    )
+    .await;
+    assert_eq!(
+        ids(s, &ns, doc! { "n": f64::NAN }).await,
+        int_ids(&[1]),
+        "n == NaN"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "n": { "$lt": 10 } }).await,
+        int_ids(&[2]),
+        "n < 10"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "n": { "$lte": 10 } }).await,
+        int_ids(&[2]),
+        "n <= 10"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "n": { "$lt": f64::INFINITY } }).await,
+        int_ids(&[2]),
+        "n < inf"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "n": { "$gt": f64::NAN } }).await,
+        int_ids(&[]),
+        "n > NaN"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "n": { "$gte": f64::NAN } }).await,
+        int_ids(&[1]),
+        "n >= NaN"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "n": { "$lte": f64::NAN } }).await,
+        int_ids(&[1]),
+        "n <= NaN"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "n": { "$not": { "$lt": 10 } } }).await,
+        int_ids(&[1, 3]),
+        "not n < 10"
+    );
+    store
+        .update_one(
+            &ns,
+            doc! { "_id": 3 },
+            doc! { "$pull": { "a": { "$lt": 5 } } },
+            crate::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let a = get(s, &ns, 3)
+        .await
+        .unwrap()
+        .get_array("a")
+        .unwrap()
+        .clone();
+    assert_eq!(a.len(), 2, "$pull {{$lt: 5}} keeps NaN and 7: {a:?}");
+    assert!(matches!(a[0], Bson::Double(f) if f.is_nan()), "{a:?}");
+    assert_eq!(a[1], Bson::Int32(7));
+}
+
+/// An update path's segment that is a number with a leading zero (`tags.01`)
+/// is an array index to MongoDB's updates (`getChild` in
+/// `update_object_node.cpp` parses it as a base-10 integer) and a field name
+/// to its queries: a store reads it as the index, or refuses it
+/// (`BadRequest`, as the embedded store does); never another outcome.
+pub async fn update_paths_with_leading_zero_segments<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let s = store.as_ref();
+    let ns = docs(db);
+    seed(s, &ns, vec![doc! { "_id": 1, "tags": ["x", "y", "z"] }]).await;
+    let result = store
+        .update_one(
+            &ns,
+            doc! { "_id": 1 },
+            doc! { "$set": { "tags.01": "Y" } },
+            crate::store::UpdateOptions::default(),
+        )
+        .await;
+    match result {
+        Ok(_) => assert_eq!(
+            get(s, &ns, 1).await,
+            Some(doc! { "_id": 1, "tags": ["x", "Y", "z"] })
+        ),
+        Err(e) => {
+            assert_eq!(e.kind, StoreErrorKind::BadRequest, "{e}");
+            assert_eq!(
+                get(s, &ns, 1).await,
+                Some(doc! { "_id": 1, "tags": ["x", "y", "z"] })
+            );
+        }
+    }
+}
+
+/// MinKey and MaxKey as a range's bound compare with every type: every
+/// value is `$lt` MaxKey and `$gt` MinKey (MongoDB's
+/// `ComparisonMatchExpression::matchesSingleElement`).
+pub async fn min_and_max_key_bound_every_value<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let s = store.as_ref();
+    let ns = docs(db);
+    seed(
+        s,
+        &ns,
+        vec![
+            doc! { "_id": 1, "v": 5 },
+            doc! { "_id": 2, "v": "s" },
+            doc! { "_id": 3, "v": Bson::Null },
+        ],
+    )
+    .await;
+    assert_eq!(
+        ids(s, &ns, doc! { "v": { "$lt": Bson::MaxKey } }).await,
+        int_ids(&[1, 2, 3])
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "v": { "$gte": Bson::MinKey } }).await,
+        int_ids(&[1, 2, 3])
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "v": { "$gt": Bson::MaxKey } }).await,
+        int_ids(&[])
+    );
+}
+
+/// Decimal128 values compare numerically with each other and with the
+/// other numeric types, in every operator.
+pub async fn decimals_compare_as_numbers<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let s = store.as_ref();
+    let ns = docs(db);
+    let dec = |t: &str| Bson::Decimal128(t.parse().expect("a decimal"));
+    seed(
+        s,
+        &ns,
+        vec![
+            doc! { "_id": 1, "d": dec("1.0") },
+            doc! { "_id": 2, "d": 1 },
+            doc! { "_id": 3, "d": dec("2") },
+        ],
+    )
+    .await;
+    assert_eq!(
+        ids(s, &ns, doc! { "d": 1 }).await,
+        int_ids(&[1, 2]),
+        "d == 1"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "d": { "$ne": 1 } }).await,
+        int_ids(&[3]),
+        "d != 1"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "d": { "$gte": dec("1") } }).await,
+        int_ids(&[1, 2, 3])
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "d": { "$lt": 1.5 } }).await,
+        int_ids(&[1, 2]),
+        "d < 1.5"
+    );
+}
+
+/// `{"a.b": null}` through an array holding no document (empty, or of
+/// scalars) does not match on MongoDB up to 8.x (SERVER-36681 changed it in
+/// 9.0: there it matches, as the embedded store does today).
+pub async fn dotted_null_through_arrays_without_documents<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let s = store.as_ref();
+    let ns = docs(db);
+    seed(
+        s,
+        &ns,
+        vec![
+            doc! { "_id": 1, "a": [1, 2] },
+            doc! { "_id": 2, "a": [] },
+            doc! { "_id": 3, "a": [{ "b": 1 }] },
+            doc! { "_id": 4, "a": [{ "c": 1 }] },
+            doc! { "_id": 5, "a": 5 },
+            doc! { "_id": 6 },
+        ],
+    )
+    .await;
+    assert_eq!(
+        ids(s, &ns, doc! { "a.b": Bson::Null }).await,
+        int_ids(&[4, 5, 6])
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "a.b": { "$ne": Bson::Null } }).await,
+        int_ids(&[1, 2, 3])
     );
 }

@@ -150,8 +150,18 @@ pub(super) fn valid_path(path: &str) -> Result<(), StoreError> {
     }
     let bytes = path.as_bytes();
     let mut segment_start = true;
-    for &b in bytes {
+    for (at, &b) in bytes.iter().enumerate() {
         match b {
+            b'0' if segment_start && leading_zero_number(&bytes[at..]) => {
+                return Err(bad_request(
+                    BAD_VALUE,
+                    format!(
+                        "The update path '{path}' has a number with a leading zero as a \
+                         segment, which MongoDB's updates read as an array index and its \
+                         queries as a field name: not supported"
+                    ),
+                ))
+            }
             b'.' if segment_start => {
                 return Err(bad_request(
                     EMPTY_FIELD_NAME,
@@ -175,6 +185,13 @@ pub(super) fn valid_path(path: &str) -> Result<(), StoreError> {
         ));
     }
     Ok(())
+}
+
+/// Whether the segment at the start of `rest` is a number of two or more
+/// digits starting with `0` (such as `01`).
+pub(crate) fn leading_zero_number(rest: &[u8]) -> bool {
+    let segment = rest.split(|&b| b == b'.').next().unwrap_or_default();
+    segment.len() > 1 && segment[0] == b'0' && segment.iter().all(u8::is_ascii_digit)
 }
 
 fn validate_argument(op: &str, path: &str, value: &Bson) -> Result<(), StoreError> {
