@@ -581,7 +581,12 @@ async fn participant_document(
     let doc = store
         .find_one(&change.namespace, doc! { "_id": change.id.clone() })
         .await?;
-    let marker = record.marker();
+    // A document changed twice through two store names carries a marker of
+    // its own for the second change, which the record entry keeps.
+    let marker = p
+        .marker
+        .clone()
+        .unwrap_or_else(|| record.marker().as_str().to_owned());
     let Some(doc) = doc else {
         return Ok(match record.state {
             TxState::Done | TxState::Applied => {
@@ -714,4 +719,73 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use tandem::testing::FaultStore;
+    use tandem::{DocumentChange, Namespace, Transaction};
+
+    /// `show` judges a participant by the marker its change carries: its
+    /// own (`<marker>/<index>`, for a document named twice through two store
+    /// names) where the record entry keeps one. It judged both changes of A
+    /// by the record's marker, so after one debit only, both were "applied".
+    /// At every crash point of the coordinator, the changes said applied are
+    /// the debits A shows.
+    #[tokio::test]
+    async fn show_reads_a_participants_own_marker() {
+        let accounts = Namespace::new("bank", "accounts");
+        let debit = || DocumentChange::update(accounts.clone(), "A").inc("balance", -1_i64);
+        let mut one_debit = 0;
+        for n in 1..12 {
+            let store = tandem::MemoryStore::new();
+            store
+                .insert_one(&accounts, doc! { "_id": "A", "balance": 100_i64 })
+                .await
+                .unwrap();
+            let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(n);
+            let coordinator = Coordinator::builder(faulty.clone())
+                .store("main", faulty)
+                .build();
+            let tx = Transaction::new()
+                .change(debit().in_store("main"))
+                .change(debit());
+            // Answered at the commit point (its applies), or interrupted.
+            let id = match coordinator.run(tx).await {
+                Ok(receipt) => receipt.id,
+                Err(e) => e.id().cloned().expect("an id"),
+            };
+            let Some(record) = Coordinator::new(store.clone()).record(&id).await.unwrap() else {
+                continue;
+            };
+            if record.state != TxState::Pending {
+                continue;
+            }
+            let a = store
+                .find_one(&accounts, doc! { "_id": "A" })
+                .await
+                .unwrap()
+                .unwrap();
+            let debits = 100 - a.get_i64("balance").unwrap();
+            if debits == 1 {
+                one_debit += 1;
+            }
+            // The first change names A in the store "main", which `show`
+            // does not reach; read it as the default store's.
+            let mut applied = 0;
+            for p in &record.participants {
+                let mut p = p.clone();
+                p.spec.remove("store");
+                let said = participant_document(&store, &record, &p).await.unwrap();
+                if said.starts_with("applied") {
+                    applied += 1;
+                }
+            }
+            assert_eq!(applied, debits, "crash after op {n}: {a}");
+        }
+        assert!(one_debit > 0, "no crash point left one debit only");
+    }
 }
