@@ -67,6 +67,11 @@ pub enum Variant {
     /// (the roll forward of the late-commit protocol), while an apply of an
     /// older epoch may still land.
     RefuseBeforeFence,
+    /// The coordinator answers "canceled, every change undone" once its
+    /// compensations end, also when one must wait for an apply in doubt
+    /// (`NotYet`, left to recovery), as the code did before its answer said
+    /// whether the undo happened.
+    UndoneWhileWaiting,
 }
 
 /// Changes to the protocol proposed by this model's findings (see the crate docs).
@@ -937,6 +942,18 @@ impl TandemModel {
                 self.answer(s, w, Answer::Canceled);
                 self.enter(s, w, Phase::Compensate);
             }
+            TxState::Canceled => {
+                // Its own move to `canceled`, after every compensation
+                // answered: nothing of it is left applied.
+                let worker = s.workers[w];
+                if worker.role == Role::Coordinator {
+                    let a = &mut s.answers[usize::from(worker.coord)];
+                    if *a == Answer::Canceled {
+                        *a = Answer::CanceledUndone;
+                    }
+                }
+                self.stop(s, w);
+            }
             _ => self.stop(s, w),
         }
     }
@@ -949,6 +966,16 @@ impl TandemModel {
         if parts.contains(&Part::NotYet)
             && !parts.iter().any(|p| matches!(p, Part::Todo | Part::Doubt))
         {
+            let worker = s.workers[w];
+            if self.variant == Variant::UndoneWhileWaiting
+                && worker.role == Role::Coordinator
+                && worker.phase == Phase::Compensate
+            {
+                let a = &mut s.answers[usize::from(worker.coord)];
+                if *a == Answer::Canceled {
+                    *a = Answer::CanceledUndone;
+                }
+            }
             self.stop(s, w);
         }
     }
@@ -1634,7 +1661,8 @@ impl Model for TandemModel {
                             let answer = if s.workers[w].cas_doubt {
                                 Answer::Unknown
                             } else {
-                                Answer::Canceled
+                                // Nothing of it was or will be applied.
+                                Answer::CanceledUndone
                             };
                             self.answer(&mut s, w, answer);
                             self.stop(&mut s, w);

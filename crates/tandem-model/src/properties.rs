@@ -31,7 +31,9 @@ pub const COMMIT_HOLDS_ALL: &str = "applied: every participant holds the change"
 /// landed, the record reached `applied` (with early commit: not necessarily
 /// yet), never `canceling`, no change of it was compensated, and once
 /// finished it is `done`; "canceled" ⇒ never `applied`, and once finished
-/// not `done`; "duplicate" ⇒ the coordinator wrote nothing (a ghost aside).
+/// not `done`; "canceled, every change undone" ⇒ that too, and every apply
+/// of it that landed was undone (none lands after); "duplicate" ⇒ the
+/// coordinator wrote nothing (a ghost aside).
 pub const ANSWERS_HOLD: &str = "answers match outcomes";
 /// Safety: a transaction answered "committed", or whose record reached
 /// `applied`, never reaches `canceling` and none of its changes is
@@ -138,6 +140,14 @@ fn answers_hold(m: &TandemModel, s: &State) -> bool {
             Answer::Canceled => {
                 !h.applied && (!m.is_finished(s, c) || h.terminal != Some(TxState::Done))
             }
+            // And nothing of it is applied, now or later: every apply that
+            // landed was undone, and none lands after.
+            Answer::CanceledUndone => {
+                let parts = m.spec(c).changes.len();
+                !h.applied
+                    && (!m.is_finished(s, c) || h.terminal != Some(TxState::Done))
+                    && h.applies[..parts] == h.effects[..parts]
+            }
             Answer::Duplicate => !h.wrote,
             Answer::None | Answer::Unknown => true,
         }
@@ -193,7 +203,8 @@ pub fn properties(model: &TandemModel) -> Vec<Property<TandemModel>> {
         }),
         Property::<TandemModel>::sometimes(SOMETIMES_REFUSAL_CANCELS, |m, s| {
             coords(m).any(|c| {
-                s.answers[c] == Answer::Canceled && s.history[c].terminal == Some(TxState::Canceled)
+                matches!(s.answers[c], Answer::Canceled | Answer::CanceledUndone)
+                    && s.history[c].terminal == Some(TxState::Canceled)
             })
         }),
     ];

@@ -220,8 +220,13 @@ pub enum Answer {
     None,
     /// Committed.
     Committed,
-    /// Canceled.
+    /// Canceled: decided, the undo perhaps left to recovery
+    /// (`TxError::Canceled { undone: false }`).
     Canceled,
+    /// Canceled, and every change it applied undone before the answer
+    /// (`TxError::Canceled { undone: true }`): given once its own move to
+    /// `canceled` landed, after its compensations.
+    CanceledUndone,
     /// Another transaction has this id: nothing was written.
     Duplicate,
     /// Outcome unknown: the transaction may end either way.

@@ -728,6 +728,19 @@ fn mutation_retry_clears_doubt() {
     );
 }
 
+/// The coordinator answers "canceled, every change undone" once its
+/// compensations end, also when one waits for an apply in doubt (the code's
+/// answer before it said whether the undo happened): the answer claims an
+/// undo recovery makes only after the fence.
+#[test]
+fn mutation_undone_claimed_while_the_undo_waits() {
+    counterexample(
+        "mutation: 'canceled, undone' while an undo waits",
+        fixed(Scenario::Transfer).with_variant(Variant::UndoneWhileWaiting),
+        &[ANSWERS_HOLD],
+    );
+}
+
 #[test]
 fn mutation_clock_steps_back_past_the_margin() {
     counterexample(
