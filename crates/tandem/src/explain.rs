@@ -60,7 +60,7 @@ fn negated(by: &Bson) -> String {
     }
 }
 
-fn plan_change(index: usize, change: &DocumentChange) -> PlannedParticipant {
+fn plan_change(index: usize, change: &DocumentChange, default_db: &str) -> PlannedParticipant {
     let mut forward = Vec::new();
     let mut at_commit = Vec::new();
     let mut undo = Vec::new();
@@ -119,7 +119,14 @@ fn plan_change(index: usize, change: &DocumentChange) -> PlannedParticipant {
     }
     PlannedParticipant {
         index,
-        label: change.label(),
+        // A change that names no database runs in the coordinator's default one.
+        label: if change.namespace.db.is_empty() {
+            let mut named = change.clone();
+            named.namespace.db = default_db.to_owned();
+            named.label()
+        } else {
+            change.label()
+        },
         forward,
         at_commit,
         undo,
@@ -142,8 +149,8 @@ impl Coordinator {
             s if tx.strategy.is_some() => (s, "asked for by the transaction".to_owned()),
             s => (s, "the coordinator's default".to_owned()),
         };
-        let records = format!("{}.{}", self.config().database, self.config().collection);
-        plan(tx, strategy, reason, &records)
+        let config = self.config();
+        plan(tx, strategy, reason, &config.database, &config.collection)
     }
 }
 
@@ -165,18 +172,24 @@ impl Transaction {
             s if self.strategy.is_some() => (s, "asked for by the transaction".to_owned()),
             s => (s, "the coordinator's default".to_owned()),
         };
-        let records = format!("{}.{}", config.database, config.collection);
-        plan(self, strategy, reason, &records)
+        plan(self, strategy, reason, &config.database, &config.collection)
     }
 }
 
-fn plan(tx: &Transaction, strategy: Strategy, reason: String, records: &str) -> Plan {
+fn plan(
+    tx: &Transaction,
+    strategy: Strategy,
+    reason: String,
+    database: &str,
+    collection: &str,
+) -> Plan {
+    let records = format!("{database}.{collection}");
     let participants = tx
         .items
         .iter()
         .enumerate()
         .map(|(i, item)| match item {
-            Item::Document(change) => plan_change(i, change),
+            Item::Document(change) => plan_change(i, change, database),
             Item::Custom(p) => PlannedParticipant {
                 index: i,
                 label: p.label(),

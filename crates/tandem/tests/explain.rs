@@ -63,3 +63,23 @@ async fn a_plan_says_what_each_participant_does_commits_and_undoes() {
     assert!(auto.reason.contains("native transactions"), "{auto}");
     assert!(auto.mermaid().contains("committed"));
 }
+
+/// A change that names no database (a `#[participant]` type without `db`)
+/// runs in the coordinator's default database, and the plan names it so:
+/// it showed `.accounts/A`.
+#[tokio::test]
+async fn a_plan_names_the_default_database() {
+    let (store, _, _) = bank(&["A"], 1000).await;
+    let coordinator = Coordinator::builder(store).database("shop").build();
+    let tx = tandem::Transaction::new()
+        .change(DocumentChange::update(Namespace::new("", "accounts"), "A").inc("n", 1_i64))
+        .change(DocumentChange::update(Namespace::new("bank", "accounts"), "B").inc("n", 1_i64));
+    let plan = coordinator.explain(&tx);
+    assert_eq!(plan.participants[0].label, "shop.accounts/A");
+    assert_eq!(plan.participants[1].label, "bank.accounts/B");
+    let plan = tx.explain();
+    assert_eq!(
+        plan.participants[0].label,
+        format!("{}.accounts/A", tandem::CoordinatorConfig::default().database)
+    );
+}
