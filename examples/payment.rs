@@ -133,7 +133,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("\n2. alice tries to pay order-2 (5000, more than she has):");
     // ANCHOR: refused
     match coordinator.run(payment(&order2, "alice")).await {
-        Err(TxError::Canceled { cause, .. }) => println!("  canceled, nothing changed: {cause}"),
+        Err(TxError::Canceled {
+            cause,
+            undone: true,
+            ..
+        }) => println!("  canceled, nothing changed: {cause}"),
+        // Decided canceled; recovery undoes what is left after the lease.
+        Err(TxError::Canceled { cause, .. }) => {
+            println!("  canceled, its undo left to recovery: {cause}")
+        }
         other => return Err(format!("expected a cancellation, got {other:?}").into()),
     }
     // ANCHOR_END: refused
