@@ -141,7 +141,10 @@
 //!   `done` (with [`QUIESCENT_FINISHED`] and [`FINISHED_CONSISTENT`]: in a
 //!   settled state a transaction answered "committed" is done, its changes
 //!   whole on the documents, its markers cleared); "canceled" ⇒ never
-//!   `applied`, and once finished not `done`; "duplicate" ⇒ the coordinator
+//!   `applied`, and once finished not `done`; "canceled, every change
+//!   undone" (the code's `undone: true`, given at the coordinator's own move
+//!   to `canceled`) ⇒ that too, and every apply of it that landed is undone,
+//!   none landing after; "duplicate" ⇒ the coordinator
 //!   wrote nothing (a ghost aside); "unknown" may end either way;
 //! * [`COMMITTED_NEVER_UNDONE`]: a transaction answered "committed", or
 //!   whose record reached `applied`, never reaches `canceling` and no change
