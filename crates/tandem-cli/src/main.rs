@@ -370,7 +370,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                         .map(|t| t.try_to_rfc3339_string().unwrap_or_else(|_| t.to_string()))
                         .unwrap_or_else(|| "its owner's deadline".into());
                     println!(
-                        "{id}: canceling: decided; its changes are undone once applies still in flight can no longer land (after {after}, by the stores' clocks); `tandem recover` finishes it then"
+                        "{id}: canceling: decided; its changes are undone once applies still in flight can no longer land (after {after}, by the stores' clocks), or after a store failure met while undoing; `tandem recover` finishes it then"
                     );
                     Ok(())
                 }

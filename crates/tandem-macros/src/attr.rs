@@ -384,30 +384,45 @@ pub(crate) fn serde_derives(attrs: &[Attribute]) -> (bool, bool) {
 /// expanded on the item's fields (and sees it unexpanded on the struct), so
 /// such an attribute would be read by serde and not by `#[participant]`.
 fn hidden_in_cfg_attr(attrs: &[Attribute]) -> Option<(Span, &'static str)> {
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("cfg_attr"))
+        .find_map(|attr| match &attr.meta {
+            syn::Meta::List(list) => hidden_in_cfg_attr_list(list.tokens.clone()),
+            _ => None,
+        })
+}
+
+/// The same, in the tokens of one `cfg_attr(predicate, attr, attr, ...)`:
+/// the attributes follow top-level commas, and a nested `cfg_attr(...)`
+/// among them is searched in turn.
+fn hidden_in_cfg_attr_list(tokens: TokenStream) -> Option<(Span, &'static str)> {
     use proc_macro2::TokenTree;
-    for attr in attrs.iter().filter(|a| a.path().is_ident("cfg_attr")) {
-        let syn::Meta::List(list) = &attr.meta else {
-            continue;
-        };
-        // `predicate, attr, attr, ...`: the attributes follow top-level commas.
-        let mut after_comma = false;
-        for token in list.tokens.clone() {
-            match &token {
-                TokenTree::Punct(p) if p.as_char() == ',' => {
-                    after_comma = true;
-                    continue;
+    let mut tokens = tokens.into_iter().peekable();
+    let mut after_comma = false;
+    while let Some(token) = tokens.next() {
+        match &token {
+            TokenTree::Punct(p) if p.as_char() == ',' => {
+                after_comma = true;
+                continue;
+            }
+            TokenTree::Ident(ident) if after_comma => {
+                for name in ["serde", "participant"] {
+                    if ident == name {
+                        return Some((ident.span(), name));
+                    }
                 }
-                TokenTree::Ident(ident) if after_comma => {
-                    for name in ["serde", "participant"] {
-                        if ident == name {
-                            return Some((ident.span(), name));
+                if ident == "cfg_attr" {
+                    if let Some(TokenTree::Group(group)) = tokens.peek() {
+                        if let Some(found) = hidden_in_cfg_attr_list(group.stream()) {
+                            return Some(found);
                         }
                     }
                 }
-                _ => {}
             }
-            after_comma = false;
+            _ => {}
         }
+        after_comma = false;
     }
     None
 }

@@ -39,7 +39,7 @@ pub const DEFAULT_MARKER: &str = "pendingTransactions";
 pub const META_FIELD: &str = "_tandem";
 
 /// Checks one dotted field path: non-empty segments, none starting with `$`,
-/// no number with a leading zero (`01`), no NUL.
+/// no number with a leading zero (`01`) after the first segment, no NUL.
 pub fn check_path(path: &str) -> Result<(), ChangeError> {
     let bad = |reason| {
         Err(ChangeError::InvalidPath {
@@ -53,16 +53,22 @@ pub fn check_path(path: &str) -> Result<(), ChangeError> {
     if path.contains('\0') {
         return bad("contains NUL");
     }
-    for seg in path.split('.') {
+    for (at, seg) in path.split('.').enumerate() {
         if seg.is_empty() {
             return bad("empty segment");
         }
         if seg.starts_with('$') {
             return bad("segment starts with '$'");
         }
-        if seg.len() > 1 && seg.starts_with('0') && seg.bytes().all(|b| b.is_ascii_digit()) {
+        if at > 0
+            && seg.len() > 1
+            && seg.starts_with('0')
+            && seg.bytes().all(|b| b.is_ascii_digit())
+        {
             // MongoDB's updates read `tags.01` as `tags.1`, its queries as a
             // field named "01": no guard or before-image could follow it.
+            // (The first segment names a field of the document, never an
+            // array's element: `007` is a field.)
             return bad("a number with a leading zero as a segment (MongoDB's updates read it as an array index, its queries as a field name)");
         }
     }

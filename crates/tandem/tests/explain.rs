@@ -80,6 +80,9 @@ async fn a_plan_names_the_default_database() {
     let plan = tx.explain();
     assert_eq!(
         plan.participants[0].label,
-        format!("{}.accounts/A", tandem::CoordinatorConfig::default().database)
+        format!(
+            "{}.accounts/A",
+            tandem::CoordinatorConfig::default().database
+        )
     );
 }

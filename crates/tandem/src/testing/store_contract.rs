@@ -2471,7 +2471,8 @@ pub async fn nan_is_in_no_range<F: StoreFactory + ?Sized>(factory: &F, db: &str)
 /// is an array index to MongoDB's updates (`getChild` in
 /// `update_object_node.cpp` parses it as a base-10 integer) and a field name
 /// to its queries: a store reads it as the index, or refuses it
-/// (`BadRequest`, as the embedded store does); never another outcome.
+/// (`BadRequest`, as the embedded store does); never another outcome. As
+/// the first segment it is a field name (`007`) on every store.
 pub async fn update_paths_with_leading_zero_segments<F: StoreFactory + ?Sized>(
     factory: &F,
     db: &str,
@@ -2501,6 +2502,19 @@ pub async fn update_paths_with_leading_zero_segments<F: StoreFactory + ?Sized>(
             );
         }
     }
+    // The first segment names a field of the document (never an array's
+    // element): `007` is a field everywhere.
+    store
+        .update_one(
+            &ns,
+            doc! { "_id": 1 },
+            doc! { "$set": { "007": "bond" } },
+            crate::store::UpdateOptions::default(),
+        )
+        .await
+        .expect("$set 007");
+    let d = get(s, &ns, 1).await.expect("the document");
+    assert_eq!(d.get_str("007"), Ok("bond"), "{d}");
 }
 
 /// MinKey and MaxKey as a range's bound compare with every type: every

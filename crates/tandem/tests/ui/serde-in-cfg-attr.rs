@@ -13,6 +13,9 @@ struct Account {
     balance: i64,
     #[cfg_attr(any(), participant(skip))]
     owner: String,
+    // Nested, it is read just the same by serde.
+    #[cfg_attr(all(), cfg_attr(all(), serde(rename = "n")))]
+    nick: String,
 }
 
 fn main() {

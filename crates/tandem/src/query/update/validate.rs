@@ -152,7 +152,9 @@ pub(super) fn valid_path(path: &str) -> Result<(), StoreError> {
     let mut segment_start = true;
     for (at, &b) in bytes.iter().enumerate() {
         match b {
-            b'0' if segment_start && leading_zero_number(&bytes[at..]) => {
+            // Past the first segment: the document's own fields are never
+            // an array's elements (`007` is a field).
+            b'0' if segment_start && at > 0 && leading_zero_number(&bytes[at..]) => {
                 return Err(bad_request(
                     BAD_VALUE,
                     format!(
