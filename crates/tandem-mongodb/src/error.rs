@@ -167,12 +167,10 @@ pub fn classify_code(code: i32, message: &str, write_concern_error: bool) -> Sto
         return StoreErrorKind::Transient;
     }
     if write_concern_error {
-        // The write itself was applied; only the acknowledgement is off.
-        return if UNAUTHORIZED_CODES.contains(&code) {
-            StoreErrorKind::Unauthorized
-        } else {
-            StoreErrorKind::Other
-        };
+        // The write itself was applied; only the acknowledgement is off. No
+        // definite refusal, whatever the code (an auth code here does not
+        // mean the write was refused): the outcome stays unknown.
+        return StoreErrorKind::Other;
     }
     if DUPLICATE_KEY_CODES.contains(&code) {
         return StoreErrorKind::DuplicateKey;
@@ -348,6 +346,12 @@ mod tests {
         }
         assert_eq!(classify_code(64, "", true), StoreErrorKind::Transient);
         assert_eq!(classify_code(100, "", true), StoreErrorKind::Other);
+        // A write concern error follows a write that was applied: never a
+        // definite refusal, auth codes included.
+        for code in [13, 18, 11, 31, 33, 8000, 2, 11000, 10334] {
+            let kind = classify_code(code, "", true);
+            assert!(kind.outcome_unknown(), "WCE {code}: {kind:?}");
+        }
         assert_eq!(
             classify_code(2, "BadValue", false),
             StoreErrorKind::BadRequest

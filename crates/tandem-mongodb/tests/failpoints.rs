@@ -174,6 +174,10 @@ async fn transient_errors_are_reported_once_and_repeated_by_the_coordinator() {
             "write_concern_error_is_transient_though_the_write_landed",
             |fx| Box::pin(write_concern_error(fx)),
         ),
+        (
+            "a_write_concern_error_is_never_a_definite_refusal",
+            |fx| Box::pin(write_concern_error_with_any_code(fx)),
+        ),
         ("non_retryable_code_keeps_its_kind", |fx| {
             Box::pin(non_retryable(fx))
         }),
@@ -415,6 +419,27 @@ async fn write_concern_error(fx: &Fixture) {
     assert_eq!(err.kind, StoreErrorKind::Transient, "{err}");
     assert!(err.kind.outcome_unknown());
     assert_eq!(fx.n().await, 42);
+}
+
+/// A write concern error follows a write that was applied, whatever its
+/// code: one with an authorization code was taken for a definite refusal
+/// (`Unauthorized`), and a caller told "unauthorized" for a write that was
+/// made (found by an adversarial review).
+async fn write_concern_error_with_any_code(fx: &Fixture) {
+    for code in [13_i32, 18, 11, 31, 33, 8000] {
+        fx.fail_times(
+            1,
+            doc! {
+                "failCommands": ["update"],
+                "writeConcernError": { "code": code, "errmsg": "not authorized to wait for write concern" },
+            },
+        )
+        .await;
+        let before = fx.n().await;
+        let err = fx.inc().await.unwrap_err();
+        assert!(err.kind.outcome_unknown(), "WCE {code}: {err}");
+        assert_eq!(fx.n().await, before + 1, "WCE {code}: the write landed");
+    }
 }
 
 async fn non_retryable(fx: &Fixture) {
