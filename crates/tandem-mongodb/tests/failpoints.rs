@@ -174,10 +174,9 @@ async fn transient_errors_are_reported_once_and_repeated_by_the_coordinator() {
             "write_concern_error_is_transient_though_the_write_landed",
             |fx| Box::pin(write_concern_error(fx)),
         ),
-        (
-            "a_write_concern_error_is_never_a_definite_refusal",
-            |fx| Box::pin(write_concern_error_with_any_code(fx)),
-        ),
+        ("a_write_concern_error_is_never_a_definite_refusal", |fx| {
+            Box::pin(write_concern_error_with_any_code(fx))
+        }),
         ("non_retryable_code_keeps_its_kind", |fx| {
             Box::pin(non_retryable(fx))
         }),

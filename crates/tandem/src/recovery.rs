@@ -846,7 +846,10 @@ impl RecoveryWorker {
     /// finished has passed; stubs past it are removed. Returns how many
     /// records were removed or reduced to stubs: a store error after some
     /// were ends the collection early with their count (logged; the next
-    /// collection goes on), and is returned only when none were.
+    /// collection goes on), and is returned only when none were. A request
+    /// sent again after a lost answer is counted by reading its records back
+    /// (the repeat itself finds the work done); for the removal of expired
+    /// stubs, which names no records, the count is then a lower bound.
     ///
     /// `older_than` must be at least the lease plus the clock margin
     /// ([`CoordinatorConfig::lease`](crate::CoordinatorConfig::lease),
@@ -985,20 +988,79 @@ impl RecoveryWorker {
             }
             Err(e) => Err(Some(e)),
         };
+        // A request sent again after a lost answer: the first copy may have
+        // done the work, and the repeat's count misses it. Then what is done
+        // is counted by reading the batch's records back (`done_filter`
+        // matches those the collection is done with; `gone` counts the ones
+        // missing), and the repeat's count stays a lower bound if that fails.
+        let recount = |n: usize, ids: Vec<Bson>, done_filter: Option<bson::Document>| {
+            let ns = &ns;
+            async move {
+                let total = ids.len();
+                let gone = done_filter.is_none();
+                let filter = match done_filter {
+                    Some(mut f) => {
+                        f.insert("_id", doc! { "$in": ids });
+                        f
+                    }
+                    None => doc! { "_id": { "$in": ids } },
+                };
+                match engine
+                    .retry(|| engine.records().count(ns, filter.clone()))
+                    .await
+                {
+                    Ok(found) => {
+                        let found = usize::try_from(found).unwrap_or(total).min(total);
+                        if gone {
+                            total - found
+                        } else {
+                            found
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "tandem", "garbage collection could not count what a repeated request did: {e}");
+                        n
+                    }
+                }
+            }
+        };
         let outcome: Result<(), Option<StoreError>> = async {
             for batch in stubs.chunks(GC_BATCH) {
+                let mut attempts = 0;
                 let result = engine
-                    .retry(|| engine.records().update_each(&ns, batch.to_vec()))
+                    .retry(|| {
+                        attempts += 1;
+                        engine.records().update_each(&ns, batch.to_vec())
+                    })
                     .await;
-                done(result.map(|n| n as usize), &mut removed)?;
+                let result = match result {
+                    Ok(n) if attempts > 1 => {
+                        let ids = batch
+                            .iter()
+                            .filter_map(|(filter, _)| filter.get("_id").cloned())
+                            .collect();
+                        let stubbed = doc! { "stubUntil": { "$exists": true } };
+                        Ok(recount(n as usize, ids, Some(stubbed)).await)
+                    }
+                    other => other.map(|n| n as usize),
+                };
+                done(result, &mut removed)?;
             }
             for batch in ids.chunks(GC_BATCH) {
                 let mut filter = doc! { "_id": { "$in": batch } };
                 filter.extend(due_filter.clone());
+                let mut attempts = 0;
                 let result = engine
-                    .retry(|| engine.records().delete_many(&ns, filter.clone()))
+                    .retry(|| {
+                        attempts += 1;
+                        engine.records().delete_many(&ns, filter.clone())
+                    })
                     .await;
-                done(result.map(|n| n as usize), &mut removed)?;
+                let result = match result {
+                    Ok(n) if attempts > 1 => Ok(recount(n as usize, batch.to_vec(), None).await),
+                    other => other.map(|n| n as usize),
+                };
+                done(result, &mut removed)?;
             }
             // Stubs whose idempotency window has passed, in one request.
             let result = engine

@@ -222,3 +222,57 @@ async fn cancel_of_a_committed_transaction_answers_committed() {
         "no crash struck while finishing the committed transaction"
     );
 }
+
+/// Garbage collection counts what it did when a request of it landed and
+/// its answer was lost: the repeat finds the work done and matched
+/// nothing, and the collection reported 0 for records it had removed or
+/// reduced to stubs (found by an adversarial review on the test server).
+#[tokio::test]
+async fn garbage_collection_counts_what_a_lost_answer_did() {
+    use tandem::Transaction;
+    let records_ns = records();
+    let age = Duration::from_secs(60);
+    let mut repeated = 0;
+    for keyed in [false, true] {
+        for k in 1..12 {
+            let (store, clock, _) = bank(&["A", "B"], 1000).await;
+            let plain = Coordinator::new(store.clone());
+            for i in 0..3 {
+                let tx = if keyed {
+                    Transaction::with_id(format!("key-{i}"))
+                } else {
+                    Transaction::new()
+                }
+                .change(
+                    tandem::DocumentChange::update(accounts(), "A")
+                        .inc("balance", -1_i64)
+                        .require_gte("balance", 1_i64),
+                )
+                .change(tandem::DocumentChange::update(accounts(), "B").inc("balance", 1_i64));
+                plain.run(tx).await.expect("committed");
+            }
+            plain.drain().await;
+            clock.advance(Duration::from_secs(120));
+            let faulty = FaultStore::new(Arc::new(store.clone())).lose_answer_at(k);
+            let worker = Coordinator::builder(faulty.clone())
+                .build()
+                .recovery(RecoveryConfig::default());
+            let answer = worker.collect_garbage(age).await;
+            let done = if keyed {
+                store
+                    .count(&records_ns, doc! { "stubUntil": { "$exists": true } })
+                    .await
+                    .unwrap()
+            } else {
+                3 - store.count(&records_ns, doc! {}).await.unwrap()
+            };
+            if let Ok(removed) = answer {
+                assert_eq!(removed as u64, done, "keyed {keyed}, lost answer of op {k}");
+                if done == 3 && faulty.ops() > k {
+                    repeated += 1;
+                }
+            }
+        }
+    }
+    assert!(repeated > 0, "no lost answer hit a collection's write");
+}

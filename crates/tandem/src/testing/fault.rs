@@ -25,6 +25,7 @@ pub struct Pause {
 struct Plan {
     crash_after: Option<u64>,
     lose_at: Option<u64>,
+    lose_answer_at: Option<u64>,
     pause_at: Option<(u64, oneshot::Sender<()>, oneshot::Receiver<()>)>,
     yield_seed: Option<u64>,
     /// Copies of the upserts sent through the wrapper, when kept.
@@ -99,6 +100,14 @@ impl FaultStore {
         self
     }
 
+    /// Operation number `n` (1-based) reaches the wrapped store and runs,
+    /// and its answer is replaced by a [`StoreErrorKind::Transient`] error:
+    /// a request that landed and whose answer was lost on the way back.
+    pub fn lose_answer_at(self, n: u64) -> Self {
+        self.lock().lose_answer_at = Some(n);
+        self
+    }
+
     /// Pauses before operation number `n` (1-based) until released.
     pub fn pause_at(&self, n: u64) -> Pause {
         let (reached_tx, reached_rx) = oneshot::channel();
@@ -146,11 +155,14 @@ impl FaultStore {
         self.plan.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    async fn gate(&self) -> Result<(), StoreError> {
+    /// Before an operation: its injected fault, if any; `Ok(true)` when it
+    /// runs and its answer is then lost ([`lose_answer_at`](Self::lose_answer_at)).
+    async fn gate(&self) -> Result<bool, StoreError> {
         let n = self.ops.fetch_add(1, Ordering::SeqCst) + 1;
-        let (crash_after, lost, pause, yields) = {
+        let (crash_after, lost, lose_answer, pause, yields) = {
             let mut plan = self.lock();
             let lost = plan.lose_at == Some(n);
+            let lose_answer = plan.lose_answer_at == Some(n);
             let pause = match &plan.pause_at {
                 Some((at, _, _)) if *at == n => plan.pause_at.take(),
                 _ => None,
@@ -162,7 +174,7 @@ impl FaultStore {
                 z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
                 (z ^ (z >> 31)) % 4
             });
-            (plan.crash_after, lost, pause, yields)
+            (plan.crash_after, lost, lose_answer, pause, yields)
         };
         if let Some((_, reached, release)) = pause {
             let _ = reached.send(());
@@ -180,7 +192,20 @@ impl FaultStore {
                 StoreErrorKind::Transient,
                 format!("injected: the answer of operation {n} was lost"),
             )),
-            _ => Ok(()),
+            _ => Ok(lose_answer),
+        }
+    }
+
+    /// The answer of an operation that ran: replaced by a
+    /// [`StoreErrorKind::Transient`] error when its answer is to be lost.
+    fn answered<T>(&self, lose: bool, answer: Result<T, StoreError>) -> Result<T, StoreError> {
+        if lose {
+            Err(StoreError::new(
+                StoreErrorKind::Transient,
+                "injected: the operation ran and its answer was lost",
+            ))
+        } else {
+            answer
         }
     }
 }
@@ -191,8 +216,9 @@ impl Store for FaultStore {
         "fault"
     }
     async fn now(&self) -> Result<bson::DateTime, StoreError> {
-        self.gate().await?;
-        self.inner.now().await
+        let lose = self.gate().await?;
+        let answer = self.inner.now().await;
+        self.answered(lose, answer)
     }
     /// A clock reading, not an operation: neither counted nor faulted.
     async fn clock_estimate(&self) -> Result<bson::DateTime, StoreError> {
@@ -202,8 +228,9 @@ impl Store for FaultStore {
         self.inner.shutdown().await
     }
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
-        self.gate().await?;
-        self.inner.insert_one(ns, doc).await
+        let lose = self.gate().await?;
+        let answer = self.inner.insert_one(ns, doc).await;
+        self.answered(lose, answer)
     }
     async fn update_one(
         &self,
@@ -212,8 +239,9 @@ impl Store for FaultStore {
         update: Document,
         options: crate::store::UpdateOptions,
     ) -> Result<UpdateOutcome, StoreError> {
-        self.gate().await?;
-        self.inner.update_one(ns, filter, update, options).await
+        let lose = self.gate().await?;
+        let answer = self.inner.update_one(ns, filter, update, options).await;
+        self.answered(lose, answer)
     }
     async fn find_one_and_update(
         &self,
@@ -233,10 +261,12 @@ impl Store for FaultStore {
                 });
             }
         }
-        gate?;
-        self.inner
+        let lose = gate?;
+        let answer = self
+            .inner
             .find_one_and_update(ns, filter, update, options)
-            .await
+            .await;
+        self.answered(lose, answer)
     }
     async fn replace_one(
         &self,
@@ -244,16 +274,19 @@ impl Store for FaultStore {
         filter: Document,
         replacement: Document,
     ) -> Result<UpdateOutcome, StoreError> {
-        self.gate().await?;
-        self.inner.replace_one(ns, filter, replacement).await
+        let lose = self.gate().await?;
+        let answer = self.inner.replace_one(ns, filter, replacement).await;
+        self.answered(lose, answer)
     }
     async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
-        self.gate().await?;
-        self.inner.delete_one(ns, filter).await
+        let lose = self.gate().await?;
+        let answer = self.inner.delete_one(ns, filter).await;
+        self.answered(lose, answer)
     }
     async fn delete_many(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
-        self.gate().await?;
-        self.inner.delete_many(ns, filter).await
+        let lose = self.gate().await?;
+        let answer = self.inner.delete_many(ns, filter).await;
+        self.answered(lose, answer)
     }
     async fn update_many(
         &self,
@@ -261,16 +294,18 @@ impl Store for FaultStore {
         filter: Document,
         update: Document,
     ) -> Result<UpdateOutcome, StoreError> {
-        self.gate().await?;
-        self.inner.update_many(ns, filter, update).await
+        let lose = self.gate().await?;
+        let answer = self.inner.update_many(ns, filter, update).await;
+        self.answered(lose, answer)
     }
     async fn find_one(
         &self,
         ns: &Namespace,
         filter: Document,
     ) -> Result<Option<Document>, StoreError> {
-        self.gate().await?;
-        self.inner.find_one(ns, filter).await
+        let lose = self.gate().await?;
+        let answer = self.inner.find_one(ns, filter).await;
+        self.answered(lose, answer)
     }
     async fn find(
         &self,
@@ -278,15 +313,18 @@ impl Store for FaultStore {
         filter: Document,
         options: FindOptions,
     ) -> Result<Vec<Document>, StoreError> {
-        self.gate().await?;
-        self.inner.find(ns, filter, options).await
+        let lose = self.gate().await?;
+        let answer = self.inner.find(ns, filter, options).await;
+        self.answered(lose, answer)
     }
     async fn exists(&self, ns: &Namespace, filter: Document) -> Result<bool, StoreError> {
-        self.gate().await?;
-        self.inner.exists(ns, filter).await
+        let lose = self.gate().await?;
+        let answer = self.inner.exists(ns, filter).await;
+        self.answered(lose, answer)
     }
     async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {
-        self.gate().await?;
-        self.inner.ensure_index(ns, index).await
+        let lose = self.gate().await?;
+        let answer = self.inner.ensure_index(ns, index).await;
+        self.answered(lose, answer)
     }
 }
