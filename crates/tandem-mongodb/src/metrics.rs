@@ -66,7 +66,9 @@ impl fmt::Display for Command {
 ///
 /// Every command sent counts once, whether it succeeded or not (the store
 /// never repeats a command; the coordinator's repeats are commands of their
-/// own). Clones of a store share their counters.
+/// own; the driver's own retries, on a client with retryable writes or
+/// reads on, are not seen and not counted). Clones of a store share their
+/// counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CommandCounts {

@@ -31,7 +31,12 @@ pub(crate) fn primary() -> mongodb::options::SelectionCriteria {
 ///
 /// Each [`Store`] method sends exactly one command, once (a transient error
 /// is returned, and the coordinator repeats as its
-/// [`RetryPolicy`](tandem::RetryPolicy) allows):
+/// [`RetryPolicy`](tandem::RetryPolicy) allows), on a store from
+/// [`MongoStore::connect`], which turns the driver's retryable writes and
+/// reads off. Over a client built elsewhere ([`MongoStore::new`]) the driver
+/// may send a retryable command a second time on its own; the server
+/// de-duplicates a retryable write by its transaction number, and the
+/// command counters ([`MongoStore::metrics`]) count it once:
 ///
 /// | method | command |
 /// | --- | --- |

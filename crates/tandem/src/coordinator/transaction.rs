@@ -94,7 +94,10 @@ pub struct Receipt {
     pub id: TxId,
     /// `Applied` (committed; cleanup continues in the background) or `Done`.
     pub state: TxState,
-    /// Sequential round trips to the stores until `run` returned.
+    /// Sequential round trips to the stores until `run` returned, as the
+    /// protocol plans them: a command the coordinator or the driver sent
+    /// again after a transient error is not counted (the store's metrics
+    /// count what was sent).
     pub round_trips: u32,
     /// How it ran: [`Strategy::TwoPhase`] or [`Strategy::Native`] (what
     /// [`Strategy::Auto`] chose).
