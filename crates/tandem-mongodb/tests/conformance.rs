@@ -1026,6 +1026,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn credits_at_new_paths_leave_nothing() {
+        let Some(f) = factory("s_credit_paths").await else {
+            return;
+        };
+        safety::credits_at_new_paths_leave_nothing(&f, &f.db.clone(), 20).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn guards_on_unusual_numbers_decide_alike() {
         let Some(f) = factory("s_unusual_numbers").await else {
             return;

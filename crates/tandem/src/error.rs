@@ -433,3 +433,33 @@ impl TxError {
         }
     }
 }
+
+/// The longest text of a stored value an error or a record note quotes.
+pub(crate) const QUOTE_LIMIT: usize = 256;
+
+/// `text`, cut to at most `max` bytes (at a character boundary) with what
+/// was left out said: errors and record notes quote stored values, and a
+/// value may be megabytes long (a record is limited to 16 MiB).
+pub(crate) fn clip(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len())
+}
+
+#[cfg(test)]
+mod clip_tests {
+    use super::*;
+
+    #[test]
+    fn long_texts_are_cut_at_a_character_boundary() {
+        assert_eq!(clip("short".into(), 10), "short");
+        assert_eq!(clip("abcdef".into(), 3), "abc… (6 bytes)");
+        // "é" is two bytes: a cut inside it moves back.
+        assert_eq!(clip("aé".into(), 2), "a… (3 bytes)");
+    }
+}

@@ -158,6 +158,9 @@ enum Driven {
     Committed { live: Live, from_pending: bool },
 }
 
+/// The longest operator's reason for a cancel that a record keeps, in bytes.
+const CANCEL_REASON_LIMIT: usize = 1024;
+
 /// Finds and finishes stuck transactions. Get one from [`Coordinator::recovery`](crate::Coordinator::recovery).
 pub struct RecoveryWorker {
     engine: Arc<Engine>,
@@ -768,8 +771,13 @@ impl RecoveryWorker {
     /// left to recovery (it must wait for applies in flight, or met a store
     /// failure), `applied` when finishing a committed transaction is. A
     /// store failure before the decision is
-    /// [`TxError::Interrupted`] in `pending`.
+    /// [`TxError::Interrupted`] in `pending`. A `reason` longer than 1 KiB
+    /// is cut (the record keeps it twice).
     pub async fn cancel(&self, id: &TxId, reason: &str) -> Result<TxState, TxError> {
+        // The reason goes into the record twice (last error, history): cut
+        // to a size that cannot make the record too large.
+        let reason = crate::error::clip(reason.to_owned(), CANCEL_REASON_LIMIT);
+        let reason = reason.as_str();
         let record = self
             .engine
             .load(id)

@@ -630,3 +630,40 @@ async fn a_panic_in_the_finisher_leaves_its_work_to_recovery() {
     }
     assert_eq!(balance(&store, "A").await, 991);
 }
+
+/// A store call that never returns (a hung connection) held `shutdown` up
+/// for good, and a process calling it at exit could not exit (found by an
+/// adversarial review). `shutdown_within` bounds the wait, says that the
+/// work did not finish, and recovery finishes the transaction after the
+/// lease.
+#[tokio::test(start_paused = true)]
+async fn shutdown_within_bounds_the_wait_for_a_hung_store() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tandem::testing::FaultStore;
+    let (store, clock, _) = bank(&["A", "B"], 100).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    let coordinator = tandem::Coordinator::builder(faulty.clone())
+        .commit_point(tandem::CommitPoint::Applied)
+        .build();
+    let receipt = coordinator.run(transfer("A", "B", 1)).await.unwrap();
+    // The finisher's next call never returns.
+    let pause = faulty.pause_at(faulty.ops() + 1);
+    assert!(!coordinator.shutdown_within(Duration::from_secs(60)).await);
+    drop(pause);
+    // Committed: recovery finishes it after the lease.
+    clock.advance(Duration::from_secs(3600));
+    tandem::Coordinator::new(store.clone())
+        .recovery(tandem::RecoveryConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    let record = tandem::Coordinator::new(store.clone())
+        .record(&receipt.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state, tandem::TxState::Done);
+    assert_eq!(balance(&store, "A").await + balance(&store, "B").await, 200);
+    assert_eq!(balance(&store, "B").await, 101);
+}

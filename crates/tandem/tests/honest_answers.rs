@@ -276,3 +276,74 @@ async fn garbage_collection_counts_what_a_lost_answer_did() {
     }
     assert!(repeated > 0, "no lost answer hit a collection's write");
 }
+
+/// A failed guard quoted the whole field it found in its error, the
+/// record's `lastError` and the log: a 4 MiB field made a 4 MiB record, and
+/// one near 16 MiB made the move to `canceling` too large, so a plain
+/// refusal was answered "outcome unknown" (found by an adversarial review).
+/// Quotes of stored values are cut.
+#[tokio::test]
+async fn a_failed_guard_quotes_a_large_field_in_part() {
+    use tandem::{DocumentChange, Transaction};
+    for len in [4 << 20, (16 << 20) - 400] {
+        let (store, _clock, _) = bank(&["a"], 0).await;
+        store
+            .update_one(
+                &accounts(),
+                doc! { "_id": "a" },
+                doc! { "$set": { "notes": "x".repeat(len) } },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let coordinator = Coordinator::new(store.clone());
+        let tx = Transaction::with_id("t-guard").change(
+            DocumentChange::update(accounts(), "a")
+                .inc("balance", 1_i64)
+                .require_eq("notes", "short"),
+        );
+        let err = coordinator.run(tx).await.unwrap_err();
+        assert!(
+            matches!(err, TxError::Canceled { undone: true, .. }),
+            "{len}: {}",
+            err.to_string().chars().take(200).collect::<String>()
+        );
+        assert!(
+            err.to_string().len() < 1024,
+            "{len}: {} bytes",
+            err.to_string().len()
+        );
+        let record = Coordinator::new(store.clone())
+            .record(&TxId::new("t-guard").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let last = record.last_error.unwrap_or_default();
+        assert!(last.len() < 1024, "{len}: lastError {} bytes", last.len());
+        assert!(last.contains("bytes)"), "{last}");
+    }
+}
+
+/// An operator's reason is kept twice in the record (last error, history):
+/// a 9 MiB one made the record too large and the cancel failed. It is cut.
+#[tokio::test]
+async fn a_long_cancel_reason_is_cut() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let id = stuck_transfer(&store).await;
+    clock.advance(Duration::from_secs(33));
+    let answer = Coordinator::new(store.clone())
+        .cancel(&id, &"r".repeat(9 << 20))
+        .await;
+    assert!(
+        matches!(answer, Ok(TxState::Canceled)),
+        "{:?}",
+        answer.map_err(|e| e.to_string().chars().take(200).collect::<String>())
+    );
+    let record = Coordinator::new(store.clone())
+        .record(&id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(record.last_error.unwrap_or_default().len() < 2048);
+    assert_eq!(balance(&store, "A").await, 1000);
+}

@@ -199,3 +199,8 @@ async fn typed_presence_guards_follow_option() {
 async fn guards_on_unusual_numbers_decide_alike() {
     safety::guards_on_unusual_numbers_decide_alike(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn credits_at_new_paths_leave_nothing() {
+    safety::credits_at_new_paths_leave_nothing(&MemoryFactory::new(), "bank", 200).await;
+}

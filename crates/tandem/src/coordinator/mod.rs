@@ -245,9 +245,10 @@ impl Coordinator {
 
     /// Creates a TTL index on a participant collection that lets the store
     /// remove placeholders of inserts (`_tandem.ghost`) once they are older
-    /// than the lease plus the clock margin (idempotent). Only a reservation
-    /// that landed late, after its transaction had ended, leaves one behind
-    /// for longer; see [`collect_placeholders`](Self::collect_placeholders)
+    /// than the lease plus the clock margin (idempotent). A reservation that
+    /// landed late, after its transaction had ended, leaves one behind, and
+    /// so does a coordinator that crashed between reserving an insert's `_id`
+    /// and writing its record (no record names it, so recovery cannot); see [`collect_placeholders`](Self::collect_placeholders)
     /// for stores without TTL indexes. `store` names the coordinator store
     /// the collection lives in (`None`: the default).
     pub async fn ensure_placeholder_ttl(
@@ -336,11 +337,36 @@ impl Coordinator {
     /// `main`: a MongoDB client dropped while the runtime stops may still have
     /// background tasks of its own running. The coordinator (and its stores,
     /// also through clones) must not be used afterwards.
+    ///
+    /// It waits as long as the background work takes: a store call that
+    /// never returns (a hung connection) holds it up for good. Use
+    /// [`shutdown_within`](Self::shutdown_within) to bound the wait.
     pub async fn shutdown(&self) {
         self.drain().await;
         for store in self.engine.stores.all() {
             store.shutdown().await;
         }
+    }
+
+    /// [`shutdown`](Self::shutdown), waiting at most `limit` for the
+    /// background work. `true` once it finished and the stores were closed;
+    /// `false` if it did not finish in time: what it had not finished
+    /// (committed transactions whose markers are still to clear) is left to
+    /// recovery after the lease, as after a crash, and the stores are left
+    /// open (closing a MongoDB client waits for the operations still in
+    /// flight). Nothing committed is lost either way.
+    pub async fn shutdown_within(&self, limit: std::time::Duration) -> bool {
+        if tokio::time::timeout(limit, self.drain()).await.is_err() {
+            tracing::warn!(
+                target: "tandem",
+                "shutdown: the background work did not finish within {limit:?}; left to recovery"
+            );
+            return false;
+        }
+        for store in self.engine.stores.all() {
+            store.shutdown().await;
+        }
+        true
     }
 
     /// Checks a transaction's items (count, stores, kinds, each change's own

@@ -1,6 +1,7 @@
 //! The statements of each step of a [`DocumentChange`]: the guarded filters
 //! and updates that prepare, apply, commit and undo it.
 
+use crate::error::{clip, QUOTE_LIMIT};
 use bson::{doc, Bson, Document};
 
 use crate::change::overlaps;
@@ -617,7 +618,7 @@ impl DocumentChange {
             .iter()
             .map(|path| {
                 let found = query::lookup(&current, path)
-                    .map(|v| v.to_string())
+                    .map(|v| clip(v.to_string(), QUOTE_LIMIT))
                     .unwrap_or_else(|| "nothing".into());
                 format!("{path} (found {found})")
             })
@@ -759,6 +760,11 @@ impl DocumentChange {
         inc.insert(PENDING, 1);
         if self.is_exclusive() {
             set.insert(LOCK, ctx.marker.as_str());
+            // No change of another transaction is pending here (the filter
+            // says so), so every credit sum is zero: drop them, or a document
+            // credited at ever new paths (`holds.<order>`) would keep a zero
+            // for each, for good.
+            unset.insert(CREDITS, "");
         }
         let mut update = Document::new();
         for (op, body) in [
@@ -934,9 +940,9 @@ impl DocumentChange {
                         message: format!(
                             "stored {} {}, equal to the guard's {} {} but of other types: an equality guard that stands for the before-image must match the stored value's types",
                             found.map(type_name).unwrap_or("nothing"),
-                            found.map(|f| f.to_string()).unwrap_or_default(),
+                            found.map(|f| clip(f.to_string(), QUOTE_LIMIT)).unwrap_or_default(),
                             type_name(&guard.value),
-                            guard.value
+                            clip(guard.value.to_string(), QUOTE_LIMIT)
                         ),
                     });
                 }
@@ -952,20 +958,21 @@ impl DocumentChange {
                         participant,
                         path: guard.path.clone(),
                         message: format!(
-                            "stored {} {found}, guard compares with {} {}",
+                            "stored {} {}, guard compares with {} {}",
                             type_name(found),
+                            clip(found.to_string(), QUOTE_LIMIT),
                             type_name(&guard.value),
-                            guard.value
+                            clip(guard.value.to_string(), QUOTE_LIMIT)
                         ),
                     });
                 }
             }
             let found = found
-                .map(|b| b.to_string())
+                .map(|b| clip(b.to_string(), QUOTE_LIMIT))
                 .unwrap_or_else(|| "nothing".into());
             return Err(StepError::GuardFailed {
                 participant,
-                guard: format!("{guard} (found {found})"),
+                guard: format!("{} (found {found})", clip(guard.to_string(), QUOTE_LIMIT)),
             });
         }
         if let DocumentOp::Update { ops } = &self.op {

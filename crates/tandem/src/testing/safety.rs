@@ -1712,3 +1712,42 @@ pub async fn guards_on_unusual_numbers_decide_alike<F: StoreFactory + ?Sized>(
     let after = get(store.as_ref(), &loans, "L").await.expect("L");
     assert_eq!(after.get_str("state"), Ok("approved"), "{after}");
 }
+
+/// Credits at ever new paths leave no bookkeeping behind once the document
+/// is changed exclusively: each counted credit kept a zero sum at
+/// `_tandem.credit.<path>` for good, so a document credited at
+/// `holds.<order>` for every order grew by one entry per order, even once
+/// the holds were unset (found by an adversarial review: 141 bytes after one
+/// order, 3,615 after 200). An exclusive apply, which no pending change can
+/// share, drops the sums.
+pub async fn credits_at_new_paths_leave_nothing<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+    orders: usize,
+) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "hot", "balance": 0_i64 }).await;
+    let coordinator = coordinator(store.clone(), db, factory.lease());
+    let size = |d: Document| bson::to_vec(&d).expect("encoding").len();
+    let mut first = None;
+    for i in 0..orders {
+        let key = format!("holds.order{i}");
+        for change in [
+            DocumentChange::update(ns.clone(), "hot").inc(&key, 5_i64),
+            DocumentChange::update(ns.clone(), "hot").unset(&key),
+        ] {
+            coordinator
+                .run(Transaction::new().change(change))
+                .await
+                .unwrap_or_else(|e| panic!("order {i}: {e}"));
+            coordinator.drain().await;
+        }
+        let hot = get(store.as_ref(), &ns, "hot").await.expect("hot");
+        let bytes = size(hot.clone());
+        match first {
+            None => first = Some(bytes),
+            Some(f) => assert_eq!(bytes, f, "after {} orders: {hot}", i + 1),
+        }
+    }
+}
