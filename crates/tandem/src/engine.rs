@@ -223,8 +223,12 @@ impl Engine {
             filter.insert("token", token.as_str());
         }
         let mut set = doc! { "state": to };
+        // Whatever an error or a note quotes, the record stays far below
+        // the 16 MiB a document may hold.
+        let limit =
+            |text: &str| crate::error::clip(text.to_owned(), crate::error::RECORD_TEXT_LIMIT);
         if let Some(err) = last_error {
-            set.insert("lastError", err);
+            set.insert("lastError", limit(err));
         }
         let mut stamps = doc! { "lastModified": true };
         if to.is_terminal() {
@@ -236,7 +240,7 @@ impl Engine {
             "$currentDate": stamps,
             "$push": { "history": {
                 "$each": std::iter::once(history(to, &self.config.owner, live.epoch, "move"))
-                    .chain(notes.iter().map(|n| history(to, &self.config.owner, live.epoch, n)))
+                    .chain(notes.iter().map(|n| history(to, &self.config.owner, live.epoch, &limit(n))))
                     .collect::<Vec<_>>(),
                 "$slice": -HISTORY_KEPT,
             } },

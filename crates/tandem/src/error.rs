@@ -437,6 +437,12 @@ impl TxError {
 /// The longest text of a stored value an error or a record note quotes.
 pub(crate) const QUOTE_LIMIT: usize = 256;
 
+/// The longest store message a step error passes on.
+pub(crate) const MESSAGE_LIMIT: usize = 1024;
+
+/// The longest error or note a record keeps.
+pub(crate) const RECORD_TEXT_LIMIT: usize = 4096;
+
 /// `text`, cut to at most `max` bytes (at a character boundary) with what
 /// was left out said: errors and record notes quote stored values, and a
 /// value may be megabytes long (a record is limited to 16 MiB).

@@ -855,9 +855,12 @@ impl RecoveryWorker {
     /// records were removed or reduced to stubs: a store error after some
     /// were ends the collection early with their count (logged; the next
     /// collection goes on), and is returned only when none were. A request
-    /// sent again after a lost answer is counted by reading its records back
-    /// (the repeat itself finds the work done); for the removal of expired
-    /// stubs, which names no records, the count is then a lower bound.
+    /// sent again after a transient error is counted by reading its records
+    /// back (the repeat finds done what a first copy that landed did): the
+    /// count then includes what another collection running at the same time
+    /// did to the same records meanwhile, and so may exceed this one's work;
+    /// for the removal of expired stubs, which names no records, it is the
+    /// repeat's count, a lower bound.
     ///
     /// `older_than` must be at least the lease plus the clock margin
     /// ([`CoordinatorConfig::lease`](crate::CoordinatorConfig::lease),

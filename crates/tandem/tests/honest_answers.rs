@@ -347,3 +347,75 @@ async fn a_long_cancel_reason_is_cut() {
     assert!(record.last_error.unwrap_or_default().len() < 2048);
     assert_eq!(balance(&store, "A").await, 1000);
 }
+
+/// An increment on a field that holds a huge non-numeric value: the
+/// diagnosis ("Cannot apply $inc to a value of non-numeric type string
+/// (...)") quoted the whole stored value in the error and `lastError`, and
+/// near 16 MiB a refusal became "outcome unknown" (found by a review of the
+/// first cut of quotes). It is cut.
+#[tokio::test]
+async fn an_inc_on_a_large_non_numeric_field_quotes_it_in_part() {
+    use tandem::{DocumentChange, Transaction};
+    for len in [(16 << 20) - 400, 4 << 20] {
+        let (store, _clock, _) = bank(&["a"], 0).await;
+        store
+            .update_one(
+                &accounts(),
+                doc! { "_id": "a" },
+                doc! { "$set": { "balance": "x".repeat(len) } },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let coordinator = Coordinator::new(store.clone());
+        let tx = Transaction::with_id("t-inc")
+            .change(DocumentChange::update(accounts(), "a").inc("balance", 1_i64));
+        let err = coordinator.run(tx).await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, TxError::Canceled { undone: true, .. }),
+            "{len}: {}",
+            text.chars().take(200).collect::<String>()
+        );
+        assert!(text.len() < 1024, "{len}: {} bytes", text.len());
+        let record = Coordinator::new(store.clone())
+            .record(&TxId::new("t-inc").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let last = record.last_error.unwrap_or_default();
+        assert!(last.len() < 1024, "{len}: lastError {} bytes", last.len());
+    }
+}
+
+/// A `set` below a field that holds a huge string: the store's own refusal
+/// ("Cannot create field 'x' in element {notes: "..."}", as MongoDB words
+/// it) quoted the stored element whole in the error and `lastError`. A
+/// store's message is cut, and so is every error and note a record keeps.
+#[tokio::test]
+async fn a_set_below_a_large_scalar_quotes_it_in_part() {
+    use tandem::{DocumentChange, Transaction};
+    for len in [(16 << 20) - 400, 4 << 20] {
+        let (store, _clock, _) = bank(&["a"], 0).await;
+        store
+            .update_one(
+                &accounts(),
+                doc! { "_id": "a" },
+                doc! { "$set": { "notes": "x".repeat(len) } },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let coordinator = Coordinator::new(store.clone());
+        let tx = Transaction::with_id("t-set")
+            .change(DocumentChange::update(accounts(), "a").set("notes.x", 1_i64));
+        let err = coordinator.run(tx).await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, TxError::Canceled { undone: true, .. }),
+            "{len}: {}",
+            text.chars().take(200).collect::<String>()
+        );
+        assert!(text.len() < 2048, "{len}: {} bytes", text.len());
+    }
+}

@@ -1,7 +1,7 @@
 //! The statements of each step of a [`DocumentChange`]: the guarded filters
 //! and updates that prepare, apply, commit and undo it.
 
-use crate::error::{clip, QUOTE_LIMIT};
+use crate::error::{clip, MESSAGE_LIMIT, QUOTE_LIMIT};
 use bson::{doc, Bson, Document};
 
 use crate::change::overlaps;
@@ -24,8 +24,11 @@ impl DocumentChange {
             })
     }
 
-    pub(super) fn store_err(&self, e: StoreError) -> StepError {
+    pub(super) fn store_err(&self, mut e: StoreError) -> StepError {
         let participant = self.label();
+        // A store's message may quote a stored value whole ("Cannot create
+        // field 'x' in element {notes: ...}").
+        e.message = clip(e.message, MESSAGE_LIMIT);
         match e.kind {
             StoreErrorKind::TypeMismatch => StepError::TypeMismatch {
                 participant,
@@ -984,8 +987,9 @@ impl DocumentChange {
                                 participant,
                                 path: path.clone(),
                                 message: format!(
-                                    "Cannot apply $inc to a value of non-numeric type {} ({v})",
-                                    type_name(v)
+                                    "Cannot apply $inc to a value of non-numeric type {} ({})",
+                                    type_name(v),
+                                    clip(v.to_string(), QUOTE_LIMIT)
                                 ),
                             });
                         }
