@@ -788,4 +788,68 @@ mod tests {
         }
         assert!(one_debit > 0, "no crash point left one debit only");
     }
+
+    /// `recover` exits 1 (`Incomplete`) while a transaction it claimed is
+    /// left unfinished: a refused roll forward whose undo must wait (an
+    /// apply's answer was lost) is `canceling` with the debit applied, and
+    /// the command said "canceled 1 ... waiting 0" and exited 0.
+    #[tokio::test]
+    async fn recover_exits_1_while_a_transaction_waits() {
+        let accounts = Namespace::new("bank", "accounts");
+        let transfer = || {
+            Transaction::new()
+                .change(
+                    DocumentChange::update(accounts.clone(), "A")
+                        .inc("balance", -100_i64)
+                        .require_gte("balance", 100_i64),
+                )
+                .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 100_i64))
+        };
+        let mut waiting = 0;
+        for n in 1..40 {
+            let clock = Arc::new(tandem::ManualClock::default());
+            let store = tandem::MemoryStore::with_clock(clock.clone());
+            for id in ["A", "B"] {
+                store
+                    .insert_one(&accounts, doc! { "_id": id, "balance": 1000_i64 })
+                    .await
+                    .unwrap();
+            }
+            // The owner crashes after writing its record.
+            let dead = FaultStore::new(Arc::new(store.clone())).crash_after(1);
+            let id = match Coordinator::builder(dead).build().run(transfer()).await {
+                Err(e) => e.id().cloned().expect("an id"),
+                Ok(r) => panic!("{r:?}"),
+            };
+            store
+                .delete_one(&accounts, doc! { "_id": "B" })
+                .await
+                .unwrap();
+            clock.advance(std::time::Duration::from_secs(33));
+            let lossy = FaultStore::new(Arc::new(store.clone())).lose_at(n);
+            let coordinator = Coordinator::builder(lossy).build();
+            let answer = recover(&coordinator, true, 10).await;
+            let record = Coordinator::new(store.clone())
+                .record(&id)
+                .await
+                .unwrap()
+                .expect("the record");
+            // Finished: exit 0. Not finished: never exit 0; decided and
+            // waiting (`canceling`): exit 1 saying so.
+            // (A lost answer of one of the command's own reads may fail it
+            // even when the transaction is finished.)
+            if !record.state.is_terminal() {
+                assert!(
+                    answer.is_err(),
+                    "lost op {n}: record {}, exit 0",
+                    record.state
+                );
+            }
+            if matches!(&answer, Err(Failure::Incomplete(m)) if m.contains("not finished")) {
+                assert_eq!(record.state, TxState::Canceling, "lost op {n}");
+                waiting += 1;
+            }
+        }
+        assert!(waiting > 0, "no lost answer left the transaction waiting");
+    }
 }

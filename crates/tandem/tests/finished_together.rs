@@ -633,13 +633,12 @@ async fn a_panic_in_the_finisher_leaves_its_work_to_recovery() {
 
 /// A store call that never returns (a hung connection) held `shutdown` up
 /// for good, and a process calling it at exit could not exit (found by an
-/// adversarial review). `shutdown_within` bounds the wait, says that the
+/// adversarial review). `shutdown_within` waits its limit, says that the
 /// work did not finish, and recovery finishes the transaction after the
-/// lease.
+/// lease; with nothing hung, it finishes and answers `true`.
 #[tokio::test(start_paused = true)]
 async fn shutdown_within_bounds_the_wait_for_a_hung_store() {
     use std::sync::Arc;
-    use std::time::Duration;
     use tandem::testing::FaultStore;
     let (store, clock, _) = bank(&["A", "B"], 100).await;
     let faulty = FaultStore::new(Arc::new(store.clone()));
@@ -648,22 +647,40 @@ async fn shutdown_within_bounds_the_wait_for_a_hung_store() {
         .build();
     let receipt = coordinator.run(transfer("A", "B", 1)).await.unwrap();
     // The finisher's next call never returns.
-    let pause = faulty.pause_at(faulty.ops() + 1);
+    let mut pause = faulty.pause_at(faulty.ops() + 1);
+    tokio::time::timeout(Duration::from_secs(60), &mut pause.reached)
+        .await
+        .expect("the finisher's call is reached")
+        .expect("the pause is armed");
+    let started = tokio::time::Instant::now();
     assert!(!coordinator.shutdown_within(Duration::from_secs(60)).await);
-    drop(pause);
-    // Committed: recovery finishes it after the lease.
+    assert!(
+        started.elapsed() >= Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    // Committed: recovery finishes it after the lease, the finisher still hung.
     clock.advance(Duration::from_secs(3600));
-    tandem::Coordinator::new(store.clone())
+    let report = tandem::Coordinator::new(store.clone())
         .recovery(tandem::RecoveryConfig::default())
         .run_once()
         .await
         .unwrap();
+    assert_eq!(report.committed, 1, "{report:?}");
     let record = tandem::Coordinator::new(store.clone())
         .record(&receipt.id)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(record.state, tandem::TxState::Done);
-    assert_eq!(balance(&store, "A").await + balance(&store, "B").await, 200);
+    assert_eq!(balance(&store, "A").await, 99);
+    assert_eq!(balance(&store, "B").await, 101);
+    drop(pause);
+
+    // Nothing hung: it finishes, and says so.
+    let (store, _, _) = bank(&["A", "B"], 100).await;
+    let coordinator = tandem::Coordinator::new(store.clone());
+    coordinator.run(transfer("A", "B", 1)).await.unwrap();
+    assert!(coordinator.shutdown_within(Duration::from_secs(60)).await);
     assert_eq!(balance(&store, "B").await, 101);
 }

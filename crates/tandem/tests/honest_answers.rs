@@ -53,6 +53,8 @@ async fn canceled_says_whether_the_undo_happened() {
         let coordinator = Coordinator::builder(lossy).build();
         let answer = coordinator.run(transfer("A", "B", 100)).await;
         let Err(TxError::Canceled { id, undone, .. }) = &answer else {
+            // B does not exist: never committed.
+            assert!(answer.is_err(), "lost op {n}: {answer:?}");
             continue;
         };
         let state = state_of(&store, id).await;
@@ -278,7 +280,7 @@ async fn garbage_collection_counts_what_a_lost_answer_did() {
 }
 
 /// A failed guard quoted the whole field it found in its error, the
-/// record's `lastError` and the log: a 4 MiB field made a 4 MiB record, and
+/// record's `lastError`: a 4 MiB field made a 4 MiB record, and
 /// one near 16 MiB made the move to `canceling` too large, so a plain
 /// refusal was answered "outcome unknown" (found by an adversarial review).
 /// Quotes of stored values are cut.
@@ -417,5 +419,80 @@ async fn a_set_below_a_large_scalar_quotes_it_in_part() {
             text.chars().take(200).collect::<String>()
         );
         assert!(text.len() < 2048, "{len}: {} bytes", text.len());
+        let record = Coordinator::new(store.clone())
+            .record(&TxId::new("t-set").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let last = record.last_error.unwrap_or_default();
+        assert!(last.len() < 2048, "{len}: lastError {} bytes", last.len());
     }
+}
+
+/// Every error and note a record keeps is cut to 4 KiB, whatever the
+/// pieces it is made of: an undo that finds 40 fields overwritten notes
+/// each (each quote cut to 256 bytes), and the note as a whole is cut.
+#[tokio::test]
+async fn a_record_keeps_no_note_over_four_kib() {
+    use tandem::{DocumentChange, Transaction};
+    let fields: Vec<String> = (0..40).map(|i| format!("f{i}")).collect();
+    let mut cut = 0;
+    for k in 1..12 {
+        let (store, _clock, _) = bank(&["X"], 0).await;
+        let faulty = FaultStore::new(Arc::new(store.clone()));
+        let coordinator = Coordinator::builder(faulty.clone()).build();
+        let mut change = DocumentChange::update(accounts(), "X");
+        for f in &fields {
+            change = change.set(f, "a");
+        }
+        // `missing` does not exist: the transaction is refused and undone.
+        let tx = Transaction::new()
+            .change(change)
+            .change(tandem::DocumentChange::update(accounts(), "missing").inc("balance", 1_i64));
+        let pause = faulty.pause_at(k);
+        let run = tokio::spawn(async move { coordinator.run(tx).await });
+        if pause.reached.await.is_err() {
+            let _ = run.await;
+            continue;
+        }
+        // An outside writer overwrites every field with a long value.
+        let mut set = bson::Document::new();
+        for f in &fields {
+            set.insert(f.clone(), "y".repeat(300));
+        }
+        store
+            .update_one(
+                &accounts(),
+                doc! { "_id": "X" },
+                doc! { "$set": set },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        drop(pause.release);
+        let answer = run.await.unwrap();
+        let Err(e) = answer else {
+            panic!("pause at {k}: a transaction with a missing participant committed");
+        };
+        let Some(id) = e.id().cloned() else { continue };
+        let Some(record) = Coordinator::new(store.clone()).record(&id).await.unwrap() else {
+            continue;
+        };
+        for line in &record.history {
+            assert!(
+                line.event.len() <= 4096 + 32,
+                "pause at {k}: a note of {} bytes",
+                line.event.len()
+            );
+        }
+        assert!(record.last_error.unwrap_or_default().len() <= 4096 + 32);
+        if record
+            .history
+            .iter()
+            .any(|l| l.event.starts_with("overwritten") && l.event.ends_with("bytes)"))
+        {
+            cut += 1;
+        }
+    }
+    assert!(cut > 0, "no undo met the overwritten fields");
 }

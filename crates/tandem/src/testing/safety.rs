@@ -1744,6 +1744,12 @@ pub async fn credits_at_new_paths_leave_nothing<F: StoreFactory + ?Sized>(
             coordinator.drain().await;
         }
         let hot = get(store.as_ref(), &ns, "hot").await.expect("hot");
+        let meta = hot.get_document("_tandem").cloned().unwrap_or_default();
+        assert!(
+            !meta.contains_key("credit"),
+            "after {} orders: {hot}",
+            i + 1
+        );
         let bytes = size(hot.clone());
         match first {
             None => first = Some(bytes),

@@ -2587,8 +2587,8 @@ pub async fn decimals_compare_as_numbers<F: StoreFactory + ?Sized>(factory: &F, 
 }
 
 /// `{"a.b": null}` through an array holding no document (empty, or of
-/// scalars) does not match on MongoDB up to 8.x (SERVER-36681 changed it in
-/// 9.0: there it matches, as the embedded store does today).
+/// scalars) does not match on MongoDB up to 8.x, nor on the embedded store,
+/// which follows it (SERVER-36681 changed it in 9.0: there it matches).
 pub async fn dotted_null_through_arrays_without_documents<F: StoreFactory + ?Sized>(
     factory: &F,
     db: &str,
