@@ -279,6 +279,49 @@ async fn garbage_collection_counts_what_a_lost_answer_did() {
     assert!(repeated > 0, "no lost answer hit a collection's write");
 }
 
+/// Seeds account `a` with `field` holding a string of `len` bytes, runs
+/// `change` of it under the id `id`, and checks that the answer is a refusal
+/// with nothing left applied, and that the answer and the record's
+/// `lastError` are under `limit` bytes. Returns `lastError`.
+async fn refused_over_a_large_field(
+    field: &str,
+    len: usize,
+    id: &str,
+    change: tandem::DocumentChange,
+    limit: usize,
+) -> String {
+    let (store, _clock, _) = bank(&["a"], 0).await;
+    store
+        .update_one(
+            &accounts(),
+            doc! { "_id": "a" },
+            doc! { "$set": { field: "x".repeat(len) } },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let coordinator = Coordinator::new(store.clone());
+    let err = coordinator
+        .run(tandem::Transaction::with_id(id).change(change))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, TxError::Canceled { undone: true, .. }),
+        "{len}: {}",
+        text.chars().take(200).collect::<String>()
+    );
+    assert!(text.len() < limit, "{len}: {} bytes", text.len());
+    let record = Coordinator::new(store.clone())
+        .record(&TxId::new(id).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let last = record.last_error.unwrap_or_default();
+    assert!(last.len() < limit, "{len}: lastError {} bytes", last.len());
+    last
+}
+
 /// A failed guard quoted the whole field it found in its error, the
 /// record's `lastError`: a 4 MiB field made a 4 MiB record, and
 /// one near 16 MiB made the move to `canceling` too large, so a plain
@@ -286,42 +329,11 @@ async fn garbage_collection_counts_what_a_lost_answer_did() {
 /// Quotes of stored values are cut.
 #[tokio::test]
 async fn a_failed_guard_quotes_a_large_field_in_part() {
-    use tandem::{DocumentChange, Transaction};
     for len in [4 << 20, (16 << 20) - 400] {
-        let (store, _clock, _) = bank(&["a"], 0).await;
-        store
-            .update_one(
-                &accounts(),
-                doc! { "_id": "a" },
-                doc! { "$set": { "notes": "x".repeat(len) } },
-                Default::default(),
-            )
-            .await
-            .unwrap();
-        let coordinator = Coordinator::new(store.clone());
-        let tx = Transaction::with_id("t-guard").change(
-            DocumentChange::update(accounts(), "a")
-                .inc("balance", 1_i64)
-                .require_eq("notes", "short"),
-        );
-        let err = coordinator.run(tx).await.unwrap_err();
-        assert!(
-            matches!(err, TxError::Canceled { undone: true, .. }),
-            "{len}: {}",
-            err.to_string().chars().take(200).collect::<String>()
-        );
-        assert!(
-            err.to_string().len() < 1024,
-            "{len}: {} bytes",
-            err.to_string().len()
-        );
-        let record = Coordinator::new(store.clone())
-            .record(&TxId::new("t-guard").unwrap())
-            .await
-            .unwrap()
-            .unwrap();
-        let last = record.last_error.unwrap_or_default();
-        assert!(last.len() < 1024, "{len}: lastError {} bytes", last.len());
+        let change = tandem::DocumentChange::update(accounts(), "a")
+            .inc("balance", 1_i64)
+            .require_eq("notes", "short");
+        let last = refused_over_a_large_field("notes", len, "t-guard", change, 1024).await;
         assert!(last.contains("bytes)"), "{last}");
     }
 }
@@ -357,36 +369,9 @@ async fn a_long_cancel_reason_is_cut() {
 /// first cut of quotes). It is cut.
 #[tokio::test]
 async fn an_inc_on_a_large_non_numeric_field_quotes_it_in_part() {
-    use tandem::{DocumentChange, Transaction};
     for len in [(16 << 20) - 400, 4 << 20] {
-        let (store, _clock, _) = bank(&["a"], 0).await;
-        store
-            .update_one(
-                &accounts(),
-                doc! { "_id": "a" },
-                doc! { "$set": { "balance": "x".repeat(len) } },
-                Default::default(),
-            )
-            .await
-            .unwrap();
-        let coordinator = Coordinator::new(store.clone());
-        let tx = Transaction::with_id("t-inc")
-            .change(DocumentChange::update(accounts(), "a").inc("balance", 1_i64));
-        let err = coordinator.run(tx).await.unwrap_err();
-        let text = err.to_string();
-        assert!(
-            matches!(err, TxError::Canceled { undone: true, .. }),
-            "{len}: {}",
-            text.chars().take(200).collect::<String>()
-        );
-        assert!(text.len() < 1024, "{len}: {} bytes", text.len());
-        let record = Coordinator::new(store.clone())
-            .record(&TxId::new("t-inc").unwrap())
-            .await
-            .unwrap()
-            .unwrap();
-        let last = record.last_error.unwrap_or_default();
-        assert!(last.len() < 1024, "{len}: lastError {} bytes", last.len());
+        let change = tandem::DocumentChange::update(accounts(), "a").inc("balance", 1_i64);
+        refused_over_a_large_field("balance", len, "t-inc", change, 1024).await;
     }
 }
 
@@ -396,36 +381,9 @@ async fn an_inc_on_a_large_non_numeric_field_quotes_it_in_part() {
 /// store's message is cut, and so is every error and note a record keeps.
 #[tokio::test]
 async fn a_set_below_a_large_scalar_quotes_it_in_part() {
-    use tandem::{DocumentChange, Transaction};
     for len in [(16 << 20) - 400, 4 << 20] {
-        let (store, _clock, _) = bank(&["a"], 0).await;
-        store
-            .update_one(
-                &accounts(),
-                doc! { "_id": "a" },
-                doc! { "$set": { "notes": "x".repeat(len) } },
-                Default::default(),
-            )
-            .await
-            .unwrap();
-        let coordinator = Coordinator::new(store.clone());
-        let tx = Transaction::with_id("t-set")
-            .change(DocumentChange::update(accounts(), "a").set("notes.x", 1_i64));
-        let err = coordinator.run(tx).await.unwrap_err();
-        let text = err.to_string();
-        assert!(
-            matches!(err, TxError::Canceled { undone: true, .. }),
-            "{len}: {}",
-            text.chars().take(200).collect::<String>()
-        );
-        assert!(text.len() < 2048, "{len}: {} bytes", text.len());
-        let record = Coordinator::new(store.clone())
-            .record(&TxId::new("t-set").unwrap())
-            .await
-            .unwrap()
-            .unwrap();
-        let last = record.last_error.unwrap_or_default();
-        assert!(last.len() < 2048, "{len}: lastError {} bytes", last.len());
+        let change = tandem::DocumentChange::update(accounts(), "a").set("notes.x", 1_i64);
+        refused_over_a_large_field("notes", len, "t-set", change, 2048).await;
     }
 }
 
