@@ -194,7 +194,10 @@
 //!    (tandem writes the record anyway, with `createBy = D_0`, and every reader
 //!    treats a record stamped `created ≥ createBy` as inert: never applied,
 //!    canceled without a document step; the model's create writes nothing,
-//!    which differs only in the `_id` staying taken until collection); a coordinator
+//!    which differs only in the `_id` staying taken until collection, because
+//!    no move meant for the live record can land on the inert copy: each names
+//!    the live record's `created` stamp, and a batch of moves requires
+//!    `created` before the group's earliest `createBy`); a coordinator
 //!    that lost a create's answer takes `Duplicate` as definite only once
 //!    `R.now ≥ D_0`, and a create found past its deadline means "unknown" if
 //!    an earlier attempt was lost. GC after `finishedAt + LEASE + MARGIN` is

@@ -90,6 +90,13 @@ pub(crate) struct Live {
     /// stalled worker of an earlier transaction with the same id (its record
     /// collected, the id used again) cannot move the new one.
     pub token: Option<String>,
+    /// When the store wrote the record and the create deadline it carries,
+    /// when known: every move of the record names the first, and a batch of
+    /// moves requires a write before the second. A create that arrived late
+    /// writes an inert record with the same id, token and epoch
+    /// ([`TxRecord::is_inert`]), but always stamped at or after its create
+    /// deadline, so no move meant for the live record can land on it.
+    pub stamps: Option<CreateStamps>,
     pub epoch: i64,
     /// What the participants' markers and locks hold: [`TxId::marker`].
     pub marker: TxId,
@@ -102,6 +109,26 @@ pub(crate) struct Live {
     /// ([`TxRecord::early_commit`]): finishing moves the record to
     /// `applied` first, and clears no marker unless that move succeeds.
     pub early: bool,
+}
+
+/// When a live record was written (`created`, by the records store's clock)
+/// and its create deadline (`createBy`): `created < create_by`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CreateStamps {
+    pub created: bson::DateTime,
+    pub create_by: bson::DateTime,
+}
+
+impl CreateStamps {
+    /// The stamps of a record, if it has both and is live (not inert).
+    pub fn of(record: &TxRecord) -> Option<CreateStamps> {
+        match (record.created, record.create_by) {
+            (Some(created), Some(create_by)) if created < create_by => {
+                Some(CreateStamps { created, create_by })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Which participant step to run.
@@ -222,6 +249,10 @@ impl Engine {
         if let Some(token) = &live.token {
             filter.insert("token", token.as_str());
         }
+        if let Some(stamps) = live.stamps {
+            // Not an inert copy written by a create that arrived late.
+            filter.insert("created", stamps.created);
+        }
         let mut set = doc! { "state": to };
         // Whatever an error or a note quotes, the record stays far below
         // the 16 MiB a document may hold.
@@ -301,7 +332,8 @@ impl Engine {
                 Some(r)
                     if r.state == to
                         && r.epoch == live.epoch
-                        && (live.token.is_none() || r.token == live.token) => {}
+                        && (live.token.is_none() || r.token == live.token)
+                        && live.stamps.is_none_or(|s| r.created == Some(s.created)) => {}
                 Some(r) => {
                     return Err(TxError::Superseded {
                         id: live.id.clone(),
@@ -737,7 +769,10 @@ impl Engine {
         from: TxState,
         to: TxState,
     ) -> Vec<(usize, Result<(), TxError>)> {
-        let mut all_moved = which.len() > 1 && which.iter().all(|&t| lives[t].token.is_some());
+        let mut all_moved = which.len() > 1
+            && which
+                .iter()
+                .all(|&t| lives[t].token.is_some() && lives[t].stamps.is_some());
         let mut epochs: Vec<i64> = which.iter().map(|&t| lives[t].epoch).collect();
         epochs.sort_unstable();
         epochs.dedup();
@@ -756,12 +791,21 @@ impl Engine {
                 .iter()
                 .filter_map(|live| live.token.as_deref())
                 .collect();
+            // Every live record of the group was written before the earliest
+            // create deadline among them, or the count falls short and each
+            // record moves on its own; an inert copy never was.
+            let written_before = group
+                .iter()
+                .filter_map(|live| live.stamps.map(|s| s.create_by))
+                .min()
+                .unwrap_or(bson::DateTime::MIN);
             let (_, update) = self.transition_statement(group[0], from, to, None);
             let filter = doc! {
                 "_id": { "$in": ids },
                 "state": from,
                 "epoch": epoch,
                 "token": { "$in": tokens },
+                "created": { "$lt": written_before },
             };
             all_moved = matches!(
                 self.records().update_many(&ns, filter, update).await,
@@ -877,6 +921,7 @@ impl Engine {
         Ok(Live {
             keyed: record.keyed,
             token: record.token.clone(),
+            stamps: CreateStamps::of(record),
             id: record.id.clone(),
             epoch: record.epoch,
             marker,

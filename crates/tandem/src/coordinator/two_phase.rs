@@ -9,7 +9,7 @@ use futures::future::join_all;
 use super::{entry, Coordinator, Item, Receipt, Transaction, MAX_RECORD_ENTRIES_LEN};
 use crate::change::DocumentOp;
 use crate::config::{CommitPoint, Strategy};
-use crate::engine::{history, party_markers, Live, Party};
+use crate::engine::{history, party_markers, CreateStamps, Live, Party};
 use crate::error::{ChangeError, StepError, TxError};
 use crate::event::TxEvent;
 use crate::participant::{Participant, StepContext};
@@ -171,6 +171,8 @@ impl Coordinator {
         let mut live = Live {
             keyed,
             token: Some(token.clone()),
+            // Set from the record as written.
+            stamps: None,
             id: id.clone(),
             epoch,
             marker: marker.clone(),
@@ -183,8 +185,8 @@ impl Coordinator {
 
         // The record is created `pending`: it holds every participant before any is
         // applied, so there is nothing an `initial` state would add but a round trip.
-        live.deadline = match self.create_record(&live, entries).await {
-            Ok(deadline) => deadline,
+        (live.deadline, live.stamps) = match self.create_record(&live, entries).await {
+            Ok(written) => written,
             Err(e) => {
                 // Refused before anything of it could apply (the id is
                 // another's, the record too large, or written inert): no
@@ -252,7 +254,7 @@ impl Coordinator {
         &self,
         live: &Live,
         entries: Vec<Bson>,
-    ) -> Result<bson::DateTime, TxError> {
+    ) -> Result<(bson::DateTime, Option<CreateStamps>), TxError> {
         let engine = &self.engine;
         let config = &engine.config;
         let ns = engine.records_ns();
@@ -400,8 +402,10 @@ impl Coordinator {
                     format!("the record as written has no lease start: {e}"),
                 ),
             })?;
-        Ok(bson::DateTime::from_millis(
-            start.saturating_add(lease_millis),
+        let stamps = stamp("created").map(|created| CreateStamps { created, create_by });
+        Ok((
+            bson::DateTime::from_millis(start.saturating_add(lease_millis)),
+            stamps,
         ))
     }
 
@@ -425,7 +429,7 @@ impl Coordinator {
         token: &str,
         create_by: bson::DateTime,
         retried: bool,
-    ) -> Result<bson::DateTime, TxError> {
+    ) -> Result<(bson::DateTime, Option<CreateStamps>), TxError> {
         let engine = &self.engine;
         let ns = engine.records_ns();
         let interrupted = |source| TxError::Interrupted {
@@ -470,7 +474,7 @@ impl Coordinator {
                     id: live.id.clone(),
                     participants: live.parties.len(),
                 });
-                return Ok(r.deadline());
+                return Ok((r.deadline(), CreateStamps::of(&r)));
             }
             if retried && !waited {
                 // An earlier attempt of ours may still be on its way: it can
