@@ -5,6 +5,7 @@ use proc_macro2::{Span, TokenStream};
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
 use syn::{Attribute, Expr, ExprPath, LitStr, Path, Token};
 
 /// Collects every error found in the input, to report them all at once.
@@ -290,6 +291,13 @@ pub(crate) struct SerdeField {
     pub(crate) default: bool,
     /// The function serializing the field, from `with` or `serialize_with`.
     pub(crate) serialize_with: Option<ExprPath>,
+    /// `skip_serializing_if`: the field may be absent from the stored
+    /// document while the struct reads a value for it.
+    pub(crate) skip_if: bool,
+    /// An `alias`: a name the struct reads that typed changes do not write.
+    pub(crate) alias: Option<Span>,
+    /// A `#[serde_as(...)]` field attribute not yet expanded by `#[serde_as]`.
+    pub(crate) serde_as: Option<Span>,
     /// A `serde` or `participant` attribute inside `#[cfg_attr(...)]`.
     pub(crate) in_cfg_attr: Option<(Span, &'static str)>,
 }
@@ -299,6 +307,10 @@ impl SerdeField {
     pub(crate) fn parse(attrs: &[Attribute]) -> Self {
         let mut serde = SerdeField {
             in_cfg_attr: hidden_in_cfg_attr(attrs),
+            serde_as: attrs
+                .iter()
+                .find(|a| a.path().is_ident("serde_as"))
+                .map(|a| a.path().span()),
             ..SerdeField::default()
         };
         for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
@@ -326,6 +338,12 @@ impl SerdeField {
                         serde.serialize_with = Some(path);
                     }
                     Ok(())
+                } else if meta.path.is_ident("skip_serializing_if") {
+                    serde.skip_if = true;
+                    skip_value(&meta)
+                } else if meta.path.is_ident("alias") {
+                    serde.alias = Some(meta.path.span());
+                    skip_value(&meta)
                 } else if meta.path.is_ident("serialize_with") {
                     let lit: LitStr = meta.value()?.parse()?;
                     if let Ok(path) = lit.parse::<ExprPath>() {
@@ -480,7 +498,6 @@ fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
 }
 
 fn span_of(path: &Path) -> Span {
-    use syn::spanned::Spanned;
     path.span()
 }
 

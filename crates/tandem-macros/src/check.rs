@@ -19,6 +19,8 @@ pub(crate) fn check(m: &Model, errors: &mut Errors) {
     check_embedded_takes_no_document_options(m, errors);
     check_serde_derives(m, errors);
     check_no_attributes_in_cfg_attr(m, errors);
+    check_no_alias(m, errors);
+    check_serde_as_expanded(m, errors);
     check_stored_by_fields(m, errors);
     check_no_deny_unknown_fields(m, errors);
     check_named_struct(m, errors);
@@ -190,6 +192,34 @@ fn check_no_attributes_in_cfg_attr(m: &Model, errors: &mut Errors) {
                  not see what the attribute says (a rename, a skip), and the typed paths could \
                  name a field serde never writes; write `#[{name}(...)]` without `cfg_attr`"
             ),
+        );
+    }
+}
+
+/// No field may have a `#[serde(alias = ...)]`: the struct would read a
+/// name that typed changes do not write, so a change (an increment) would
+/// create a second field beside the one read, and the document could no
+/// longer be read ("duplicate field").
+fn check_no_alias(m: &Model, errors: &mut Errors) {
+    for span in m.input_fields.iter().filter_map(|f| f.serde.alias) {
+        errors.at(
+            span,
+            "#[participant] cannot follow `alias`: the struct would read a field under a name \
+             that typed changes do not write; rename the stored field instead (a migration)",
+        );
+    }
+}
+
+/// A `#[serde_as(...)]` field attribute must have been expanded (by
+/// `#[serde_as]` written above `#[participant]`) into the `serde(with)` it
+/// stands for: otherwise the field's stored type is unknown here, and typed
+/// increments and guards would assume the Rust type.
+fn check_serde_as_expanded(m: &Model, errors: &mut Errors) {
+    for span in m.input_fields.iter().filter_map(|f| f.serde.serde_as) {
+        errors.at(
+            span,
+            "#[participant] cannot see how `serde_as` stores this field: write `#[serde_as]` \
+             above `#[participant]`, so that it is expanded first",
         );
     }
 }

@@ -568,7 +568,7 @@ impl<'a> Gen<'a> {
             },
         ));
         match &f.shape {
-            Shape::Number { inc: true } if with.is_none() => methods.push((
+            Shape::Number { inc: true } if with.is_none() && !f.may_be_absent => methods.push((
                 format!(
                     "Adds `by` to {field_text}.\n\n\
                      Increments commute: other transactions may increment the same document at \
@@ -612,8 +612,20 @@ impl<'a> Gen<'a> {
         let guard_doc = |what: &str| {
             format!("Guard: the change applies only if {field_text} {what}; otherwise the transaction is canceled.")
         };
-        let mut compare = vec![("Eq", "equals `value`"), ("Ne", "differs from `value`")];
-        if matches!(f.shape, Shape::Number { .. } | Shape::Ordered) {
+        // A field that may be absent while the struct reads its default has
+        // no value guard: `$ne` would pass on the absent field, `$eq` refuse.
+        let mut compare = if f.may_be_absent {
+            vec![]
+        } else {
+            vec![("Eq", "equals `value`"), ("Ne", "differs from `value`")]
+        };
+        // Ordered guards compare the stored values: not for a field stored
+        // through its own serializer (a number written as a string would
+        // compare as text).
+        if matches!(f.shape, Shape::Number { .. } | Shape::Ordered)
+            && with.is_none()
+            && !f.may_be_absent
+        {
             compare.extend([
                 ("Gt", "is greater than `value`"),
                 ("Gte", "is at least `value`"),
@@ -837,8 +849,9 @@ impl<'a> Gen<'a> {
         let p = &self.p;
         let mut out = TokenStream::new();
         for f in self.fields() {
-            if f.serialize_with.is_some() {
-                // A typed path would let values bypass the field's serializer.
+            if f.serialize_with.is_some() || f.may_be_absent {
+                // A typed path would let values bypass the field's serializer,
+                // or guard a value the document may not hold.
                 continue;
             }
             let member = &f.member;

@@ -126,13 +126,20 @@ pub(crate) struct FieldModel {
     /// For `#[participant(nested)]`: the embedded type.
     pub(crate) nested: Option<Type>,
     pub(crate) serialize_with: Option<ExprPath>,
+    /// `#[serde(skip_serializing_if = ...)]` on a field that is not an
+    /// `Option`: a stored document may lack the field while the struct reads
+    /// a value (its default), so no guard on its value or increment can
+    /// follow what the struct reads.
+    pub(crate) may_be_absent: bool,
 }
 
 /// What a field's type allows, judged from how it is written.
 pub(crate) enum Shape {
     /// A primitive number; `inc` is `true` for `i32`, `i64` and `f64`.
     Number { inc: bool },
-    /// A `String` or a date: ordered, but not a number.
+    /// A `String` or a BSON date (`DateTime` without type arguments, as
+    /// `bson::DateTime`; chrono's `DateTime<Tz>` is stored as a string, which
+    /// does not sort as time): ordered, but not a number.
     Ordered,
     /// `Option<T>`.
     Option,
@@ -160,7 +167,8 @@ impl Shape {
             };
         }
         match last_segment(ty) {
-            Some(s) if (s.ident == "String" || s.ident == "DateTime") => Shape::Ordered,
+            Some(s) if s.ident == "String" && s.arguments.is_empty() => Shape::Ordered,
+            Some(s) if s.ident == "DateTime" && s.arguments.is_empty() => Shape::Ordered,
             _ => Shape::Other,
         }
     }
@@ -336,6 +344,7 @@ impl Model {
                 ty: f.ty.clone(),
                 nested: f.options.nested.and(nested_type(&f.ty)).cloned(),
                 serialize_with: f.serde.serialize_with.clone(),
+                may_be_absent: f.serde.skip_if && generic_arg(&f.ty, "Option").is_none(),
             })
             .collect();
 
