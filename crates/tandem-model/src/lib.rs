@@ -378,10 +378,21 @@
 //!   safety rests on two obligations of every participant: its apply lands
 //!   only before `D_e` (by the clock of the store it writes to) and never
 //!   twice (marker), and its removals take effect only at `S.now ≥ nb_p` and
-//!   only where its marker is. A custom participant that keeps them is
-//!   covered by the same argument; one that does not is outside the protocol.
-//!   Other exclusive updates (`$set` under a lock) behave like the delete's
-//!   apply (lock and marker, effect at clear).
+//!   only where its marker is. A participant that commits at its
+//!   applies has one more: a re-read that tells recovery whether its apply
+//!   landed, fenced like the apply (in time, or not counted), and its
+//!   removals wait for the not-before time (`Participant` in
+//!   `tandem::participant`). A custom participant that keeps them is covered
+//!   by the same argument; one that does not is outside the protocol.
+//! * **Exclusive updates other than insert and delete** (`$set`, `$unset`,
+//!   `$push`, `$pull` under a lock) take effect at their apply, not at the
+//!   clear as the model's delete does, and are undone by restoring the
+//!   before-image the record keeps. Under the lock and a pending count of
+//!   zero (the model's "no other marker") no other transaction's change
+//!   applies to the document until the clear or the undo, so the only writer
+//!   in between is the application, which the undo checks for ("Undo around
+//!   outside writes" below); the model's exclusive change stands for the
+//!   lock and marker discipline, not for what is written under it.
 //! * **Guard kinds**: the model's shared change carries a lower bound
 //!   (`A ≥ 1`). Which guards may share a document is a per-guard argument
 //!   the model leaves to the code: a shared guard must stay true while other
@@ -417,7 +428,41 @@
 //!   (`tests/states_match_the_record.rs` pins the other five against the
 //!   record's).
 //! * **The native strategy** (MongoDB's multi-document transactions) uses
-//!   neither records nor markers: it is not this protocol.
+//!   neither records nor markers, but writes the documents this protocol
+//!   marks: to the model it is the application. Its writes run only where
+//!   no lock is held (an exclusive change also only where no change is
+//!   pending), its guards read the stored value, which holds pending debits
+//!   and not pending credits (deferred to their clears), and its increments
+//!   leave room for the pending credit sums; a native insert may take over an unlocked, unmarked placeholder (a
+//!   ghost), as the model's application insert does. Those conditions are
+//!   tested on the embedded store (`tests/native.rs`,
+//!   `native_respects_documents_held_by_two_phase_transactions`), not
+//!   explored here.
+//! * **Canceling on doubt alone**: the model's coordinator cancels only
+//!   after a definite refusal, and gives up when it only lacks answers. The
+//!   code also cancels after an apply whose outcome is unknown (a store error
+//!   after retries) or that answers `Expired` (its own marker found past the
+//!   deadline, where the model's `Late` part could still commit). Either is
+//!   the model's cancel with parts in doubt: the move to `canceling` is the
+//!   decision, taken before any "committed" answer and only while the record
+//!   is `pending` in this epoch (a recovery that probed and committed first
+//!   makes the move miss, and the answer is `Superseded`), and every in-doubt
+//!   part is compensated only once its store reads `D + margin`, as in the
+//!   model.
+//! * **Which configurations run the code's exact rules**: the code keeps a
+//!   `pending` record's deadline when a claim does not apply (the model's
+//!   `stable_deadline`); most configurations of the table renew it at every
+//!   claim (`Fixes::EARLY_COMMIT`, `Fixes::SAFETY`), and one, a transfer
+//!   committing at its applies, runs with `stable_deadline` on. Every fence
+//!   reads the deadline of the epoch that applied, so keeping it changes
+//!   when recovery may act, not what a fence admits.
+//! * **Two deadlines where the model has one `D_0`**: the code's create
+//!   deadline (`createBy`, the coordinator's estimate of the records store's
+//!   clock plus the lease) decides inert creates and when garbage collection
+//!   may run; the applies of epoch 0 are fenced by the store's own stamp
+//!   (`leaseStart`) plus the lease. Each rule of the model that reads `D_0`
+//!   reads, in the code, the one of the two it is about, and each is fixed
+//!   before the step it fences.
 //! * **Reads for guards on other documents, read-only participants, more
 //!   transactions or participants, longer time**: bounded away; the
 //!   properties are per transaction and per document, and the interleavings
@@ -429,8 +474,10 @@
 //! * **Ghost collection**: ghosts are never removed here (the application's
 //!   insert replaces one). The code removes a placeholder once it is older
 //!   than the lease plus the margin (`collect_placeholders`, a TTL index,
-//!   `put`): a reservation can land after its transaction ended and leave
-//!   one that nothing fills. Removing an unlocked, unmarked ghost changes
+//!   `put`), and an insert's undo (and a coordinator giving back what it
+//!   reserved for a transaction refused before its record) deletes any
+//!   unlocked, unmarked placeholder of its `_id`, at any age: a reservation
+//!   can land after its transaction ended and leave one that nothing fills. Removing an unlocked, unmarked ghost changes
 //!   nothing anyone sees, and an insert whose fill finds none reserves its
 //!   `_id` again.
 //! * **Bookkeeping counters** (`_tandem.pending`, `_tandem.credit.<path>`):
@@ -469,12 +516,20 @@
 //!   constants. In the code each coordinator has its own lease, and a
 //!   record's create deadline is its coordinator's; garbage collection
 //!   therefore waits for each record's own create deadline plus the margin
-//!   as well as its age, which is the model's rule when leases agree.
+//!   as well as its age, which is the model's rule when leases agree. A
+//!   claim that backs off after failed attempts takes a longer lease (up to
+//!   eight times), which also gives its applies a later deadline; every
+//!   fence reads the record's own deadline, so a longer one only delays
+//!   recovery.
 //! * **Looking again after the create deadline**: the model's coordinator
 //!   that met another record under its id after a lost create answer tries
 //!   the create again once `R.now >= D_0`; the code reads instead whether
 //!   the record under the id is its own (its creation token, read as
 //!   above), which tells the same, without writing an inert record.
+//! * **An operator's cancel of a record not `pending`**: the model's forced
+//!   cancel claims `pending` records; the code's `RecoveryWorker::cancel`
+//!   also claims a `canceling` record (and removes a legacy `initial` one),
+//!   which is the model's takeover of that record.
 //! * **Reporting**: events and counts are not state; a move that matches
 //!   nothing takes the record as moved by its own earlier attempt only
 //!   under its epoch and creation token, as the model's moves name them.
