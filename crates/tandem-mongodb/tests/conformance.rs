@@ -999,6 +999,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn stale_move_misses_the_inert_copy() {
+        let Some(f) = factory("s_stale_move").await else {
+            return;
+        };
+        safety::stale_move_misses_the_inert_copy(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn before_images_keep_the_stored_types() {
         let Some(f) = factory("s_stored_types").await else {
             return;

@@ -161,6 +161,11 @@ async fn late_create_after_collection() {
 }
 
 #[tokio::test]
+async fn stale_move_misses_the_inert_copy() {
+    safety::stale_move_misses_the_inert_copy(&MemoryFactory::new(), "bank").await;
+}
+
+#[tokio::test]
 async fn reused_id_keeps_markers_apart() {
     safety::reused_id_keeps_markers_apart(&MemoryFactory::new(), "bank").await;
 }

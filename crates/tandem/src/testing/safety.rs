@@ -1056,6 +1056,102 @@ pub async fn late_create_after_collection<F: StoreFactory + ?Sized>(factory: &F,
     assert!(!held(&a) && !held(&b), "nothing left on documents: {a} {b}");
 }
 
+/// Review finding: *a stalled worker moving the inert copy of its record.*
+/// The create loses its answer (its request kept) and is sent again; both
+/// applies land; the coordinator, committing at the move to `applied`,
+/// stalls right before that move. Recovery rolls the transaction back and
+/// the record is collected; then the first create request lands, writing an
+/// inert record with the live one's id, token, epoch and state. The stalled
+/// move named only those and landed on the copy: the coordinator finished
+/// it and answered committed, with nothing applied. Moves now name the live
+/// record's `created` stamp: the coordinator answers `Superseded`, the copy
+/// stays for recovery to cancel, and the balances are untouched.
+pub async fn stale_move_misses_the_inert_copy<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 0_i64 }).await;
+    let lease = factory.lease();
+    // 1 the create (answer lost, request kept), 2 the create again, 3 and 4
+    // the applies, 5 the move to `applied`.
+    let faulty = FaultStore::new(store.clone()).keeping_upserts().lose_at(1);
+    let pause = faulty.pause_at(5);
+    let worker = Coordinator::builder(faulty.clone())
+        .database(db)
+        .lease(lease)
+        .clock_margin(Duration::ZERO)
+        .commit_point(CommitPoint::Done)
+        .early_commit(false)
+        .build();
+    let tx = Transaction::new()
+        .change(
+            DocumentChange::update(ns.clone(), "A")
+                .inc("balance", -10_i64)
+                .require_gte("balance", 10_i64),
+        )
+        .change(DocumentChange::update(ns.clone(), "B").inc("balance", 10_i64));
+    let run = tokio::spawn(async move { worker.run(tx).await });
+    pause
+        .reached
+        .await
+        .expect("the worker reaches its move to `applied`");
+    assert_eq!(
+        balance(store.as_ref(), db, "A").await,
+        90,
+        "A's debit applied"
+    );
+
+    factory.pass(store.as_ref(), lease).await;
+    let rescuer = recovery(store.clone(), db, lease, PendingPolicy::RollBack);
+    let report = rescuer.run_once().await.expect("recovery pass");
+    assert_eq!(report.canceled, 1, "{report:?}");
+    factory.pass(store.as_ref(), lease).await;
+    assert_eq!(rescuer.collect_garbage(lease).await.expect("collection"), 1);
+    let records = Namespace::new(db, "transactions");
+    let create = faulty
+        .upserts()
+        .into_iter()
+        .find(|u| u.ns == records)
+        .expect("the record was written by an upsert");
+    let copy = faulty
+        .deliver_again(&create)
+        .await
+        .expect("the late copy is written")
+        .expect("the record as written");
+    let copy = crate::TxRecord::from_document(copy).expect("a record");
+    assert!(
+        copy.is_inert(),
+        "written after its create deadline: {copy:?}"
+    );
+
+    pause.release.send(()).expect("the worker waits");
+    let answer = run.await.expect("the worker's task");
+    assert!(
+        matches!(answer, Err(TxError::Superseded { .. })),
+        "answered {answer:?} for a transfer recovery rolled back"
+    );
+    assert_eq!(
+        state_of(store.as_ref(), db, copy.id.as_str()).await,
+        Some(TxState::Pending),
+        "the inert copy was not moved"
+    );
+    factory.pass(store.as_ref(), lease).await;
+    rescuer.run_once().await.expect("recovery pass");
+    assert_eq!(
+        state_of(store.as_ref(), db, copy.id.as_str()).await,
+        Some(TxState::Canceled)
+    );
+    assert_eq!(
+        balance(store.as_ref(), db, "A").await,
+        100,
+        "nothing applied"
+    );
+    assert_eq!(balance(store.as_ref(), db, "B").await, 0, "nothing applied");
+    let a = get(store.as_ref(), &accounts(db), "A").await.expect("A");
+    let b = get(store.as_ref(), &accounts(db), "B").await.expect("B");
+    assert!(!held(&a) && !held(&b), "nothing left on documents: {a} {b}");
+}
+
 /// Model finding: *a transaction id used again.* A worker of a transfer
 /// with a caller-chosen id stalls right before it clears its markers (the
 /// deferred credit lands with the clear); recovery finishes the transfer and
