@@ -387,3 +387,140 @@ async fn native_runs_emit_an_event_with_their_outcome() {
         ]
     );
 }
+
+/// A coordinator returning at `done`, with `strategy`.
+fn review_coordinator(store: &MemoryStore, strategy: Strategy) -> Coordinator {
+    Coordinator::builder(store.clone())
+        .strategy(strategy)
+        .commit_point(CommitPoint::Done)
+        .build()
+}
+
+/// A keyed native transaction names the refusing participant by its index in
+/// the transaction: the record the coordinator adds first must not shift it.
+#[tokio::test]
+async fn a_keyed_native_refusal_names_the_participant_by_its_own_index() {
+    let (store, _, _) = bank(&["A", "B"], 50).await;
+    let tx = |key: &str| {
+        Transaction::with_id(key)
+            .change(DocumentChange::update(accounts(), "B").inc("balance", 100_i64))
+            .change(
+                DocumentChange::update(accounts(), "A")
+                    .inc("balance", -100_i64)
+                    .require_gte("balance", 100_i64),
+            )
+    };
+    for (strategy, key) in [
+        (Strategy::TwoPhase, "k-2pc"),
+        (Strategy::Native, "k-native"),
+    ] {
+        let err = review_coordinator(&store, strategy)
+            .run(tx(key))
+            .await
+            .unwrap_err();
+        match err {
+            TxError::Canceled {
+                cause: StepError::GuardFailed { .. },
+                participant: Some(p),
+                ..
+            } => assert_eq!(
+                (p.index, p.label.as_str()),
+                (1, "bank.accounts/A"),
+                "{strategy:?}"
+            ),
+            other => panic!("{strategy:?}: {other:?}"),
+        }
+    }
+}
+
+/// Two participants whose `_id`s print alike (the number 7 and the string
+/// "7") are two documents; a refusal of the second must not name the first.
+/// The native store names the refusing change by its label, which both
+/// share: the answer names neither (two-phase names the second).
+#[tokio::test]
+async fn a_native_refusal_names_the_right_one_of_two_participants_labeled_alike() {
+    let store = MemoryStore::new();
+    store
+        .insert_one(&accounts(), doc! { "_id": 7_i32, "balance": 100_i64 })
+        .await
+        .unwrap();
+    store
+        .insert_one(&accounts(), doc! { "_id": "7", "balance": 0_i64 })
+        .await
+        .unwrap();
+    let tx = || {
+        Transaction::new()
+            .change(DocumentChange::update(accounts(), 7_i32).inc("balance", 10_i64))
+            .change(
+                DocumentChange::update(accounts(), "7")
+                    .inc("balance", -10_i64)
+                    .require_gte("balance", 10_i64),
+            )
+    };
+    for strategy in [Strategy::TwoPhase, Strategy::Native] {
+        let err = review_coordinator(&store, strategy)
+            .run(tx())
+            .await
+            .unwrap_err();
+        match (strategy, err) {
+            (
+                Strategy::TwoPhase,
+                TxError::Canceled {
+                    cause: StepError::GuardFailed { .. },
+                    participant: Some(p),
+                    ..
+                },
+            ) => assert_eq!(
+                (p.index, p.id.clone()),
+                (1, Some(bson::Bson::String("7".into())))
+            ),
+            (
+                Strategy::Native,
+                TxError::Canceled {
+                    cause: StepError::GuardFailed { .. },
+                    participant: None,
+                    ..
+                },
+            ) => {}
+            (strategy, other) => panic!("{strategy:?}: {other:?}"),
+        }
+    }
+}
+
+/// An exclusive increment (under an upper-bound guard) that would overflow a
+/// 64-bit integer: two-phase reports `Overflow`; native must too, not a
+/// `Conflict` with a "(concurrent write)" that no retry resolves.
+#[tokio::test]
+async fn a_native_exclusive_increment_that_overflows_is_an_overflow() {
+    let store = MemoryStore::new();
+    store
+        .insert_one(
+            &accounts(),
+            doc! { "_id": "A", "balance": i64::MAX - 5, "pendingTransactions": [] },
+        )
+        .await
+        .unwrap();
+    let tx = || {
+        Transaction::new().change(
+            DocumentChange::update(accounts(), "A")
+                .inc("balance", 10_i64)
+                .require_lte("balance", i64::MAX),
+        )
+    };
+    for strategy in [Strategy::TwoPhase, Strategy::Native] {
+        let err = review_coordinator(&store, strategy)
+            .run(tx())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TxError::Canceled {
+                    cause: StepError::Overflow { .. },
+                    ..
+                }
+            ),
+            "{strategy:?}: {err:?}"
+        );
+    }
+}

@@ -216,11 +216,20 @@ impl Coordinator {
                 source,
             }),
             Err(cause) => {
-                // The store names the refusing change by its label.
-                let participant = changes
+                // The store names the refusing change by its label; the
+                // index is the caller's (without the record, which a keyed
+                // transaction puts first). Two changes labeled alike (`_id`s
+                // `7` and `"7"`) cannot be told apart: neither is named.
+                let skipped = usize::from(record.is_some());
+                let mut named = changes
                     .iter()
-                    .position(|c| cause.participant() == Some(c.label().as_str()))
-                    .map(|i| Box::new(Participant::reference(&changes[i], i)));
+                    .enumerate()
+                    .skip(skipped)
+                    .filter(|(_, c)| cause.participant() == Some(c.label().as_str()));
+                let participant = match (named.next(), named.next()) {
+                    (Some((i, c)), None) => Some(Box::new(Participant::reference(c, i - skipped))),
+                    _ => None,
+                };
                 // The native transaction was aborted: nothing of it was applied.
                 Err(TxError::Canceled {
                     id,

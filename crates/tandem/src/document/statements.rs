@@ -247,6 +247,18 @@ impl DocumentChange {
         }
     }
 
+    /// Every increment of this change, with its amount.
+    fn increments(&self) -> impl Iterator<Item = (&str, &Bson)> {
+        let ops: &[FieldOp] = match &self.op {
+            DocumentOp::Update { ops } => ops,
+            _ => &[],
+        };
+        ops.iter().filter_map(|op| match op {
+            FieldOp::Inc { path, by } => Some((path.as_str(), by)),
+            _ => None,
+        })
+    }
+
     /// The increments that take effect only at commit, with their amounts.
     fn deferred_credits(&self) -> impl Iterator<Item = (&str, &Bson)> {
         let ops: &[FieldOp] = match &self.op {
@@ -997,7 +1009,11 @@ impl DocumentChange {
                 }
             }
         }
-        for (path, by) in self.deferred_credits() {
+        // Every credit, not only the deferred ones: a native transaction's
+        // filter leaves room on the field for each (`credit_room`), an
+        // exclusive one included, and one that would overflow is an
+        // overflow, not a concurrent write.
+        for (path, by) in self.increments() {
             let Some(Bson::Int64(max)) = credit_ceiling(by) else {
                 continue;
             };
