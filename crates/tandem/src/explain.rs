@@ -36,9 +36,10 @@ pub struct PlannedParticipant {
     pub label: String,
     /// What the apply does (or the whole change, natively).
     pub forward: Vec<String>,
-    /// What happens at commit, when its marker is cleared.
+    /// What happens at commit, when its marker is cleared (empty natively).
     pub at_commit: Vec<String>,
-    /// How a cancel undoes it (derived; nothing to write by hand).
+    /// How a cancel undoes it (derived; nothing to write by hand). Empty
+    /// natively: a refusal aborts the transaction, and nothing was written.
     pub undo: Vec<String>,
     /// Its guards, checked at apply.
     pub guards: Vec<String>,
@@ -57,6 +58,27 @@ fn negated(by: &Bson) -> String {
         Bson::Int64(i) => i.saturating_neg().to_string(),
         Bson::Double(d) => (-d).to_string(),
         other => format!("-{}", value(other)),
+    }
+}
+
+/// What a change does inside one native transaction: every operation at
+/// once, nothing at commit, and no undo (a refusal aborts the transaction).
+fn native_steps(change: &DocumentChange) -> Vec<String> {
+    match &change.op {
+        DocumentOp::Update { ops } => ops
+            .iter()
+            .map(|op| match op {
+                FieldOp::Inc { path, by } => format!("add {} to {path}", value(by)),
+                FieldOp::Set { path, value: v } => format!("set {path} = {}", value(v)),
+                FieldOp::Unset { path } => format!("unset {path}"),
+                FieldOp::Push { path, value: v } => format!("push {} to {path}", value(v)),
+                FieldOp::Pull { path, value: v } => format!("pull {} from {path}", value(v)),
+            })
+            .collect(),
+        DocumentOp::Insert { .. } => {
+            vec!["insert the document (taking over a placeholder of its _id)".into()]
+        }
+        DocumentOp::Delete => vec!["delete the document".into()],
     }
 }
 
@@ -189,6 +211,12 @@ fn plan(
         .iter()
         .enumerate()
         .map(|(i, item)| match item {
+            Item::Document(change) if strategy == Strategy::Native => PlannedParticipant {
+                forward: native_steps(change),
+                at_commit: Vec::new(),
+                undo: Vec::new(),
+                ..plan_change(i, change, database)
+            },
             Item::Document(change) => plan_change(i, change, database),
             Item::Custom(p) => PlannedParticipant {
                 index: i,

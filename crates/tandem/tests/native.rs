@@ -524,3 +524,22 @@ async fn a_native_exclusive_increment_that_overflows_is_an_overflow() {
         );
     }
 }
+
+/// A native plan describes the native run: every change made at once inside
+/// the transaction, nothing left for commit, no undo (a refusal aborts).
+#[tokio::test]
+async fn a_native_plan_describes_the_native_run() {
+    let (store, _, _) = bank(&["A", "B"], 10).await;
+    let plan = review_coordinator(&store, Strategy::Native).explain(&transfer("A", "B", 5));
+    let text = plan.to_string();
+    assert!(text.contains("apply:     add 5 to balance"), "{text}");
+    assert!(text.contains("apply:     add -5 to balance"), "{text}");
+    assert!(
+        !text.contains("at commit:") && !text.contains("undo:") && !text.contains("check that"),
+        "the native plan describes two-phase steps:\n{text}"
+    );
+    let two_phase = review_coordinator(&store, Strategy::TwoPhase).explain(&transfer("A", "B", 5));
+    assert!(two_phase
+        .to_string()
+        .contains("at commit: add 5 to balance"));
+}
