@@ -450,7 +450,12 @@ fn string_value(meta: &ParseNestedMeta<'_>) -> syn::Result<LitStr> {
     let value = meta
         .value()
         .map_err(|_| meta.error(format_args!("`{name}` takes a string: `{name} = \"...\"`")))?;
-    let expr: Expr = value.parse()?;
+    let mut expr: Expr = value.parse()?;
+    // A literal passed through `macro_rules!` (`$c:literal`, `$c:expr`)
+    // arrives in an invisible group.
+    while let Expr::Group(group) = expr {
+        expr = *group.expr;
+    }
     match expr {
         Expr::Lit(syn::ExprLit {
             lit: syn::Lit::Str(lit),
