@@ -1095,8 +1095,10 @@ impl RecoveryWorker {
 /// whole record. The claim's filter names the record's state, epoch and
 /// `lastModified` as scanned, and every other write of a live record moves
 /// its state or epoch and stamps `lastModified`: whatever the claim did not
-/// change is as scanned. The creation token, read back too, tells the
-/// scanned record from another one under the same id.
+/// change is as scanned. The creation token and the `created` stamp, read
+/// back too, tell the scanned record from another one under the same id
+/// (the token alone does not tell it from an inert copy of itself, written
+/// by a create that arrived late).
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Claimed {
@@ -1113,6 +1115,7 @@ struct Claimed {
     #[serde(default)]
     history: Vec<crate::record::HistoryEntry>,
     token: Option<String>,
+    created: Option<bson::DateTime>,
 }
 
 impl Claimed {
@@ -1129,12 +1132,13 @@ impl Claimed {
         "leaseStart",
         "history",
         "token",
+        "created",
     ];
 
     /// `scanned` as this claim left it; `None` if the claimed record is not
-    /// the one scanned (another creation token).
+    /// the one scanned (another creation token, or another write of it).
     fn onto(self, scanned: &TxRecord) -> Option<TxRecord> {
-        if self.token != scanned.token {
+        if self.token != scanned.token || self.created != scanned.created {
             return None;
         }
         let mut record = scanned.clone();

@@ -1,0 +1,222 @@
+//! One test per condition of the protocol's statements that, removed, left
+//! the rest of the suite green (found by mutation testing): the lock in a
+//! shared apply's filter, the state in garbage collection's, the
+//! `lastModified` in a claim's, and the create deadline a coordinator checks
+//! on its own record.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::doc;
+use common::*;
+use tandem::testing::{audit, FaultStore};
+use tandem::{
+    CommitPoint, Coordinator, DocumentChange, MemoryStore, PendingPolicy, RecoveryConfig,
+    StepError, Store, Transaction, TxError, TxRecord, TxState,
+};
+
+const LEASE: Duration = Duration::from_secs(1);
+
+async fn the_record(store: &MemoryStore) -> Option<TxRecord> {
+    store
+        .find_one(&records(), doc! {})
+        .await
+        .unwrap()
+        .map(|d| TxRecord::from_document(d).unwrap())
+}
+
+fn worker(store: Arc<dyn Store>) -> tandem::RecoveryWorker {
+    Coordinator::builder_shared(store)
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .build()
+        .recovery(RecoveryConfig {
+            pending: PendingPolicy::RollForward,
+            ..RecoveryConfig::default()
+        })
+}
+
+/// A pending delete locks its document: a shared increment of it (which
+/// has no exclusive condition of its own) must be refused, or its credit
+/// would be deleted with the document after it was answered committed.
+#[tokio::test]
+async fn a_shared_increment_waits_for_the_lock_of_a_pending_delete() {
+    let (store, _, _) = bank(&["A", "B"], 100).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    // 1 the create, 2 the apply (lock A); 3, the move, waits.
+    let pause = faulty.pause_at(3);
+    let deleter = Coordinator::builder(faulty)
+        .lease(LEASE)
+        .commit_point(CommitPoint::Done)
+        .build();
+    let delete = tokio::spawn(async move {
+        deleter
+            .run(Transaction::new().change(DocumentChange::delete(accounts(), "A")))
+            .await
+    });
+    pause.reached.await.unwrap();
+    let a = get(&store, &accounts(), "A").await.unwrap();
+    assert!(
+        a.get_document("_tandem")
+            .is_ok_and(|t| t.get_str("lock").is_ok()),
+        "the delete holds A: {a}"
+    );
+
+    let credit =
+        Transaction::new().change(DocumentChange::update(accounts(), "A").inc("balance", 50_i64));
+    let err = Coordinator::builder(store.clone())
+        .lease(LEASE)
+        .commit_point(CommitPoint::Done)
+        .build()
+        .run(credit)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TxError::Canceled {
+                cause: StepError::Conflict { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    pause.release.send(()).unwrap();
+    delete.await.unwrap().unwrap();
+    assert!(get(&store, &accounts(), "A").await.is_none(), "A deleted");
+}
+
+/// Garbage collection removes finished records only: a record still
+/// `applied` (its finisher stalled before the clears), however old, stays,
+/// or its markers and its deferred credit would be left for good.
+#[tokio::test]
+async fn garbage_collection_leaves_a_record_in_flight() {
+    let (store, clock, seeded) = bank(&["A", "B"], 100).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    // 1 the create, 2 and 3 the applies, 4 the move to `applied`; 5, the
+    // clears, waits.
+    let pause = faulty.pause_at(5);
+    let slow = Coordinator::builder(faulty)
+        .lease(LEASE)
+        .commit_point(CommitPoint::Done)
+        .early_commit(false)
+        .build();
+    let run = tokio::spawn(async move { slow.run(transfer("A", "B", 10)).await });
+    pause.reached.await.unwrap();
+    assert_eq!(the_record(&store).await.unwrap().state, TxState::Applied);
+
+    clock.advance(LEASE * 100);
+    let collector = worker(Arc::new(store.clone()));
+    assert_eq!(collector.collect_garbage(LEASE).await.unwrap(), 0);
+    assert_eq!(the_record(&store).await.unwrap().state, TxState::Applied);
+
+    pause.release.send(()).unwrap();
+    run.await.unwrap().unwrap();
+    assert_eq!(
+        (balance(&store, "A").await, balance(&store, "B").await),
+        (90, 110)
+    );
+    audit(&store, &records(), &seeded)
+        .await
+        .unwrap()
+        .assert_clean();
+}
+
+/// A claim names the `lastModified` it scanned. A recovery worker that
+/// scanned a `pending` record and stalled before claiming it, while another
+/// worker finished the transaction, the record was collected and a create
+/// that arrived late wrote an inert copy (same id, token, epoch 0,
+/// `pending`), must not claim the copy for the record it scanned: it would
+/// roll the transfer forward a second time.
+#[tokio::test]
+async fn a_stalled_claim_misses_the_inert_copy() {
+    let (store, clock, _) = bank(&["A", "B"], 100).await;
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    // The coordinator: 1 the create (answer lost, request kept), 2 the
+    // create again, 3 and 4 the applies; 5, its move, waits.
+    let faulty = FaultStore::new(shared.clone()).keeping_upserts().lose_at(1);
+    let stall = faulty.pause_at(5);
+    let owner = Coordinator::builder(faulty.clone())
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .commit_point(CommitPoint::Done)
+        .build();
+    let run = tokio::spawn(async move { owner.run(transfer("A", "B", 10)).await });
+    stall.reached.await.unwrap();
+    clock.advance(LEASE * 2);
+
+    // A worker that scans (operations 1 and 2) and stalls before its claim (3).
+    let slow_store = FaultStore::new(shared.clone());
+    let before_claim = slow_store.pause_at(3);
+    let slow = worker(Arc::new(slow_store));
+    let late = tokio::spawn(async move { slow.run_once().await });
+    before_claim.reached.await.unwrap();
+
+    let other = worker(shared.clone());
+    assert_eq!(other.run_once().await.unwrap().committed, 1);
+    assert_eq!(
+        (balance(&store, "A").await, balance(&store, "B").await),
+        (90, 110)
+    );
+    clock.advance(LEASE * 2);
+    assert_eq!(other.collect_garbage(LEASE).await.unwrap(), 1);
+    let create = faulty
+        .upserts()
+        .into_iter()
+        .find(|u| u.ns == records())
+        .expect("the lost create");
+    faulty.deliver_again(&create).await.unwrap();
+    assert!(the_record(&store).await.unwrap().is_inert());
+
+    before_claim.release.send(()).unwrap();
+    let report = late.await.unwrap().unwrap();
+    assert_eq!(
+        (report.scanned, report.claimed, report.committed),
+        (1, 0, 0),
+        "{report:?}"
+    );
+    assert_eq!(
+        (balance(&store, "A").await, balance(&store, "B").await),
+        (90, 110),
+        "transferred once"
+    );
+    drop(stall.release);
+    let _ = run.await;
+}
+
+/// A record the store writes at or after its create deadline is inert, even
+/// the coordinator's own single create: it must cancel, not apply (recovery
+/// cancels an inert record without touching a document, so applies made
+/// under it would stay, markers and all).
+#[tokio::test]
+async fn a_create_landing_after_its_deadline_is_canceled_not_applied() {
+    let (store, clock, seeded) = bank(&["A", "B"], 100).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    // 1, the create, waits while the clock passes its deadline.
+    let pause = faulty.pause_at(1);
+    let slow = Coordinator::builder(faulty)
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .commit_point(CommitPoint::Done)
+        .build();
+    let run = tokio::spawn(async move { slow.run(transfer("A", "B", 10)).await });
+    pause.reached.await.unwrap();
+    clock.advance(LEASE * 2);
+    pause.release.send(()).unwrap();
+    let answer = run.await.unwrap();
+    assert!(
+        matches!(answer, Err(TxError::Canceled { undone: true, .. })),
+        "{answer:?}"
+    );
+    assert_eq!(the_record(&store).await.unwrap().state, TxState::Canceled);
+    assert_eq!(
+        (balance(&store, "A").await, balance(&store, "B").await),
+        (100, 100)
+    );
+    audit(&store, &records(), &seeded)
+        .await
+        .unwrap()
+        .assert_clean();
+}
