@@ -849,9 +849,10 @@ impl<'a> Gen<'a> {
         let p = &self.p;
         let mut out = TokenStream::new();
         for f in self.fields() {
-            if f.serialize_with.is_some() || f.may_be_absent {
+            if f.serialize_with.is_some() || f.may_be_absent || crate::model::text_date(&f.ty) {
                 // A typed path would let values bypass the field's serializer,
-                // or guard a value the document may not hold.
+                // guard a value the document may not hold, or compare dates
+                // stored as text in order (the generic ordered guards).
                 continue;
             }
             let member = &f.member;

@@ -214,6 +214,16 @@ pub(crate) fn nested_type(ty: &Type) -> Option<&Type> {
 }
 
 /// `T` in `Name<T>` (e.g. `Option<T>`, `std::vec::Vec<T>`).
+/// Whether `ty` is a date with type arguments (chrono's `DateTime<Tz>`,
+/// stored as RFC 3339 text, which does not sort as time), or an `Option` or
+/// `Vec` of one.
+pub(crate) fn text_date(ty: &Type) -> bool {
+    if let Some(inner) = generic_arg(ty, "Option").or_else(|| generic_arg(ty, "Vec")) {
+        return text_date(inner);
+    }
+    last_segment(ty).is_some_and(|s| s.ident == "DateTime" && !s.arguments.is_empty())
+}
+
 pub(crate) fn generic_arg<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
     let seg = last_segment(ty)?;
     if seg.ident != name {

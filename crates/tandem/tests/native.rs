@@ -543,3 +543,53 @@ async fn a_native_plan_describes_the_native_run() {
         .to_string()
         .contains("at commit: add 5 to balance"));
 }
+
+/// Two-phase, exclusive: the apply misses because a plain write changed
+/// `note` after the before-image was read. That is a concurrent write, also
+/// when the change increments a double above `i64::MAX` (which cannot
+/// overflow): not an `Overflow`.
+#[tokio::test]
+async fn a_concurrent_write_beside_a_large_double_is_a_conflict() {
+    let store = MemoryStore::new();
+    store
+        .insert_one(
+            &accounts(),
+            doc! { "_id": "A", "score": 1.0e19_f64, "note": "a", "pendingTransactions": [] },
+        )
+        .await
+        .unwrap();
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    // 1 the read of the before-image, 2 the create, 3 the apply.
+    let pause = faulty.pause_at(3);
+    let c = Coordinator::builder(faulty.clone())
+        .commit_point(CommitPoint::Done)
+        .build();
+    let tx = Transaction::new().change(
+        DocumentChange::update(accounts(), "A")
+            .inc("score", 1_i64)
+            .set("note", "b"),
+    );
+    let run = tokio::spawn(async move { c.run(tx).await });
+    pause.reached.await.unwrap();
+    store
+        .update_one(
+            &accounts(),
+            doc! { "_id": "A" },
+            doc! { "$set": { "note": "z" } },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    pause.release.send(()).unwrap();
+    let answer = run.await.unwrap();
+    assert!(
+        matches!(
+            answer,
+            Err(TxError::Canceled {
+                cause: StepError::Conflict { .. },
+                ..
+            })
+        ),
+        "a concurrent write, answered {answer:?}"
+    );
+}

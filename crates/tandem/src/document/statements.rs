@@ -1009,14 +1009,22 @@ impl DocumentChange {
                 }
             }
         }
-        // Every credit, not only the deferred ones: a native transaction's
-        // filter leaves room on the field for each (`credit_room`), an
-        // exclusive one included, and one that would overflow is an
-        // overflow, not a concurrent write.
+        // The deferred credits, whose room the apply's filter checks; and
+        // every other increment of an integer field that it would take past
+        // the limit (a native transaction's filter checks their room too,
+        // an exclusive one included): an overflow, not a concurrent write.
+        let deferred: Vec<&str> = self.deferred_credits().map(|(path, _)| path).collect();
         for (path, by) in self.increments() {
             let Some(Bson::Int64(max)) = credit_ceiling(by) else {
                 continue;
             };
+            let integer = matches!(
+                query::lookup(current, path),
+                Some(Bson::Int32(_) | Bson::Int64(_))
+            );
+            if !deferred.contains(&path) && !integer {
+                continue;
+            }
             let pending = match query::lookup(current, &credit_path(path)) {
                 Some(Bson::Int64(n)) => *n,
                 Some(Bson::Int32(n)) => i64::from(*n),

@@ -35,6 +35,7 @@ struct Wallet {
     approved: i64,
     // Stored as text, which does not sort as time.
     expires: DateTime<Utc>,
+    renewals: Vec<DateTime<Utc>>,
 }
 
 fn main() {
@@ -44,4 +45,7 @@ fn main() {
     let _ = Wallet::fields().approved();
     let at = DateTime(String::new(), std::marker::PhantomData);
     let _ = Wallet::change("w").require_expires_gt(at);
+    // No typed path either: the generic ordered guards would compare text.
+    let _ = Wallet::fields().expires();
+    let _ = Wallet::fields().renewals();
 }
