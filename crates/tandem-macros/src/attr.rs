@@ -291,6 +291,8 @@ pub(crate) struct SerdeField {
     pub(crate) default: bool,
     /// The function serializing the field, from `with` or `serialize_with`.
     pub(crate) serialize_with: Option<ExprPath>,
+    /// `default = "path"`: a missing field reads as what a function returns.
+    pub(crate) default_fn: bool,
     /// `skip_serializing_if`: the field may be absent from the stored
     /// document while the struct reads a value for it.
     pub(crate) skip_if: bool,
@@ -328,6 +330,7 @@ impl SerdeField {
                     Ok(())
                 } else if meta.path.is_ident("default") {
                     serde.default = true;
+                    serde.default_fn = meta.input.peek(Token![=]);
                     skip_value(&meta)
                 } else if meta.path.is_ident("with") {
                     let lit: LitStr = meta.value()?.parse()?;

@@ -646,7 +646,7 @@ impl<'a> Gen<'a> {
                 },
             ));
         }
-        if matches!(f.shape, Shape::Option) {
+        if matches!(f.shape, Shape::Option) && !f.may_be_absent {
             // Serde stores `None` as `null`, which `$exists` counts as present:
             // the guards test what the struct reads, `Some` or `None`.
             for (name, op, what) in [

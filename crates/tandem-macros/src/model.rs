@@ -127,9 +127,10 @@ pub(crate) struct FieldModel {
     pub(crate) nested: Option<Type>,
     pub(crate) serialize_with: Option<ExprPath>,
     /// `#[serde(skip_serializing_if = ...)]` on a field that is not an
-    /// `Option`: a stored document may lack the field while the struct reads
-    /// a value (its default), so no guard on its value or increment can
-    /// follow what the struct reads.
+    /// `Option` (or is one with `default = "path"`): a stored document may
+    /// lack the field while the struct reads a value (its default), so no
+    /// guard on its value or presence, and no increment, can follow what the
+    /// struct reads.
     pub(crate) may_be_absent: bool,
 }
 
@@ -354,7 +355,11 @@ impl Model {
                 ty: f.ty.clone(),
                 nested: f.options.nested.and(nested_type(&f.ty)).cloned(),
                 serialize_with: f.serde.serialize_with.clone(),
-                may_be_absent: f.serde.skip_if && generic_arg(&f.ty, "Option").is_none(),
+                // Absent while the struct reads a value: skipped when not an
+                // `Option`, or an `Option` whose default is a function's
+                // (which may be `Some`).
+                may_be_absent: f.serde.skip_if
+                    && (generic_arg(&f.ty, "Option").is_none() || f.serde.default_fn),
             })
             .collect();
 

@@ -22,6 +22,10 @@ fn is_zero(v: &i64) -> bool {
     *v == 0
 }
 
+fn standard_tier() -> Option<String> {
+    Some("standard".into())
+}
+
 #[participant(collection = "wallets")]
 #[derive(Serialize, Deserialize)]
 struct Wallet {
@@ -36,6 +40,10 @@ struct Wallet {
     // Stored as text, which does not sort as time.
     expires: DateTime<Utc>,
     renewals: Vec<DateTime<Utc>>,
+    // Absent when `None`, but read as `Some("standard")`: a missing field is
+    // not `None` here.
+    #[serde(default = "standard_tier", skip_serializing_if = "Option::is_none")]
+    tier: Option<String>,
 }
 
 fn main() {
@@ -48,4 +56,6 @@ fn main() {
     // No typed path either: the generic ordered guards would compare text.
     let _ = Wallet::fields().expires();
     let _ = Wallet::fields().renewals();
+    let _ = Wallet::change("w").require_tier_missing();
+    let _ = Wallet::change("w").require_tier_eq(None::<String>);
 }
