@@ -369,7 +369,8 @@ impl Store for MemoryStore {
         new.insert("_id", id.clone());
         for (k, v) in replacement {
             if k == "_id" {
-                if v != id {
+                // Compared as MongoDB compares values (see `check_id_kept`).
+                if !query::total_cmp(&v, &id).is_eq() {
                     return Err(StoreError::new(
                         StoreErrorKind::BadRequest,
                         format!(

@@ -624,3 +624,72 @@ async fn clock_and_counters() {
     assert_eq!(s.command_count(), 12);
     assert_eq!(MemoryStore::default().command_count(), 0);
 }
+
+/// An `_id` is kept when it compares equal as MongoDB compares values: a
+/// document `_id` with its fields in another order is another `_id`
+/// (refused, code 66; taken for the same one, the store held the document
+/// under a key its `_id` no longer had, and an upsert then made a second
+/// document with the same `_id`), a number of another type is the same.
+#[tokio::test]
+async fn an_id_is_kept_as_values_compare() {
+    let store = MemoryStore::new();
+    let c = ns();
+    store
+        .insert_one(&c, doc! { "_id": { "x": 1, "y": 2 }, "v": 0 })
+        .await
+        .unwrap();
+    let reordered = store
+        .update_one(
+            &c,
+            doc! { "_id": { "x": 1, "y": 2 } },
+            doc! { "$set": { "_id": { "y": 2, "x": 1 } } },
+            crate::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(reordered.code, Some(66), "{reordered}");
+    let replaced = store
+        .replace_one(
+            &c,
+            doc! { "_id": { "x": 1, "y": 2 } },
+            doc! { "_id": { "y": 2, "x": 1 }, "v": 1 },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(replaced.code, Some(66), "{replaced}");
+    store
+        .update_one(
+            &c,
+            doc! { "_id": { "y": 2, "x": 1 } },
+            doc! { "$set": { "v": 2 } },
+            crate::store::UpdateOptions::default().with_upsert(true),
+        )
+        .await
+        .unwrap();
+    let all = store.documents(&c);
+    assert_eq!(all.len(), 2, "two different _ids: {all:?}");
+    assert_eq!(all[0], doc! { "_id": { "x": 1, "y": 2 }, "v": 0 });
+
+    store
+        .insert_one(&c, doc! { "_id": 1, "v": 0 })
+        .await
+        .unwrap();
+    let outcome = store
+        .update_one(
+            &c,
+            doc! { "_id": 1 },
+            doc! { "$set": { "_id": 1.0, "v": 1 } },
+            crate::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.matched, 1);
+    assert_eq!(
+        store
+            .find_one(&c, doc! { "_id": 1_i64 })
+            .await
+            .unwrap()
+            .map(|d| d.get_i32("v").ok()),
+        Some(Some(1))
+    );
+}

@@ -323,10 +323,15 @@ pub(crate) fn apply_to_new(
 
 /// Refuses a change of `_id` (`original` is the `_id` before an update
 /// touching it, `None` if the update does not touch it).
+/// The `_id` after an update must compare equal to the one before, as
+/// MongoDB compares values: a number of another type is the same `_id`
+/// (`1` and `1.0`), a document with its fields in another order is not
+/// (the bson crate's `==` would take it for the same, and the store would
+/// then hold the document under a key its `_id` no longer has).
 fn check_id_kept(doc: &Document, original: Option<Bson>) -> Result<(), StoreError> {
     if let Some(original) = original {
         match doc.get("_id") {
-            Some(id) if *id == original => {}
+            Some(id) if crate::query::total_cmp(id, &original).is_eq() => {}
             Some(id) => {
                 return Err(immutable_id(format!(
                     "After applying the update, the (immutable) field '_id' was found to have been altered to _id: {id}"
