@@ -2,7 +2,10 @@
 //! the rest of the suite green (found by mutation testing): the lock in a
 //! shared apply's filter, the state in garbage collection's, the
 //! `lastModified` in a claim's, and the create deadline a coordinator checks
-//! on its own record.
+//! on its own record; and the `created` stamp every record move names, so
+//! that no stalled worker moves the inert copy a late create writes (the
+//! same with the commit at the move to `applied` is the safety scenario
+//! `stale_move_misses_the_inert_copy`, run on both stores).
 
 mod common;
 
@@ -25,6 +28,17 @@ async fn the_record(store: &MemoryStore) -> Option<TxRecord> {
         .await
         .unwrap()
         .map(|d| TxRecord::from_document(d).unwrap())
+}
+
+/// Delivers again the records-store upsert that `faulty` kept: the create
+/// whose answer was lost, landing late.
+async fn deliver_lost_create(faulty: &FaultStore) {
+    let create = faulty
+        .upserts()
+        .into_iter()
+        .find(|u| u.ns == records())
+        .expect("the lost create");
+    faulty.deliver_again(&create).await.unwrap();
 }
 
 fn worker(store: Arc<dyn Store>) -> tandem::RecoveryWorker {
@@ -162,12 +176,7 @@ async fn a_stalled_claim_misses_the_inert_copy() {
     );
     clock.advance(LEASE * 2);
     assert_eq!(other.collect_garbage(LEASE).await.unwrap(), 1);
-    let create = faulty
-        .upserts()
-        .into_iter()
-        .find(|u| u.ns == records())
-        .expect("the lost create");
-    faulty.deliver_again(&create).await.unwrap();
+    deliver_lost_create(&faulty).await;
     assert!(the_record(&store).await.unwrap().is_inert());
 
     before_claim.release.send(()).unwrap();
@@ -219,4 +228,62 @@ async fn a_create_landing_after_its_deadline_is_canceled_not_applied() {
         .await
         .unwrap()
         .assert_clean();
+}
+
+/// Commit at the applies (the default): the coordinator stalls before its
+/// apply of B; recovery rolls forward and commits, and the record is
+/// collected; the create's lost copy lands inert. The coordinator's apply
+/// is refused (expired) and its cancel must not move the inert copy: it was
+/// told canceled with every change undone, for a transfer that was made.
+#[tokio::test]
+async fn early_commit_cancel_lands_on_the_inert_copy() {
+    let (store, clock, _) = bank(&["A", "B"], 100).await;
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    // 1 the lost create, 2 the retried create, 3 A's apply, 4 B's apply.
+    let faulty = FaultStore::new(shared.clone()).keeping_upserts().lose_at(1);
+    let pause = faulty.pause_at(4);
+    let coordinator = Coordinator::builder(faulty.clone())
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .commit_point(CommitPoint::Done)
+        .build();
+    let run = tokio::spawn(async move { coordinator.run(transfer("A", "B", 10)).await });
+    pause
+        .reached
+        .await
+        .expect("the coordinator reaches B's apply");
+    assert_eq!(balance(&store, "A").await, 90, "A's debit applied");
+
+    clock.advance(LEASE * 2);
+    let rescuer = worker(shared.clone());
+    let report = rescuer.run_once().await.unwrap();
+    assert_eq!(report.committed, 1, "{report:?}");
+    assert_eq!(
+        (balance(&store, "A").await, balance(&store, "B").await),
+        (90, 110)
+    );
+    clock.advance(LEASE * 2);
+    assert_eq!(rescuer.collect_garbage(LEASE).await.unwrap(), 1);
+
+    deliver_lost_create(&faulty).await;
+    assert!(the_record(&store).await.expect("the late copy").is_inert());
+
+    pause.release.send(()).unwrap();
+    let answer = run.await.unwrap();
+    let after = the_record(&store).await.expect("the inert copy stays");
+    assert_eq!(
+        (balance(&store, "A").await, balance(&store, "B").await),
+        (90, 110),
+        "transfer made once"
+    );
+    // Not "canceled": recovery committed the transfer.
+    assert!(
+        matches!(answer, Err(TxError::Superseded { .. })),
+        "told {answer:?} for a transfer recovery committed"
+    );
+    assert_eq!(
+        after.state,
+        TxState::Pending,
+        "the inert copy was not moved"
+    );
 }
