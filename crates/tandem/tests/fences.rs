@@ -3,8 +3,9 @@
 //! shared apply's filter, the state in garbage collection's, the
 //! `lastModified` in a claim's, and the create deadline a coordinator checks
 //! on its own record; and the `created` stamp every record move names, so
-//! that no stalled worker moves the inert copy a late create writes (the
-//! same with the commit at the move to `applied` is the safety scenario
+//! that no stalled worker moves the inert copy a late create writes, one
+//! record at a time or in a finisher's round (the same with the commit at
+//! the move to `applied` is the safety scenario
 //! `stale_move_misses_the_inert_copy`, run on both stores).
 
 mod common;
@@ -285,5 +286,71 @@ async fn early_commit_cancel_lands_on_the_inert_copy() {
         after.state,
         TxState::Pending,
         "the inert copy was not moved"
+    );
+}
+
+/// The background finisher moves the records of one round from `pending`
+/// to `applied` in one statement (`_id: {$in}`, state, epoch, tokens). Its
+/// round stalls; recovery finishes both transfers and they are collected;
+/// the lost create of the first lands inert, with the first record's id,
+/// token, epoch and state. The batch must not move it: its `created` stamp
+/// is not before the round's earliest create deadline.
+#[tokio::test]
+async fn a_finisher_round_misses_the_inert_copy() {
+    let (store, clock, _) = bank(&["A", "B", "C", "D"], 100).await;
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    // X: 1 the lost create, 2 the retried create, 3 and 4 the applies;
+    // Y: 5 the create, 6 and 7 the applies; 8, the round's move, waits.
+    let faulty = FaultStore::new(shared.clone()).keeping_upserts().lose_at(1);
+    let stall = faulty.pause_at(8);
+    let coordinator = Arc::new(
+        Coordinator::builder(faulty.clone())
+            .lease(LEASE)
+            .clock_margin(Duration::ZERO)
+            .commit_point(CommitPoint::Applied)
+            .finish_delay(Duration::from_secs(3600))
+            .build(),
+    );
+    coordinator.run(transfer("A", "B", 10)).await.unwrap();
+    coordinator.run(transfer("C", "D", 10)).await.unwrap();
+    let draining = {
+        let coordinator = coordinator.clone();
+        tokio::spawn(async move { coordinator.drain().await })
+    };
+    stall
+        .reached
+        .await
+        .expect("the finisher's round reaches its move");
+    let states: Vec<TxState> = store
+        .documents(&records())
+        .into_iter()
+        .map(|d| TxRecord::from_document(d).unwrap().state)
+        .collect();
+    assert_eq!(states, [TxState::Pending, TxState::Pending]);
+
+    clock.advance(LEASE * 2);
+    let rescuer = worker(shared.clone());
+    assert_eq!(rescuer.run_once().await.unwrap().committed, 2);
+    clock.advance(LEASE * 2);
+    assert_eq!(rescuer.collect_garbage(LEASE).await.unwrap(), 2);
+    deliver_lost_create(&faulty).await;
+    assert!(the_record(&store).await.expect("the late copy").is_inert());
+
+    stall.release.send(()).unwrap();
+    draining.await.unwrap();
+    let after = the_record(&store).await.expect("the inert copy stays");
+    assert_eq!(
+        after.state,
+        TxState::Pending,
+        "the round's move left the inert copy alone"
+    );
+    assert_eq!(
+        [
+            balance(&store, "A").await,
+            balance(&store, "B").await,
+            balance(&store, "C").await,
+            balance(&store, "D").await
+        ],
+        [90, 110, 90, 110]
     );
 }
