@@ -12,19 +12,30 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     let n: u64 = number
         .parse()
         .map_err(|_| format!("{text:?} does not start with a whole number"))?;
-    let secs = match unit {
+    let per = match unit {
         "ms" => return Ok(Duration::from_millis(n)),
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
         other => {
             return Err(format!(
                 "unknown unit {other:?} in {text:?} (use ms, s, m, h or d)"
             ))
         }
     };
-    Ok(Duration::from_secs(secs))
+    n.checked_mul(per)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} is too long (at most {}s)", u64::MAX))
+}
+
+/// As [`parse`], refusing zero: for a lease or a pause between rounds.
+pub fn positive(text: &str) -> Result<Duration, String> {
+    let d = parse(text)?;
+    if d.is_zero() {
+        return Err(format!("{text:?} must be longer than zero"));
+    }
+    Ok(d)
 }
 
 /// Renders a duration the way `parse` reads it, coarsely: `3h12m`, `45s`.
@@ -57,6 +68,20 @@ mod tests {
         assert!(parse("10").unwrap_err().contains("no unit"));
         assert!(parse("m").unwrap_err().contains("whole number"));
         assert!(parse("3w").unwrap_err().contains("unknown unit"));
+        // 5124095576030432 hours is more seconds than a u64 holds: refused,
+        // not wrapped around to an hour.
+        assert!(parse("5124095576030432h").unwrap_err().contains("too long"));
+        assert!(parse("307445734561825861m")
+            .unwrap_err()
+            .contains("too long"));
+        assert!(parse("213503982334602d").unwrap_err().contains("too long"));
+        assert_eq!(
+            parse("213503982334601d"),
+            Ok(Duration::from_secs(213_503_982_334_601 * 86_400))
+        );
+        assert!(positive("0s").unwrap_err().contains("longer than zero"));
+        assert!(positive("0ms").unwrap_err().contains("longer than zero"));
+        assert_eq!(positive("1ms"), Ok(Duration::from_millis(1)));
     }
 
     #[test]

@@ -59,7 +59,7 @@ struct Cli {
     /// The lease recovery gives the transactions it takes over (use the
     /// applications' lease); garbage collection keeps records at least this
     /// long plus the clock margin.
-    #[arg(long, default_value = "30s", value_parser = duration::parse, global = true)]
+    #[arg(long, default_value = "30s", value_parser = duration::positive, global = true)]
     lease: Duration,
     /// How far a store's clock may step back (use the applications' margin).
     #[arg(long, default_value = "2s", value_parser = duration::parse, global = true)]
@@ -77,7 +77,7 @@ enum Command {
         json: bool,
         /// Print the counts again every this long (e.g. 2s), until interrupted
         /// or `--times` prints.
-        #[arg(long, value_parser = duration::parse)]
+        #[arg(long, value_parser = duration::positive)]
         watch: Option<Duration>,
         /// With `--watch`: stop after this many prints.
         #[arg(long, requires = "watch")]
@@ -99,8 +99,8 @@ enum Command {
         /// down); each claim after the first doubles their lease, up to eight times.
         #[arg(long, value_name = "CLAIMS")]
         stuck: Option<i32>,
-        /// The most rows.
-        #[arg(long, default_value_t = 100)]
+        /// The most rows (at least 1).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..))]
         limit: i64,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -128,9 +128,9 @@ enum Command {
         /// Roll stuck `pending` transactions forward instead of back.
         #[arg(long)]
         forward: bool,
-        /// Transactions claimed per pass.
-        #[arg(long, default_value_t = 1000)]
-        batch: usize,
+        /// Transactions claimed per pass (at least 1).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+        batch: u64,
     },
     /// Cancels a `pending` transaction (its owner is fenced off).
     Cancel {
@@ -355,7 +355,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Command::Recover { forward, batch } => recover(&coordinator, forward, batch).await,
+        Command::Recover { forward, batch } => {
+            recover(
+                &coordinator,
+                forward,
+                usize::try_from(batch).unwrap_or(usize::MAX),
+            )
+            .await
+        }
         Command::Cancel { id, reason } => {
             let record = find(store.as_ref(), &ns, &id).await?;
             match coordinator.cancel(&record.id, &reason).await {
@@ -666,59 +673,135 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
         total.waiting,
         total.lost
     );
-    if total.waiting > 0 {
-        println!(
-            "{} transaction(s) wait for applies still in flight to miss their deadline; run recover again after the lease",
-            total.waiting
-        );
-    }
-    // In flight but not claimed: their owners' leases have not run out.
+    // In flight and not finished: left waiting by this run (claimed by it),
+    // or not due yet (an owner's lease, or the clock margin after it).
     let store = coordinator.stores().default_store();
     let ns = Namespace::new(
         &coordinator.config().database,
         &coordinator.config().collection,
     );
     let now = store.now().await?;
+    let margin = i64::try_from(coordinator.config().clock_margin.as_millis()).unwrap_or(i64::MAX);
     let in_flight: Vec<bson::Bson> = TxState::in_flight().into_iter().map(Into::into).collect();
-    let leased: Vec<TxRecord> = load(
-        store.as_ref(),
-        &ns,
-        doc! { "state": { "$in": in_flight } },
-        None,
-    )
-    .await?
-    .into_iter()
-    .filter(|r| !r.lease_expired(now))
-    .collect();
-    if let Some(last) = leased.iter().filter_map(TxRecord::lease_expires).max() {
-        let left = Duration::from_millis(
-            u64::try_from(
-                last.timestamp_millis()
-                    .saturating_sub(now.timestamp_millis()),
-            )
-            .unwrap_or(0),
-        );
+    let left = NotDue::of(
+        load(
+            store.as_ref(),
+            &ns,
+            doc! { "state": { "$in": in_flight } },
+            None,
+        )
+        .await?,
+        worker.owner(),
+        now,
+        margin,
+    );
+    if total.waiting > 0 {
         println!(
-            "{} transaction(s) still inside their owners' lease, left alone; the last lease ends in {} ({}, by the server's clock)",
-            leased.len(),
-            duration::render(left),
-            last.try_to_rfc3339_string().unwrap_or_else(|_| last.to_string())
+            "{} transaction(s) wait for applies still in flight to miss their deadline",
+            total.waiting
+        );
+    }
+    let again = match left.mine_until {
+        Some(at) => {
+            println!(
+                "{} transaction(s) this run claimed are not finished; recovery may take them again at {}",
+                left.mine,
+                at_time(at, now)
+            );
+            format!("run recover again at {}", at_time(at, now))
+        }
+        None => "run recover again".to_string(),
+    };
+    if let Some(at) = left.leased_until {
+        println!(
+            "{} transaction(s) still inside their owners' lease, left alone; the last is due for recovery at {}",
+            left.leased,
+            at_time(at, now)
+        );
+    }
+    if let Some(at) = left.margin_until {
+        println!(
+            "{} transaction(s) whose owners' lease has ended wait out the clock margin; the last is due for recovery at {}",
+            left.in_margin,
+            at_time(at, now)
         );
     }
     if total.failed > 0 {
         return Err(Failure::Incomplete(format!(
-            "{} transactions could not be finished this time; run recover again",
+            "{} transactions could not be finished this time; {again}",
             total.failed
         )));
     }
     if total.waiting > 0 {
         // Decided or not, they are not finished: a debit may still show.
         return Err(Failure::Incomplete(format!(
-            "{} transactions are not finished yet; run recover again after the lease",
+            "{} transactions are not finished yet; {again}",
             total.waiting
         )));
     }
+    if left.in_margin > 0 {
+        // Their owners are gone (the lease ended), but no worker may
+        // touch them yet: a debit may still show.
+        return Err(Failure::Incomplete(format!(
+            "{} transactions are not due for recovery yet; run recover again at {}",
+            left.in_margin,
+            at_time(left.margin_until.unwrap_or(now), now)
+        )));
+    }
     Ok(())
+}
+
+/// The transactions in flight that a `recover` run left: claimed by it
+/// (waiting, or failed), inside their owners' lease, or past the lease but not yet past
+/// its deadline plus the clock margin (recovery takes a record only then).
+#[derive(Debug, Default, PartialEq)]
+struct NotDue {
+    mine: usize,
+    mine_until: Option<bson::DateTime>,
+    leased: usize,
+    leased_until: Option<bson::DateTime>,
+    in_margin: usize,
+    margin_until: Option<bson::DateTime>,
+}
+
+impl NotDue {
+    fn of(records: Vec<TxRecord>, me: &str, now: bson::DateTime, margin: i64) -> Self {
+        let mut left = NotDue::default();
+        for record in records {
+            // When recovery may take it: its lease over, and its epoch's
+            // deadline plus the margin passed.
+            let due = record.lease_expires().unwrap_or(bson::DateTime::MIN).max(
+                bson::DateTime::from_millis(
+                    record.deadline().timestamp_millis().saturating_add(margin),
+                ),
+            );
+            let (count, until) = if record.owner == me {
+                (&mut left.mine, &mut left.mine_until)
+            } else if !record.lease_expired(now) {
+                (&mut left.leased, &mut left.leased_until)
+            } else if due > now {
+                (&mut left.in_margin, &mut left.margin_until)
+            } else {
+                continue;
+            };
+            *count += 1;
+            *until = Some(until.map_or(due, |u| u.max(due)));
+        }
+        left
+    }
+}
+
+/// `at` as an RFC 3339 time and how far from `now`, by the server's clock.
+fn at_time(at: bson::DateTime, now: bson::DateTime) -> String {
+    let left = Duration::from_millis(
+        u64::try_from(at.timestamp_millis().saturating_sub(now.timestamp_millis())).unwrap_or(0),
+    );
+    format!(
+        "{} (in {}, by the server's clock)",
+        at.try_to_rfc3339_string()
+            .unwrap_or_else(|_| at.to_string()),
+        duration::render(left)
+    )
 }
 
 #[cfg(test)]
@@ -851,5 +934,106 @@ mod tests {
             }
         }
         assert!(waiting > 0, "no lost answer left the transaction waiting");
+    }
+
+    /// After its owner's lease, a transaction is not due for recovery until
+    /// its deadline plus the clock margin: `recover` exited 0 then, and named
+    /// the lease's end as the time to come back (itself inside the margin).
+    #[tokio::test]
+    async fn recover_exits_1_within_the_margin_and_names_when_it_is_due() {
+        let accounts = Namespace::new("bank", "accounts");
+        let clock = Arc::new(tandem::ManualClock::default());
+        let store = tandem::MemoryStore::with_clock(clock.clone());
+        for id in ["A", "B"] {
+            store
+                .insert_one(&accounts, doc! { "_id": id, "balance": 1000_i64 })
+                .await
+                .unwrap();
+        }
+        let transfer = Transaction::new()
+            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -100_i64))
+            .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 100_i64));
+        // The owner crashes after its record and A's debit.
+        let dead = FaultStore::new(Arc::new(store.clone())).crash_after(2);
+        let id = match Coordinator::builder(dead).build().run(transfer).await {
+            Err(e) => e.id().cloned().expect("an id"),
+            Ok(r) => panic!("{r:?}"),
+        };
+        let coordinator = Coordinator::builder(store.clone()).build();
+        let record = coordinator.record(&id).await.unwrap().expect("the record");
+        let margin = i64::try_from(coordinator.config().clock_margin.as_millis()).unwrap();
+        let due = record.deadline().timestamp_millis() + margin;
+
+        // Past the lease (30 s), inside the margin (2 s).
+        clock.advance(std::time::Duration::from_secs(31));
+        let now = store.now().await.unwrap();
+        let left = NotDue::of(vec![record.clone()], "me", now, margin);
+        assert_eq!(
+            (
+                left.in_margin,
+                left.margin_until.map(|t| t.timestamp_millis())
+            ),
+            (1, Some(due))
+        );
+        let answer = recover(&coordinator, false, 10).await;
+        assert!(
+            matches!(&answer, Err(Failure::Incomplete(m)) if m.contains("not due")),
+            "{answer:?}"
+        );
+        assert!(!coordinator
+            .record(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+            .is_terminal());
+
+        // At the time it named: due, and finished.
+        clock.advance(std::time::Duration::from_millis(
+            u64::try_from(due - now.timestamp_millis()).unwrap(),
+        ));
+        recover(&coordinator, false, 10).await.unwrap();
+        let record = coordinator.record(&id).await.unwrap().unwrap();
+        assert_eq!(record.state, TxState::Canceled);
+    }
+
+    /// A transaction this run claimed is its own, not one "left alone
+    /// inside its owner's lease"; one of another owner inside its lease is.
+    #[test]
+    fn records_left_are_told_apart_by_owner_and_lease() {
+        let record = |owner: &str, modified: i64| {
+            tandem::TxRecord::from_document(doc! {
+                "_id": format!("t-{owner}-{modified}"), "state": "pending", "epoch": 0_i64,
+                "owner": owner, "leaseMillis": 30_000_i64, "token": "k",
+                "participants": [],
+                "lastModified": bson::DateTime::from_millis(modified),
+                "leaseStart": bson::DateTime::from_millis(modified),
+                "history": [],
+            })
+            .unwrap()
+        };
+        let now = bson::DateTime::from_millis(100_000);
+        let left = NotDue::of(
+            vec![
+                record("me", 90_000),
+                record("other", 90_000),
+                record("other", 69_000),
+                record("other", 10_000),
+            ],
+            "me",
+            now,
+            2_000,
+        );
+        assert_eq!(
+            left,
+            NotDue {
+                mine: 1,
+                mine_until: Some(bson::DateTime::from_millis(122_000)),
+                leased: 1,
+                leased_until: Some(bson::DateTime::from_millis(122_000)),
+                in_margin: 1,
+                margin_until: Some(bson::DateTime::from_millis(101_000)),
+            }
+        );
     }
 }
