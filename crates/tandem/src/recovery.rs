@@ -350,7 +350,15 @@ impl RecoveryWorker {
     }
 
     /// Runs passes every `interval` until `shutdown` completes. Returns the totals.
+    ///
+    /// # Panics
+    ///
+    /// On a zero [`RecoveryConfig::interval`]: it would pass without pause.
     pub async fn run_until(&self, shutdown: impl Future<Output = ()>) -> RecoveryReport {
+        assert!(
+            !self.config.interval.is_zero(),
+            "RecoveryConfig::interval must be longer than zero: run_until would pass without pause"
+        );
         let mut total = RecoveryReport::default();
         tokio::pin!(shutdown);
         loop {
@@ -1167,6 +1175,17 @@ fn lock(mutex: &Mutex<Option<Cursor>>) -> std::sync::MutexGuard<'_, Option<Curso
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    #[should_panic(expected = "interval must be longer than zero")]
+    async fn a_zero_interval_is_refused_before_any_pass() {
+        let coordinator = crate::Coordinator::builder(crate::MemoryStore::new()).build();
+        let worker = coordinator.recovery(RecoveryConfig {
+            interval: Duration::ZERO,
+            ..RecoveryConfig::default()
+        });
+        worker.run_until(std::future::pending()).await;
+    }
 
     fn record(token: &str) -> TxRecord {
         TxRecord::from_document(doc! {

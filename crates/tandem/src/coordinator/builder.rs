@@ -54,6 +54,12 @@ impl CoordinatorBuilder {
     }
 
     /// The lease after which recovery may take a silent transaction over.
+    ///
+    /// # Panics
+    ///
+    /// [`build`](Self::build) panics on a zero lease: every step's deadline
+    /// would have passed when it was sent, and every transaction would be
+    /// canceled.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.lease = lease;
         self
@@ -119,7 +125,15 @@ impl CoordinatorBuilder {
     }
 
     /// The coordinator.
+    ///
+    /// # Panics
+    ///
+    /// On a zero [`lease`](Self::lease).
     pub fn build(self) -> Coordinator {
+        assert!(
+            !self.config.lease.is_zero(),
+            "the lease must be longer than zero: every step's deadline would have passed when it was sent"
+        );
         Coordinator {
             engine: Arc::new(Engine {
                 stores: self.stores,
@@ -129,5 +143,39 @@ impl CoordinatorBuilder {
             }),
             background: Arc::new(Mutex::new(Background::default())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{Coordinator, CoordinatorConfig, MemoryStore};
+
+    #[test]
+    #[should_panic(expected = "lease must be longer than zero")]
+    fn a_zero_lease_is_refused() {
+        Coordinator::builder(MemoryStore::new())
+            .lease(Duration::ZERO)
+            .build();
+    }
+
+    #[test]
+    #[should_panic(expected = "lease must be longer than zero")]
+    fn a_zero_lease_in_a_whole_config_is_refused() {
+        Coordinator::builder(MemoryStore::new())
+            .config(CoordinatorConfig {
+                lease: Duration::ZERO,
+                ..CoordinatorConfig::default()
+            })
+            .build();
+    }
+
+    #[test]
+    fn the_shortest_lease_is_taken() {
+        let c = Coordinator::builder(MemoryStore::new())
+            .lease(Duration::from_millis(1))
+            .build();
+        assert_eq!(c.config().lease, Duration::from_millis(1));
     }
 }
