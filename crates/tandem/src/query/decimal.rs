@@ -134,6 +134,30 @@ impl Exact {
     pub(crate) fn is_nan(&self) -> bool {
         matches!(self, Exact::Nan)
     }
+
+    /// Whether it is zero (of either sign).
+    pub(crate) fn is_zero(&self) -> bool {
+        matches!(self, Exact::Finite { digits, .. } if digits.is_empty())
+    }
+
+    /// The number without its fractional part (toward zero); NaN and the
+    /// infinities as they are.
+    pub(crate) fn trunc(self) -> Exact {
+        match self {
+            Exact::Finite {
+                negative,
+                digits,
+                exponent,
+            } if exponent < 0 => {
+                let whole = usize::try_from(-exponent)
+                    .ok()
+                    .and_then(|fraction| digits.len().checked_sub(fraction))
+                    .unwrap_or(0);
+                Exact::finite(negative, &digits[..whole], 0)
+            }
+            other => other,
+        }
+    }
 }
 
 /// Orders two exact numbers: NaN lowest (equal to itself), then by value.

@@ -4,6 +4,7 @@ use std::cmp::Ordering;
 
 use bson::{Bson, Document};
 
+use super::decimal::Exact;
 use super::expr::eval_expr_filter;
 use super::order::same_str;
 use super::{array_index, compare, is_operator_doc, split_dot, values_equal, Ctx};
@@ -160,6 +161,7 @@ pub(super) fn truthy(v: &Bson) -> bool {
         Bson::Int32(i) => *i != 0,
         Bson::Int64(i) => *i != 0,
         Bson::Double(f) => *f != 0.0,
+        Bson::Decimal128(_) => !Exact::of(v).is_some_and(|e| e.is_zero()),
         Bson::Null | Bson::Undefined => false,
         _ => true,
     }

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 
 use bson::{Bson, Document};
 
+use super::decimal::Exact;
 use super::eval::truthy;
 use super::validate::expr_args;
 use super::{bad_request, split_dot, total_cmp, type_name, Ctx, CONVERSION_FAILURE};
@@ -331,6 +332,11 @@ fn subtract(left: Option<&Bson>, right: Option<&Bson>) -> Result<Bson, StoreErro
     let (Some(left), Some(right)) = (left, right) else {
         return Ok(Bson::Null);
     };
+    let long = |v: &Bson| match v {
+        Bson::Int32(n) => i64::from(*n),
+        Bson::Int64(n) => *n,
+        _ => 0,
+    };
     Ok(match (left, right) {
         (Bson::Null | Bson::Undefined, _) | (_, Bson::Null | Bson::Undefined) => Bson::Null,
         (Bson::Int32(a), Bson::Int32(b)) => match a.checked_sub(*b) {
@@ -338,11 +344,6 @@ fn subtract(left: Option<&Bson>, right: Option<&Bson>) -> Result<Bson, StoreErro
             None => Bson::Int64(i64::from(*a) - i64::from(*b)),
         },
         (Bson::Int32(_) | Bson::Int64(_), Bson::Int32(_) | Bson::Int64(_)) => {
-            let long = |v: &Bson| match v {
-                Bson::Int32(n) => i64::from(*n),
-                Bson::Int64(n) => *n,
-                _ => 0,
-            };
             match long(left).checked_sub(long(right)) {
                 Some(n) => Bson::Int64(n),
                 None => Bson::Double(long(left) as f64 - long(right) as f64),
@@ -354,6 +355,18 @@ fn subtract(left: Option<&Bson>, right: Option<&Bson>) -> Result<Bson, StoreErro
         ) => Bson::Double(number_f64(left) - number_f64(right)),
         (Bson::DateTime(a), Bson::DateTime(b)) => {
             Bson::Int64(a.timestamp_millis().saturating_sub(b.timestamp_millis()))
+        }
+        (Bson::DateTime(a), Bson::Int32(_) | Bson::Int64(_)) => Bson::DateTime(
+            bson::DateTime::from_millis(a.timestamp_millis().saturating_sub(long(right))),
+        ),
+        (Bson::Decimal128(_), _) | (_, Bson::Decimal128(_)) => {
+            // MongoDB subtracts in decimal; this store has no decimal
+            // arithmetic, and says so rather than answer otherwise.
+            return Err(bad_request(format!(
+                "the embedded store does not $subtract with a decimal ({} from {})",
+                type_name(right),
+                type_name(left)
+            )));
         }
         _ => {
             return Err(bad_request(format!(
@@ -413,6 +426,31 @@ fn to_long(v: Option<&Bson>) -> Result<Bson, StoreError> {
             // In range, so the conversion is exact.
             t as i64
         }
+        Some(d @ Bson::Decimal128(_)) => match Exact::of(d).map(Exact::trunc) {
+            Some(Exact::Nan) => {
+                return failed(
+                    "Attempt to convert NaN value to integer type in $convert with no onError value"
+                        .into(),
+                )
+            }
+            Some(Exact::Infinite(_)) => return failed(
+                "Attempt to convert infinity value to integer type in $convert with no onError value"
+                    .into(),
+            ),
+            Some(whole) => match whole.as_i64() {
+                Some(n) => n,
+                None => {
+                    return failed(format!(
+                        "Conversion would overflow target type in $convert with no onError value: {d}"
+                    ))
+                }
+            },
+            None => {
+                return failed(format!(
+                    "Failed to read the decimal {d} in $convert with no onError value"
+                ))
+            }
+        },
         Some(Bson::String(s)) => match s.parse::<i64>() {
             Ok(n) => n,
             Err(_) => {

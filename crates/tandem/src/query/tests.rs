@@ -764,3 +764,83 @@ fn let_cond_and_array_elements() {
         assert_eq!(e.kind, StoreErrorKind::BadRequest, "{bad}: {e:?}");
     }
 }
+
+fn decimal(s: &str) -> Bson {
+    Bson::Decimal128(s.parse().unwrap())
+}
+
+/// A decimal zero is false, as every numeric zero is (`$exists` takes its
+/// argument's truth, `$and` and `$cond` their operands'); it was true.
+#[test]
+fn a_decimal_zero_is_false() {
+    for zero in ["0", "-0", "0.000", "0E+10"] {
+        let d = doc! { "a": decimal(zero) };
+        assert!(!m(&d, doc! { "$expr": "$a" }), "{zero}");
+        assert!(!m(&d, doc! { "$expr": { "$and": ["$a"] } }), "{zero}");
+        assert!(
+            !m(&d, doc! { "$expr": { "$cond": ["$a", true, false] } }),
+            "{zero}"
+        );
+        assert!(!m(&d, doc! { "a": { "$exists": decimal(zero) } }), "{zero}");
+        assert!(m(&d, doc! { "b": { "$exists": decimal(zero) } }), "{zero}");
+    }
+    for truth in ["1", "-0.001", "NaN", "Infinity"] {
+        let d = doc! { "a": decimal(truth) };
+        assert!(m(&d, doc! { "$expr": "$a" }), "{truth}");
+        assert!(
+            m(&d, doc! { "a": { "$exists": decimal(truth) } }),
+            "{truth}"
+        );
+    }
+}
+
+/// `$toLong` of a decimal truncates toward zero; out of range, NaN and the
+/// infinities fail as conversions (it refused every decimal).
+#[test]
+fn to_long_truncates_a_decimal() {
+    let long_of = |v: &str, want: i64| {
+        let d = doc! { "p": decimal(v) };
+        assert!(
+            m(&d, doc! { "$expr": { "$eq": [{ "$toLong": "$p" }, want] } }),
+            "{v} -> {want}"
+        );
+    };
+    long_of("5.7", 5);
+    long_of("-5.7", -5);
+    long_of("0.9", 0);
+    long_of("1E+3", 1000);
+    long_of("9223372036854775807.9", i64::MAX);
+    long_of("-9223372036854775808", i64::MIN);
+    for bad in [
+        "9223372036854775808",
+        "-9223372036854775809.5",
+        "NaN",
+        "-Infinity",
+    ] {
+        let e = err(
+            &doc! { "p": decimal(bad) },
+            doc! { "$expr": { "$toLong": "$p" } },
+        );
+        assert_eq!(e.code, Some(CONVERSION_FAILURE), "{bad}: {e}");
+    }
+}
+
+/// `$subtract` with a decimal is refused as this store's limit, not as a
+/// type error MongoDB would not raise; a date less milliseconds is a date.
+#[test]
+fn subtract_refuses_decimals_and_moves_dates() {
+    let e = err(
+        &doc! { "a": 90, "p": decimal("5") },
+        doc! { "$expr": { "$lte": ["$a", { "$subtract": [100_i64, "$p"] }] } },
+    );
+    assert_eq!(e.kind, StoreErrorKind::BadRequest);
+    assert!(
+        e.message.contains("does not $subtract with a decimal"),
+        "{e}"
+    );
+    let at = bson::DateTime::from_millis(10_000);
+    assert!(m(
+        &doc! { "t": at },
+        doc! { "$expr": { "$eq": [{ "$subtract": ["$t", 1_000_i64] }, bson::DateTime::from_millis(9_000)] } }
+    ));
+}
