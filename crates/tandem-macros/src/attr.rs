@@ -232,6 +232,10 @@ impl RenameRule {
 #[derive(Default)]
 pub(crate) struct SerdeContainer {
     pub(crate) rename_all: Option<RenameRule>,
+    /// `rename_all(serialize = "...", deserialize = "...")` with the two
+    /// apart (or one alone): the struct would read names that typed changes
+    /// do not write.
+    pub(crate) read_apart: Option<Span>,
     pub(crate) deny_unknown_fields: Option<Span>,
     pub(crate) default: bool,
     /// `transparent` or `into = "..."`: the struct is not stored as its fields.
@@ -253,10 +257,11 @@ impl SerdeContainer {
             let _ = attr.parse_nested_meta(|meta| {
                 let span = span_of(&meta.path);
                 if meta.path.is_ident("rename_all") {
-                    if let Some(rule) = serialize_name(&meta)?
-                        .as_deref()
-                        .and_then(RenameRule::from_name)
-                    {
+                    let names = names(&meta)?;
+                    if names.read_apart() {
+                        serde.read_apart = Some(span);
+                    }
+                    if let Some(rule) = names.serialize.as_deref().and_then(RenameRule::from_name) {
                         serde.rename_all = Some(rule);
                     }
                     Ok(())
@@ -298,6 +303,9 @@ pub(crate) struct SerdeField {
     pub(crate) skip_if: bool,
     /// An `alias`: a name the struct reads that typed changes do not write.
     pub(crate) alias: Option<Span>,
+    /// `rename(serialize = "...", deserialize = "...")` with the two apart
+    /// (or one alone): the same.
+    pub(crate) read_apart: Option<Span>,
     /// A `#[serde_as(...)]` field attribute not yet expanded by `#[serde_as]`.
     pub(crate) serde_as: Option<Span>,
     /// A `serde` or `participant` attribute inside `#[cfg_attr(...)]`.
@@ -318,7 +326,12 @@ impl SerdeField {
         for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
             let _ = attr.parse_nested_meta(|meta| {
                 if meta.path.is_ident("rename") {
-                    if let Some(name) = serialize_name(&meta)? {
+                    let span = meta.path.span();
+                    let names = names(&meta)?;
+                    if names.read_apart() {
+                        serde.read_apart = Some(span);
+                    }
+                    if let Some(name) = names.serialize {
                         serde.rename = Some(name);
                     }
                     Ok(())
@@ -362,23 +375,47 @@ impl SerdeField {
     }
 }
 
-/// The serialize-side value of `key = "..."` or `key(serialize = "...", ...)`.
-fn serialize_name(meta: &ParseNestedMeta<'_>) -> syn::Result<Option<String>> {
+/// Both sides of `key = "..."` (the same name) or `key(serialize = "...",
+/// deserialize = "...")`.
+fn names(meta: &ParseNestedMeta<'_>) -> syn::Result<Names> {
     if meta.input.peek(Token![=]) {
         let lit: LitStr = meta.value()?.parse()?;
-        return Ok(Some(lit.value()));
+        return Ok(Names {
+            serialize: Some(lit.value()),
+            deserialize: Some(lit.value()),
+        });
     }
-    let mut name = None;
+    let mut names = Names::default();
     meta.parse_nested_meta(|inner| {
         if inner.path.is_ident("serialize") {
             let lit: LitStr = inner.value()?.parse()?;
-            name = Some(lit.value());
+            names.serialize = Some(lit.value());
+            Ok(())
+        } else if inner.path.is_ident("deserialize") {
+            let lit: LitStr = inner.value()?.parse()?;
+            names.deserialize = Some(lit.value());
             Ok(())
         } else {
             skip_value(&inner)
         }
     })?;
-    Ok(name)
+    Ok(names)
+}
+
+/// The names a `rename` or `rename_all` gives each side of serde.
+#[derive(Default)]
+struct Names {
+    serialize: Option<String>,
+    deserialize: Option<String>,
+}
+
+impl Names {
+    /// A read-side name that is not the written one (one side named alone,
+    /// or two names): the struct would read a field that typed changes do
+    /// not write, or write one it does not read.
+    fn read_apart(&self) -> bool {
+        self.deserialize != self.serialize
+    }
 }
 
 /// Whether the derives of the item include `Serialize` and `Deserialize`.

@@ -20,6 +20,7 @@ pub(crate) fn check(m: &Model, errors: &mut Errors) {
     check_serde_derives(m, errors);
     check_no_attributes_in_cfg_attr(m, errors);
     check_no_alias(m, errors);
+    check_reads_what_it_writes(m, errors);
     check_serde_as_expanded(m, errors);
     check_stored_by_fields(m, errors);
     check_no_deny_unknown_fields(m, errors);
@@ -206,6 +207,21 @@ fn check_no_alias(m: &Model, errors: &mut Errors) {
             span,
             "#[participant] cannot follow `alias`: the struct would read a field under a name \
              that typed changes do not write; rename the stored field instead (a migration)",
+        );
+    }
+}
+
+/// No `rename` or `rename_all` whose `serialize` and `deserialize` sides
+/// differ (or with one side alone): the same as an `alias`, the struct
+/// would read names that typed changes do not write.
+fn check_reads_what_it_writes(m: &Model, errors: &mut Errors) {
+    let container = m.serde.read_apart.into_iter();
+    for span in container.chain(m.input_fields.iter().filter_map(|f| f.serde.read_apart)) {
+        errors.at(
+            span,
+            "#[participant] cannot follow `serialize` and `deserialize` names apart (or one \
+             of them alone): the struct would read fields under names that typed changes do \
+             not write; give both sides one name (`rename = \"...\"`)",
         );
     }
 }
