@@ -486,7 +486,13 @@
 //!   markers under every marker field); the credit sums only make more
 //!   applies refuse (a credit that would overflow), and a refused apply is
 //!   a path the model has (guard failure). Their arithmetic is tested on
-//!   both stores by the safety scenarios instead.
+//!   both stores by the safety scenarios instead. Every statement that moves
+//!   a sum moves the pending count with it, so at a pending count of zero
+//!   every sum is zero; two writes drop the sums then, filtered on it: an
+//!   exclusive change (either strategy) and garbage collection's tidy of the
+//!   documents its records credited (`_tandem.pending: 0`). Neither changes
+//!   a field the model has, nor a sum that is not zero
+//!   (`tests/credit_sums.rs`, `garbage_collection_keeps_a_pending_sum`).
 //! * **Undo around outside writes, history cap, back-off, stubs**: they change
 //!   what an undo writes when the application wrote the same field (the
 //!   model's application never writes a document in flight), how much of a

@@ -32,7 +32,7 @@ use crate::record::{TxRecord, TxState};
 /// enough that the request stays far below the server's 16 MiB message limit
 /// (transaction ids are short strings).
 const GC_BATCH: usize = 500;
-use crate::store::{FindOptions, ReturnDocument, StoreError, StoreErrorKind};
+use crate::store::{FindOptions, Namespace, ReturnDocument, StoreError, StoreErrorKind};
 use crate::TxId;
 
 /// How many pages of records one pass (or one garbage collection) reads at
@@ -957,7 +957,20 @@ impl RecoveryWorker {
         // in batches of one request each, a statement per record.
         let mut ids = Vec::new();
         let mut stubs = Vec::new();
+        // The documents the collected records incremented, by store and
+        // collection: their credit sums are dropped below, where nothing is
+        // pending any more.
+        let mut credited: std::collections::BTreeMap<(Option<String>, String, String), Vec<Bson>> =
+            std::collections::BTreeMap::new();
         for (record, live, keep_until) in due {
+            for p in &record.participants {
+                if let Some((store, ns, id)) = crate::document::incremented(&p.kind, &p.spec) {
+                    credited
+                        .entry((store, ns.db, ns.collection))
+                        .or_default()
+                        .push(id);
+                }
+            }
             if let Some(live) = live {
                 if engine
                     .step_all(&live, Step::Forget)
@@ -1092,9 +1105,38 @@ impl RecoveryWorker {
             done(result.map(|n| n as usize), &mut removed)
         }
         .await;
+        self.tidy_credits(credited).await;
         match outcome {
             Err(Some(e)) => Err(e),
             _ => Ok(removed),
+        }
+    }
+
+    /// Drops the zero credit sums the documents `credited` keep, where no
+    /// change is pending, in one request per store and collection (and
+    /// [`GC_BATCH`] documents). Best effort: a failure is logged, and the
+    /// sums wait for the next collection.
+    async fn tidy_credits(
+        &self,
+        credited: std::collections::BTreeMap<(Option<String>, String, String), Vec<Bson>>,
+    ) {
+        let engine = &self.engine;
+        for ((store, db, collection), mut ids) in credited {
+            let Some(target) = engine.stores.get(store.as_deref()) else {
+                continue;
+            };
+            ids.sort_by(crate::query::total_cmp);
+            ids.dedup_by(|a, b| crate::query::total_cmp(a, b).is_eq());
+            let ns = Namespace::new(db, collection);
+            for batch in ids.chunks(GC_BATCH) {
+                let (filter, update) = crate::document::tidy_credits(batch);
+                if let Err(e) = engine
+                    .retry(|| target.update_many(&ns, filter.clone(), update.clone()))
+                    .await
+                {
+                    tracing::warn!(target: "tandem", "garbage collection left credit sums in {ns}: {e}");
+                }
+            }
         }
     }
 }

@@ -38,7 +38,7 @@ use crate::change::{DocumentChange, DocumentOp, FieldOp, GuardOp, META_FIELD};
 use crate::error::{ChangeError, StepError};
 use crate::participant::{Participant, StepContext, StepUpdate};
 use crate::query;
-use crate::store::{Store, StoreError, StoreErrorKind};
+use crate::store::{Namespace, Store, StoreError, StoreErrorKind};
 use crate::TxId;
 pub use native::NativeCommand;
 
@@ -488,6 +488,50 @@ fn insert_expr(filter: &mut Document, mut exprs: Vec<Document>) {
             filter.insert("$expr", doc! { "$and": exprs });
         }
     }
+}
+
+/// The document a document change's `spec` (as its record keeps it)
+/// credits or debits by an increment (its store's name, namespace and
+/// `_id`): such a change keeps a sum under `_tandem.credit` while pending,
+/// and leaves a zero there after. `None` for any other change.
+pub(crate) fn incremented(
+    kind: &str,
+    spec: &Document,
+) -> Option<(Option<String>, Namespace, Bson)> {
+    if kind != KIND {
+        return None;
+    }
+    let op = spec.get_document("op").ok()?;
+    let incs = op.get_str("type").ok() == Some("update")
+        && op.get_array("ops").ok()?.iter().any(|o| {
+            o.as_document()
+                .and_then(|o| o.get_str("op").ok())
+                .is_some_and(|name| name == "inc")
+        });
+    if !incs {
+        return None;
+    }
+    let ns = spec.get_document("namespace").ok()?;
+    Some((
+        spec.get_str("store").ok().map(str::to_owned),
+        Namespace::new(ns.get_str("db").ok()?, ns.get_str("collection").ok()?),
+        spec.get("id")?.clone(),
+    ))
+}
+
+/// Drops the credit sums of the documents `ids` where no change is
+/// pending: every sum is zero then (each statement that moves a sum moves
+/// the pending count with it), and one is kept for every path ever
+/// credited (`daily.<date>`) until the document's next exclusive change.
+pub(crate) fn tidy_credits(ids: &[Bson]) -> (Document, Document) {
+    (
+        doc! {
+            "_id": { "$in": ids },
+            PENDING: 0,
+            CREDITS: { "$exists": true },
+        },
+        doc! { "$unset": { CREDITS: "" } },
+    )
 }
 
 /// The document a document change's `spec` (as its record keeps it) names,

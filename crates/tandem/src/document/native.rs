@@ -2,7 +2,7 @@
 
 use bson::{doc, Bson, Document};
 
-use super::{insert_expr, merge_conditions, GHOST, LOCK};
+use super::{insert_expr, merge_conditions, CREDITS, GHOST, LOCK};
 
 use crate::change::{DocumentChange, DocumentOp, FieldOp};
 
@@ -70,6 +70,19 @@ impl DocumentChange {
                     }
                     if let Ok(body) = update.get_document_mut(name) {
                         body.insert(op.path(), value);
+                    }
+                }
+                if self.is_exclusive() {
+                    // As a two-phase exclusive apply: its filter says that no
+                    // change is pending here, so every credit sum is zero;
+                    // dropped, none outlives the field it was kept for (a
+                    // `set` of `stats` would leave `stats.visits`' sum, and
+                    // a later credit of `stats` could not count beside it).
+                    if !update.contains_key("$unset") {
+                        update.insert("$unset", Document::new());
+                    }
+                    if let Ok(body) = update.get_document_mut("$unset") {
+                        body.insert(CREDITS, "");
                     }
                 }
                 // An increment must leave room for the credits two-phase

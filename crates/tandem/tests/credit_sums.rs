@@ -1,0 +1,143 @@
+//! The sums of credits pending on a field (`_tandem.credit.<path>`) do not
+//! outlive what they were kept for: a change that holds the document alone
+//! drops them, on either strategy, and garbage collection drops those of
+//! the documents its records credited once nothing is pending there. Kept,
+//! one zero stayed for every path ever credited (`daily.<day>`), and a zero
+//! kept for `stats.visits` refused every later credit of `stats` once a
+//! native change had set `stats` to a number.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::{doc, Document};
+use common::*;
+use tandem::testing::FaultStore;
+use tandem::{
+    CommitPoint, Coordinator, DocumentChange, MemoryStore, Namespace, RecoveryConfig, Store,
+    Strategy, Transaction,
+};
+
+const LEASE: Duration = Duration::from_secs(1);
+
+fn stats() -> Namespace {
+    Namespace::new("app", "stats")
+}
+
+fn credit(path: &str) -> Transaction {
+    Transaction::new().change(DocumentChange::update(stats(), "X").inc(path, 1_i64))
+}
+
+async fn sums(store: &MemoryStore) -> Option<Document> {
+    get(store, &stats(), "X")
+        .await
+        .unwrap()
+        .get_document("_tandem")
+        .ok()
+        .and_then(|m| m.get_document("credit").ok())
+        .cloned()
+}
+
+fn two_phase(store: Arc<dyn Store>) -> Coordinator {
+    Coordinator::builder_shared(store)
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .commit_point(CommitPoint::Done)
+        .build()
+}
+
+#[tokio::test]
+async fn a_native_change_of_a_field_leaves_no_sum_behind_for_its_parts() {
+    let store = MemoryStore::new();
+    store
+        .insert_one(&stats(), doc! { "_id": "X", "stats": { "visits": 1_i64 } })
+        .await
+        .unwrap();
+    let two_phase = two_phase(Arc::new(store.clone()));
+    let native = Coordinator::builder(store.clone())
+        .strategy(Strategy::Native)
+        .build();
+    two_phase.run(credit("stats.visits")).await.unwrap();
+    assert!(sums(&store).await.is_some(), "a zero kept for stats.visits");
+    native
+        .run(Transaction::new().change(DocumentChange::update(stats(), "X").set("stats", 5_i64)))
+        .await
+        .unwrap();
+    assert_eq!(
+        sums(&store).await,
+        None,
+        "dropped with the exclusive change"
+    );
+    two_phase.run(credit("stats")).await.unwrap();
+    assert_eq!(
+        get(&store, &stats(), "X").await.unwrap().get_i64("stats"),
+        Ok(6)
+    );
+}
+
+#[tokio::test]
+async fn garbage_collection_drops_the_sums_of_paths_credited_once() {
+    let (store, clock, _) = bank(&[], 0).await;
+    store
+        .insert_one(&stats(), doc! { "_id": "X" })
+        .await
+        .unwrap();
+    let coordinator = two_phase(Arc::new(store.clone()));
+    for day in 0..50 {
+        coordinator
+            .run(credit(&format!("daily.d{day}")))
+            .await
+            .unwrap();
+    }
+    let kept = sums(&store).await.expect("zeros kept while records live");
+    assert_eq!(kept.get_document("daily").map(Document::len), Ok(50));
+
+    clock.advance(LEASE * 3);
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    assert_eq!(worker.collect_garbage(LEASE * 2).await.unwrap(), 50);
+    assert_eq!(sums(&store).await, None);
+    let doc = get(&store, &stats(), "X").await.unwrap();
+    assert_eq!(doc.get_document("daily").map(Document::len), Ok(50));
+    assert_eq!(doc.get_document("daily").unwrap().get_i64("d49"), Ok(1));
+}
+
+/// A sum of a credit still pending is not zero: garbage collection of
+/// another transaction that credited the document leaves it, and the
+/// pending one lands whole.
+#[tokio::test]
+async fn garbage_collection_keeps_a_pending_sum() {
+    let (store, clock, _) = bank(&[], 0).await;
+    store
+        .insert_one(&stats(), doc! { "_id": "X", "n": 0_i64 })
+        .await
+        .unwrap();
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let done = two_phase(shared.clone());
+    done.run(credit("n")).await.unwrap();
+    clock.advance(LEASE * 3);
+
+    // 1 the create, 2 the apply; 3, the clear, waits.
+    let faulty = FaultStore::new(shared.clone());
+    let pause = faulty.pause_at(3);
+    let slow = two_phase(Arc::new(faulty));
+    let run = tokio::spawn(async move { slow.run(credit("n")).await });
+    pause.reached.await.unwrap();
+    assert_eq!(
+        sums(&store).await.and_then(|s| s.get_i64("n").ok()),
+        Some(1),
+        "the pending credit counted"
+    );
+
+    let worker = done.recovery(RecoveryConfig::default());
+    assert_eq!(worker.collect_garbage(LEASE * 2).await.unwrap(), 1);
+    assert_eq!(
+        sums(&store).await.and_then(|s| s.get_i64("n").ok()),
+        Some(1),
+        "kept while pending"
+    );
+    pause.release.send(()).unwrap();
+    run.await.unwrap().unwrap();
+    let doc = get(&store, &stats(), "X").await.unwrap();
+    assert_eq!(doc.get_i64("n"), Ok(2));
+}
