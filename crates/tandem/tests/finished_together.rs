@@ -248,8 +248,18 @@ async fn garbage_collection_removes_a_batch_of_records_with_one_request() {
     let before = store.command_count();
     assert_eq!(worker.collect_garbage(age).await.unwrap(), 20);
     let commands = store.command_count() - before;
-    // The clock, the scan, one delete of the batch, one delete of stale stubs.
-    assert_eq!(commands, 4, "{commands} commands for 20 records");
+    // The clock, the scan, one delete of the batch, one delete of stale
+    // stubs, and one update dropping the accounts' credit sums.
+    assert_eq!(commands, 5, "{commands} commands for 20 records");
+    let account = get(&store, &accounts(), &names[1]).await.unwrap();
+    assert!(
+        account
+            .get_document("_tandem")
+            .unwrap()
+            .get("credit")
+            .is_none(),
+        "{account}"
+    );
     assert_eq!(
         tandem::Store::count(&store, &records(), bson::doc! {})
             .await
