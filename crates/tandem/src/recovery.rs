@@ -901,6 +901,13 @@ impl RecoveryWorker {
         // create, arriving after the record is gone, sure to write an inert
         // record. (The create deadline is the lease of the coordinator that
         // wrote the record, which may be longer than this worker's.)
+        // Collection does not wait for the applies' deadline (the lease
+        // from `leaseStart`, or a claim's longer one): a record is `done` or
+        // `canceled` only after every participant's clear or undo passed
+        // that participant's own fence, so no late apply can land once it is
+        // terminal. A way to finish a record without touching its
+        // participants would need that deadline plus the margin here too
+        // (an inert copy is canceled so, and no apply ever carries its epoch).
         let created_cutoff = bson::DateTime::from_millis(
             now.timestamp_millis()
                 .saturating_sub(engine.margin_millis()),
