@@ -907,7 +907,8 @@ impl RecoveryWorker {
         // that participant's own fence, so no late apply can land once it is
         // terminal. A way to finish a record without touching its
         // participants would need that deadline plus the margin here too
-        // (an inert copy is canceled so, and no apply ever carries its epoch).
+        // (an inert record is canceled so: no coordinator applies under a
+        // record written after its create deadline).
         let created_cutoff = bson::DateTime::from_millis(
             now.timestamp_millis()
                 .saturating_sub(engine.margin_millis()),
