@@ -364,58 +364,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             .await
         }
         Command::Cancel { id, reason } => {
-            let record = find(store.as_ref(), &ns, &id).await?;
-            match coordinator.cancel(&record.id, &reason).await {
-                Ok(TxState::Canceled) => {
-                    println!("{id}: canceled");
-                    Ok(())
-                }
-                Ok(TxState::Canceling) => {
-                    let record = find(store.as_ref(), &ns, &id).await?;
-                    let after = record
-                        .not_before
-                        .map(|t| t.try_to_rfc3339_string().unwrap_or_else(|_| t.to_string()))
-                        .unwrap_or_else(|| "its owner's deadline".into());
-                    println!(
-                        "{id}: canceling: decided; its changes are undone once applies still in flight can no longer land (after {after}, by the stores' clocks), or after a store failure met while undoing; `tandem recover` finishes it then"
-                    );
-                    Ok(())
-                }
-                Ok(TxState::Initial) => {
-                    println!("{id}: removed (nothing had been applied)");
-                    Ok(())
-                }
-                Ok(TxState::Pending) => {
-                    let record = find(store.as_ref(), &ns, &id).await?;
-                    let after = record
-                        .not_before
-                        .map(|t| t.try_to_rfc3339_string().unwrap_or_else(|_| t.to_string()))
-                        .unwrap_or_else(|| "its owner's deadline".into());
-                    Err(Failure::Incomplete(format!(
-                        "{id}: pending: undecided while its owner's applies may still land (until {after}, by the stores' clocks): it commits if every apply lands; run `tandem cancel` again after that to roll back what did not"
-                    )))
-                }
-                Ok(state) => Err(Failure::Refused(format!(
-                    "{id} is {state}: a transaction past its commit point cannot be canceled"
-                ))),
-                Err(TxError::Superseded { state, .. }) => Err(Failure::Refused(format!(
-                    "{id} changed while canceling (now {}); try again",
-                    state
-                        .map(|s| s.to_string())
-                        .unwrap_or_else(|| "removed".into())
-                ))),
-                Err(TxError::Invalid(tandem::ChangeError::UnknownKind { kind })) => {
-                    Err(Failure::Refused(format!(
-                        "{id} has a hand-written participant of kind {kind:?}, which this command cannot rebuild; cancel it from a program that registers that kind (left as it was)"
-                    )))
-                }
-                Err(TxError::Invalid(tandem::ChangeError::UnknownStore { store, .. })) => {
-                    Err(Failure::Refused(format!(
-                        "{id} has a participant in the store {store:?}, which this command does not have (it has the --uri server only); cancel it from a program that has that store (left as it was)"
-                    )))
-                }
-                Err(e) => Err(Failure::Incomplete(e.to_string())),
-            }
+            cancel(&coordinator, store.as_ref(), &ns, &id, &reason).await
         }
         Command::Gc {
             older_than,
@@ -628,6 +577,74 @@ async fn participant_document(
         }
         (state, true) => format!("marked although the transaction is {state}: recovery removes it"),
     })
+}
+
+/// `tandem cancel`: cancels `id` (or says why not, and what it did).
+async fn cancel(
+    coordinator: &Coordinator,
+    store: &dyn Store,
+    ns: &Namespace,
+    id: &str,
+    reason: &str,
+) -> Result<(), Failure> {
+    let record = find(store, ns, id).await?;
+    match coordinator.cancel(&record.id, reason).await {
+        Ok(TxState::Canceled) => {
+            println!("{id}: canceled");
+            Ok(())
+        }
+        Ok(TxState::Canceling) => {
+            let record = find(store, ns, id).await?;
+            let after = record
+                .not_before
+                .map(|t| t.try_to_rfc3339_string().unwrap_or_else(|_| t.to_string()))
+                .unwrap_or_else(|| "its owner's deadline".into());
+            println!(
+                "{id}: canceling: decided; its changes are undone once applies still in flight can no longer land (after {after}, by the stores' clocks), or after a store failure met while undoing; `tandem recover` finishes it then"
+            );
+            Ok(())
+        }
+        Ok(TxState::Initial) => {
+            println!("{id}: removed (nothing had been applied)");
+            Ok(())
+        }
+        Ok(TxState::Pending) => {
+            let record = find(store, ns, id).await?;
+            let after = record
+                .not_before
+                .map(|t| t.try_to_rfc3339_string().unwrap_or_else(|_| t.to_string()))
+                .unwrap_or_else(|| "its owner's deadline".into());
+            Err(Failure::Incomplete(format!(
+                "{id}: pending: undecided while its owner's applies may still land (until {after}, by the stores' clocks): it commits if every apply lands; run `tandem cancel` again after that to roll back what did not"
+            )))
+        }
+        Ok(state) if !record.state.is_terminal() && state != record.state => {
+            // It had committed at its applies: the cancel finished it.
+            Err(Failure::Refused(format!(
+                "{id} had committed (every apply had landed) and is now {state}, finished by this command: a transaction past its commit point cannot be canceled"
+            )))
+        }
+        Ok(state) => Err(Failure::Refused(format!(
+            "{id} is {state}: a transaction past its commit point cannot be canceled"
+        ))),
+        Err(TxError::Superseded { state, .. }) => Err(Failure::Refused(format!(
+            "{id} changed while canceling (now {}); try again",
+            state
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "removed".into())
+        ))),
+        Err(TxError::Invalid(tandem::ChangeError::UnknownKind { kind })) => {
+            Err(Failure::Refused(format!(
+                "{id} has a hand-written participant of kind {kind:?}, which this command cannot rebuild; cancel it from a program that registers that kind (left as it was)"
+            )))
+        }
+        Err(TxError::Invalid(tandem::ChangeError::UnknownStore { store, .. })) => {
+            Err(Failure::Refused(format!(
+                "{id} has a participant in the store {store:?}, which this command does not have (it has the --uri server only); cancel it from a program that has that store (left as it was)"
+            )))
+        }
+        Err(e) => Err(Failure::Incomplete(e.to_string())),
+    }
 }
 
 async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Result<(), Failure> {
@@ -995,6 +1012,43 @@ mod tests {
         recover(&coordinator, false, 10).await.unwrap();
         let record = coordinator.record(&id).await.unwrap().unwrap();
         assert_eq!(record.state, TxState::Canceled);
+    }
+
+    /// `cancel` of a transaction that had committed at its applies (its
+    /// owner crashed after both) finishes it, and says so: it said only
+    /// "cannot be canceled", for a record it had just moved to `done`.
+    #[tokio::test]
+    async fn cancel_says_it_finished_a_committed_transaction() {
+        let accounts = Namespace::new("bank", "accounts");
+        let clock = Arc::new(tandem::ManualClock::default());
+        let store = tandem::MemoryStore::with_clock(clock.clone());
+        for id in ["A", "B"] {
+            store
+                .insert_one(&accounts, doc! { "_id": id, "balance": 1000_i64 })
+                .await
+                .unwrap();
+        }
+        let transfer = Transaction::new()
+            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -100_i64))
+            .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 100_i64));
+        // 1 the record, 2 and 3 the applies; then the owner is gone.
+        let dead = FaultStore::new(Arc::new(store.clone())).crash_after(3);
+        let id = Coordinator::builder(dead)
+            .build()
+            .run(transfer)
+            .await
+            .map(|r| r.id.clone())
+            .unwrap_or_else(|e| e.id().cloned().expect("an id"));
+        clock.advance(std::time::Duration::from_secs(33));
+        let coordinator = Coordinator::builder(store.clone()).build();
+        let ns = Namespace::new("tandem", "transactions");
+        let answer = cancel(&coordinator, &store, &ns, id.as_str(), "test").await;
+        assert!(
+            matches!(&answer, Err(Failure::Refused(m)) if m.contains("had committed") && m.contains("done")),
+            "{answer:?}"
+        );
+        let record = coordinator.record(&id).await.unwrap().unwrap();
+        assert_eq!(record.state, TxState::Done);
     }
 
     /// A transaction this run claimed is its own, not one "left alone
