@@ -745,7 +745,7 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
     }
     if total.failed > 0 {
         return Err(Failure::Incomplete(format!(
-            "{} transactions could not be finished this time; {again}",
+            "{} transactions could not be finished this time (a store failed, or one has a participant this command cannot drive: a hand-written kind or another store, which `tandem show` names); {again}",
             total.failed
         )));
     }
