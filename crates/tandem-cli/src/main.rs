@@ -756,6 +756,12 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
             total.waiting
         )));
     }
+    if left.due > 0 {
+        return Err(Failure::Incomplete(format!(
+            "{} transactions became due for recovery during this run (or another worker's claim of them lapsed); run recover again now",
+            left.due
+        )));
+    }
     if left.in_margin > 0 {
         // Their owners are gone (the lease ended), but no worker may
         // touch them yet: a debit may still show.
@@ -769,8 +775,9 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
 }
 
 /// The transactions in flight that a `recover` run left: claimed by it
-/// (waiting, or failed), inside their owners' lease, or past the lease but not yet past
-/// its deadline plus the clock margin (recovery takes a record only then).
+/// (waiting, or failed), inside their owners' lease, past the lease but not
+/// yet past its deadline plus the clock margin (recovery takes a record only
+/// then), or due (since the time given) and not taken.
 #[derive(Debug, Default, PartialEq)]
 struct NotDue {
     mine: usize,
@@ -779,6 +786,8 @@ struct NotDue {
     leased_until: Option<bson::DateTime>,
     in_margin: usize,
     margin_until: Option<bson::DateTime>,
+    due: usize,
+    due_since: Option<bson::DateTime>,
 }
 
 impl NotDue {
@@ -799,7 +808,9 @@ impl NotDue {
             } else if due > now {
                 (&mut left.in_margin, &mut left.margin_until)
             } else {
-                continue;
+                // Due, yet not finished: it became due during the run, or
+                // another worker's claim of it lapsed.
+                (&mut left.due, &mut left.due_since)
             };
             *count += 1;
             *until = Some(until.map_or(due, |u| u.max(due)));
@@ -1073,6 +1084,7 @@ mod tests {
                 record("other", 90_000),
                 record("other", 69_000),
                 record("other", 10_000),
+                record("other", 5_000),
             ],
             "me",
             now,
@@ -1087,6 +1099,8 @@ mod tests {
                 leased_until: Some(bson::DateTime::from_millis(122_000)),
                 in_margin: 1,
                 margin_until: Some(bson::DateTime::from_millis(101_000)),
+                due: 2,
+                due_since: Some(bson::DateTime::from_millis(42_000)),
             }
         );
     }

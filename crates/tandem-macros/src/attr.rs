@@ -323,13 +323,17 @@ impl SerdeField {
                 .map(|a| a.path().span()),
             ..SerdeField::default()
         };
+        let mut renamed = None;
+        let mut read_as = None;
         for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
             let _ = attr.parse_nested_meta(|meta| {
                 if meta.path.is_ident("rename") {
-                    let span = meta.path.span();
+                    // Each side as the last `rename` naming it sets it, over
+                    // every `serde` attribute of the field.
+                    renamed = Some(meta.path.span());
                     let names = names(&meta)?;
-                    if names.read_apart() {
-                        serde.read_apart = Some(span);
+                    if names.deserialize.is_some() {
+                        read_as = names.deserialize;
                     }
                     if let Some(name) = names.serialize {
                         serde.rename = Some(name);
@@ -370,6 +374,9 @@ impl SerdeField {
                     skip_value(&meta)
                 }
             });
+        }
+        if read_as != serde.rename {
+            serde.read_apart = renamed;
         }
         serde
     }

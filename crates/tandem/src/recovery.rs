@@ -965,19 +965,13 @@ impl RecoveryWorker {
         // in batches of one request each, a statement per record.
         let mut ids = Vec::new();
         let mut stubs = Vec::new();
-        // The documents the collected records incremented, by store and
-        // collection: their credit sums are dropped below, where nothing is
-        // pending any more.
-        let mut credited: std::collections::BTreeMap<(Option<String>, String, String), Vec<Bson>> =
-            std::collections::BTreeMap::new();
+        // First the credit sums of the documents these records incremented
+        // are dropped where nothing is pending any more; a record whose
+        // documents could not be tidied stays for the next collection.
+        let kept_back = self.tidy_credits(&due).await;
         for (record, live, keep_until) in due {
-            for p in &record.participants {
-                if let Some((store, ns, id)) = crate::document::incremented(&p.kind, &p.spec) {
-                    credited
-                        .entry((store, ns.db, ns.collection))
-                        .or_default()
-                        .push(id);
-                }
+            if kept_back.contains(record.id.as_str()) {
+                continue;
             }
             if let Some(live) = live {
                 if engine
@@ -1113,39 +1107,56 @@ impl RecoveryWorker {
             done(result.map(|n| n as usize), &mut removed)
         }
         .await;
-        self.tidy_credits(credited).await;
         match outcome {
             Err(Some(e)) => Err(e),
             _ => Ok(removed),
         }
     }
 
-    /// Drops the zero credit sums the documents `credited` keep, where no
-    /// change is pending, in one request per store and collection (and
-    /// [`GC_BATCH`] documents). Best effort: a failure is logged, and the
-    /// sums wait for the next collection.
+    /// Drops the zero credit sums of the documents the records `due`
+    /// incremented, where nothing is pending (every sum is zero then), in
+    /// one request per store and collection (and [`GC_BATCH`] documents),
+    /// each sent once. Returns the ids of the records whose documents were
+    /// not tidied for a store error: they stay, and the next collection
+    /// tries again. A store this worker does not have is passed over, with
+    /// a warning: its documents keep their zeros until their next exclusive
+    /// change.
     async fn tidy_credits(
         &self,
-        credited: std::collections::BTreeMap<(Option<String>, String, String), Vec<Bson>>,
-    ) {
+        due: &[(TxRecord, Option<Live>, Option<bson::DateTime>)],
+    ) -> std::collections::HashSet<String> {
+        type Group = (Vec<Bson>, Vec<String>);
+        let mut credited: std::collections::BTreeMap<(Option<String>, String, String), Group> =
+            std::collections::BTreeMap::new();
+        for (record, _, _) in due {
+            for p in &record.participants {
+                if let Some((store, ns, id)) = crate::document::incremented(&p.kind, &p.spec) {
+                    let (ids, records) = credited.entry((store, ns.db, ns.collection)).or_default();
+                    ids.push(id);
+                    records.push(record.id.as_str().to_owned());
+                }
+            }
+        }
         let engine = &self.engine;
-        for ((store, db, collection), mut ids) in credited {
+        let mut kept_back = std::collections::HashSet::new();
+        for ((store, db, collection), (mut ids, records)) in credited {
+            let ns = Namespace::new(db, collection);
             let Some(target) = engine.stores.get(store.as_deref()) else {
+                tracing::warn!(target: "tandem", "garbage collection cannot drop the credit sums in {ns}: no store {store:?} here");
                 continue;
             };
             ids.sort_by(crate::query::total_cmp);
             ids.dedup_by(|a, b| crate::query::total_cmp(a, b).is_eq());
-            let ns = Namespace::new(db, collection);
             for batch in ids.chunks(GC_BATCH) {
                 let (filter, update) = crate::document::tidy_credits(batch);
-                if let Err(e) = engine
-                    .retry(|| target.update_many(&ns, filter.clone(), update.clone()))
-                    .await
-                {
-                    tracing::warn!(target: "tandem", "garbage collection left credit sums in {ns}: {e}");
+                if let Err(e) = target.update_many(&ns, filter, update).await {
+                    tracing::warn!(target: "tandem", "garbage collection left credit sums in {ns}, and the records that made them: {e}");
+                    kept_back.extend(records.iter().cloned());
+                    break;
                 }
             }
         }
+        kept_back
     }
 }
 

@@ -141,3 +141,47 @@ async fn garbage_collection_keeps_a_pending_sum() {
     let doc = get(&store, &stats(), "X").await.unwrap();
     assert_eq!(doc.get_i64("n"), Ok(2));
 }
+
+/// The documents' store fails the tidy: the record that credited them
+/// stays, and the next collection tidies them and removes it.
+#[tokio::test]
+async fn a_failed_tidy_waits_for_the_next_collection() {
+    let (store, clock, _) = bank(&[], 0).await;
+    store
+        .insert_one(&stats(), doc! { "_id": "X" })
+        .await
+        .unwrap();
+    let ledger = FaultStore::new(Arc::new(store.clone()));
+    let coordinator = Coordinator::builder(store.clone())
+        .store("ledger", ledger.clone())
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .commit_point(CommitPoint::Done)
+        .build();
+    coordinator
+        .run(
+            Transaction::new().change(
+                DocumentChange::update(stats(), "X")
+                    .in_store("ledger")
+                    .inc("daily.d1", 1_i64),
+            ),
+        )
+        .await
+        .unwrap();
+    clock.advance(LEASE * 3);
+    ledger.crash_now();
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    assert_eq!(worker.collect_garbage(LEASE * 2).await.unwrap(), 0);
+    assert!(sums(&store).await.is_some());
+    assert_eq!(store.documents(&records()).len(), 1, "the record stays");
+
+    let healthy = Coordinator::builder(store.clone())
+        .store("ledger", store.clone())
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .build();
+    let worker = healthy.recovery(RecoveryConfig::default());
+    assert_eq!(worker.collect_garbage(LEASE * 2).await.unwrap(), 1);
+    assert_eq!(sums(&store).await, None);
+    assert!(store.documents(&records()).is_empty());
+}

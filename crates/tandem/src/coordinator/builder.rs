@@ -57,9 +57,10 @@ impl CoordinatorBuilder {
     ///
     /// # Panics
     ///
-    /// [`build`](Self::build) panics on a zero lease: every step's deadline
-    /// would have passed when it was sent, and every transaction would be
-    /// canceled.
+    /// [`build`](Self::build) panics on a lease under a millisecond (the
+    /// stores' clocks count milliseconds, so it is a zero lease): every
+    /// step's deadline would have passed when it was sent, and every
+    /// transaction would be canceled.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.lease = lease;
         self
@@ -128,11 +129,11 @@ impl CoordinatorBuilder {
     ///
     /// # Panics
     ///
-    /// On a zero [`lease`](Self::lease).
+    /// On a [`lease`](Self::lease) under a millisecond.
     pub fn build(self) -> Coordinator {
         assert!(
-            !self.config.lease.is_zero(),
-            "the lease must be longer than zero: every step's deadline would have passed when it was sent"
+            self.config.lease.as_millis() >= 1,
+            "the lease must be at least a millisecond (the stores' clocks count milliseconds): every step's deadline would have passed when it was sent"
         );
         Coordinator {
             engine: Arc::new(Engine {
@@ -153,7 +154,7 @@ mod tests {
     use crate::{Coordinator, CoordinatorConfig, MemoryStore};
 
     #[test]
-    #[should_panic(expected = "lease must be longer than zero")]
+    #[should_panic(expected = "lease must be at least a millisecond")]
     fn a_zero_lease_is_refused() {
         Coordinator::builder(MemoryStore::new())
             .lease(Duration::ZERO)
@@ -161,13 +162,21 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "lease must be longer than zero")]
+    #[should_panic(expected = "lease must be at least a millisecond")]
     fn a_zero_lease_in_a_whole_config_is_refused() {
         Coordinator::builder(MemoryStore::new())
             .config(CoordinatorConfig {
                 lease: Duration::ZERO,
                 ..CoordinatorConfig::default()
             })
+            .build();
+    }
+
+    #[test]
+    #[should_panic(expected = "lease must be at least a millisecond")]
+    fn a_lease_under_a_millisecond_is_refused() {
+        Coordinator::builder(MemoryStore::new())
+            .lease(Duration::from_micros(999))
             .build();
     }
 

@@ -172,8 +172,10 @@ impl Coordinator {
     /// record's create, arriving after its record expired, could write it
     /// again live. The index counts whole seconds: `after` is rounded up.
     ///
-    /// Nothing is left on documents when a record expires: a finished
-    /// transaction keeps nothing there. The index does not run the
+    /// A finished transaction keeps nothing on its documents but zero
+    /// counts and credit sums; `collect_garbage` drops the sums of the
+    /// documents its records credited, and the index does not (they stay
+    /// until a document's next exclusive change). Nor does the index run the
     /// participants' [`forget`](crate::Participant::forget), as
     /// `collect_garbage` does: what a hand-written participant keeps until
     /// then stays; collect such records with `collect_garbage` instead.

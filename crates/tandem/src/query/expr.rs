@@ -359,6 +359,21 @@ fn subtract(left: Option<&Bson>, right: Option<&Bson>) -> Result<Bson, StoreErro
         (Bson::DateTime(a), Bson::Int32(_) | Bson::Int64(_)) => Bson::DateTime(
             bson::DateTime::from_millis(a.timestamp_millis().saturating_sub(long(right))),
         ),
+        // A date less a number of milliseconds, the number truncated to a
+        // whole one, as MongoDB coerces it.
+        (Bson::DateTime(a), Bson::Double(_) | Bson::Decimal128(_)) => {
+            match Exact::of(right).map(Exact::trunc).and_then(|e| e.as_i64()) {
+                Some(ms) => Bson::DateTime(bson::DateTime::from_millis(
+                    a.timestamp_millis().saturating_sub(ms),
+                )),
+                None => {
+                    return Err(bad_request(format!(
+                        "can't $subtract {right} milliseconds from a date: not a whole number of milliseconds a long holds"
+                    ))
+                    .with_code(16556))
+                }
+            }
+        }
         (Bson::Decimal128(_), _) | (_, Bson::Decimal128(_)) => {
             // MongoDB subtracts in decimal; this store has no decimal
             // arithmetic, and says so rather than answer otherwise.

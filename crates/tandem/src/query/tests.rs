@@ -839,6 +839,15 @@ fn subtract_refuses_decimals_and_moves_dates() {
         "{e}"
     );
     let at = bson::DateTime::from_millis(10_000);
+    for ms in [Bson::Double(1_000.9), decimal("1000.2")] {
+        assert!(
+            m(
+                &doc! { "t": at, "ms": ms.clone() },
+                doc! { "$expr": { "$eq": [{ "$subtract": ["$t", "$ms"] }, bson::DateTime::from_millis(9_000)] } }
+            ),
+            "{ms}"
+        );
+    }
     assert!(m(
         &doc! { "t": at },
         doc! { "$expr": { "$eq": [{ "$subtract": ["$t", 1_000_i64] }, bson::DateTime::from_millis(9_000)] } }

@@ -32,7 +32,8 @@ struct Plan {
     upserts: Option<Vec<Upsert>>,
 }
 
-/// A copy of an upserting `findAndModify` sent through a [`FaultStore`]:
+/// A copy of an upsert (a record's create by `findAndModify`, an insert's
+/// reservation by `update`) sent through a [`FaultStore`]:
 /// [`FaultStore::deliver_again`] sends it to the wrapped store once more, as
 /// a request that the network delayed and delivered twice would arrive.
 #[derive(Clone, Debug)]
@@ -126,7 +127,9 @@ impl FaultStore {
         self
     }
 
-    /// From now on, keeps a copy of every upserting `findAndModify` (see [`Upsert`]).
+    /// From now on, keeps a copy of every upsert, by `findAndModify` (a
+    /// record's create) or by `update` (an insert's reservation of its
+    /// `_id`); see [`Upsert`].
     pub fn keeping_upserts(self) -> Self {
         self.lock().upserts = Some(Vec::new());
         self
@@ -149,6 +152,17 @@ impl FaultStore {
                     .with_upsert(true),
             )
             .await
+    }
+
+    /// Keeps a copy of an upsert sent (or lost on its way), when asked to.
+    fn keep_upsert(&self, ns: &Namespace, filter: &Document, update: &Document) {
+        if let Some(kept) = &mut self.lock().upserts {
+            kept.push(Upsert {
+                ns: ns.clone(),
+                filter: filter.clone(),
+                update: update.clone(),
+            });
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Plan> {
@@ -239,7 +253,12 @@ impl Store for FaultStore {
         update: Document,
         options: crate::store::UpdateOptions,
     ) -> Result<UpdateOutcome, StoreError> {
-        let lose = self.gate().await?;
+        let gate = self.gate().await;
+        let lost = matches!(&gate, Err(e) if e.kind == StoreErrorKind::Transient);
+        if options.upsert && (gate.is_ok() || lost) {
+            self.keep_upsert(ns, &filter, &update);
+        }
+        let lose = gate?;
         let answer = self.inner.update_one(ns, filter, update, options).await;
         self.answered(lose, answer)
     }
@@ -253,13 +272,7 @@ impl Store for FaultStore {
         let gate = self.gate().await;
         let lost = matches!(&gate, Err(e) if e.kind == StoreErrorKind::Transient);
         if options.upsert && (gate.is_ok() || lost) {
-            if let Some(kept) = &mut self.lock().upserts {
-                kept.push(Upsert {
-                    ns: ns.clone(),
-                    filter: filter.clone(),
-                    update: update.clone(),
-                });
-            }
+            self.keep_upsert(ns, &filter, &update);
         }
         let lose = gate?;
         let answer = self
