@@ -1300,4 +1300,15 @@ mod tests {
     fn a_claim_of_another_record_under_the_id_is_not_merged() {
         assert!(claimed("k2").onto(&record("k1")).is_none());
     }
+
+    /// The inert copy a late create wrote (same id and token, another
+    /// `created` stamp) is not merged into the live record scanned.
+    #[test]
+    fn a_claim_of_an_inert_copy_is_not_merged() {
+        let mut scanned = record("k1");
+        scanned.created = Some(bson::DateTime::from_millis(1_000));
+        let mut copy = claimed("k1");
+        copy.created = Some(bson::DateTime::from_millis(31_000));
+        assert!(copy.onto(&scanned).is_none());
+    }
 }

@@ -6,7 +6,8 @@
 //! that no stalled worker moves the inert copy a late create writes, one
 //! record at a time or in a finisher's round (the same with the commit at
 //! the move to `applied` is the safety scenario
-//! `stale_move_misses_the_inert_copy`, run on both stores).
+//! `stale_move_misses_the_inert_copy`, run on both stores); and a round's
+//! move counted as the round's only when it moved every record.
 
 mod common;
 
@@ -344,6 +345,72 @@ async fn a_finisher_round_misses_the_inert_copy() {
         TxState::Pending,
         "the round's move left the inert copy alone"
     );
+    assert_eq!(
+        [
+            balance(&store, "A").await,
+            balance(&store, "B").await,
+            balance(&store, "C").await,
+            balance(&store, "D").await
+        ],
+        [90, 110, 90, 110]
+    );
+}
+
+/// A finisher round's move of its records to `applied` counts as the
+/// round's only when it moved every one of them: recovery claimed one
+/// record of the round before the move (a new epoch), so the move misses
+/// it, and its markers must stay for recovery's probe. Taken for moved,
+/// they were cleared, recovery then found no marker and canceled a
+/// transfer whose caller had been told committed and whose credit landed.
+#[tokio::test]
+async fn a_finisher_round_leaves_a_claimed_record_to_recovery() {
+    let (store, clock, _) = bank(&["A", "B", "C", "D"], 100).await;
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    // X: 1 the create, 2 and 3 the applies; Y: 4, 5 and 6; 7, the round's
+    // move, waits.
+    let faulty = FaultStore::new(shared.clone());
+    let stall = faulty.pause_at(7);
+    let coordinator = Arc::new(
+        Coordinator::builder(faulty.clone())
+            .lease(LEASE)
+            .clock_margin(Duration::ZERO)
+            .commit_point(CommitPoint::Applied)
+            .finish_delay(Duration::from_secs(3600))
+            .build(),
+    );
+    let x = coordinator.run(transfer("A", "B", 10)).await.unwrap().id;
+    coordinator.run(transfer("C", "D", 10)).await.unwrap();
+    let draining = {
+        let coordinator = coordinator.clone();
+        tokio::spawn(async move { coordinator.drain().await })
+    };
+    stall.reached.await.expect("the round reaches its move");
+
+    // Recovery claims X alone (one per pass: 1 the clock, 2 the scan,
+    // 3 the claim) and stalls before its probe.
+    clock.advance(LEASE * 2);
+    let slow_store = FaultStore::new(shared.clone());
+    let after_claim = slow_store.pause_at(4);
+    let slow = Coordinator::builder_shared(Arc::new(slow_store))
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .build()
+        .recovery(RecoveryConfig {
+            batch: 1,
+            ..RecoveryConfig::default()
+        });
+    let recovering = tokio::spawn(async move { slow.run_once().await });
+    after_claim.reached.await.expect("recovery claimed X");
+    let claimed = coordinator.record(&x).await.unwrap().unwrap();
+    assert_eq!((claimed.state, claimed.epoch), (TxState::Pending, 1));
+
+    stall.release.send(()).unwrap();
+    draining.await.unwrap();
+    after_claim.release.send(()).unwrap();
+    let report = recovering.await.unwrap().unwrap();
+    assert_eq!(report.committed, 1, "{report:?}");
+    let x = coordinator.record(&x).await.unwrap().unwrap();
+    assert_eq!(x.state, TxState::Done, "committed, as its caller was told");
     assert_eq!(
         [
             balance(&store, "A").await,
