@@ -305,3 +305,55 @@ async fn cancel_of_an_applied_transaction_takes_nothing_over() {
     let record = plain.record(&receipt.id).await.unwrap().unwrap();
     assert_eq!((record.state, record.epoch), (TxState::Applied, 0));
 }
+
+/// A worker that claimed a record and stalled, while another took it over
+/// after its lease, reports the record lost to the other worker, not a
+/// failure: its moves miss the new epoch.
+#[tokio::test]
+async fn a_record_taken_over_during_a_pass_is_reported_lost() {
+    let (store, clock, _) = bank(&["A", "B"], 100).await;
+    // The owner writes its record and its debit, then is gone.
+    let owner = Coordinator::builder(FaultStore::new(Arc::new(store.clone())).crash_after(2))
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .early_commit(false)
+        .build();
+    let id = owner
+        .run(transfer("A", "B", 10))
+        .await
+        .expect_err("the owner is gone")
+        .id()
+        .cloned()
+        .expect("an id");
+    clock.advance(LEASE * 2);
+
+    // The first worker: 1 the clock, 2 the scan, 3 the claim; 4 waits.
+    let slow_store = FaultStore::new(Arc::new(store.clone()));
+    let after_claim = slow_store.pause_at(4);
+    let slow = Coordinator::builder(slow_store)
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .build()
+        .recovery(RecoveryConfig::default());
+    let first = tokio::spawn(async move { slow.run_once().await });
+    after_claim.reached.await.expect("the first worker claimed");
+
+    // Its lease runs out; another worker takes the record and finishes it.
+    clock.advance(LEASE * 4);
+    let other = roll_forward(store.clone()).run_once().await.unwrap();
+    assert_eq!(other.claimed, 1, "{other:?}");
+    let record = Coordinator::new(store.clone())
+        .record(&id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(record.state.is_terminal(), "{record:?}");
+
+    after_claim.release.send(()).unwrap();
+    let report = first.await.unwrap().unwrap();
+    assert_eq!(
+        (report.claimed, report.lost, report.failed),
+        (1, 1, 0),
+        "{report:?}"
+    );
+}
