@@ -108,10 +108,12 @@ pub struct CoordinatorConfig {
     /// hold a committed transaction, waiting for more to finish together with
     /// it (group commit). Zero, the default, finishes at once what is waiting.
     ///
-    /// A round finishes up to 64 transactions with two requests (their clears,
-    /// their moves to `done`), so a delay trades how soon markers are cleared
-    /// and deferred credits land for fewer commands per transaction and less
-    /// competition with the next transactions' own steps on the server.
+    /// A round settles up to 64 transactions with one request moving their
+    /// records to `applied` and one clearing their markers per store and
+    /// collection; their moves to `done` share a request across rounds. So a
+    /// delay trades how soon markers are cleared and deferred credits land
+    /// for fewer commands per transaction and less competition with the next
+    /// transactions' own steps on the server.
     /// [`Coordinator::drain`](crate::Coordinator::drain) does not wait out the
     /// delay, and recovery is unaffected: keep the delay far below the lease.
     pub finish_delay: Duration,

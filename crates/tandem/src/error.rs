@@ -288,9 +288,9 @@ pub enum TxError {
     /// because an apply whose answer was lost could still land until the
     /// transaction's deadline: the record stays `canceling`, the documents may
     /// show the applied half, and recovery undoes the rest once the lease
-    /// plus the clock margin has passed (read the record, or
-    /// [`Coordinator::drain`](crate::Coordinator::drain) does not wait for
-    /// it: only recovery finishes it).
+    /// plus the clock margin has passed. Read the record to learn when it is
+    /// `canceled`; [`Coordinator::drain`](crate::Coordinator::drain) does
+    /// not wait for this, only recovery finishes it.
     #[error(
         "transaction {id} canceled{}: {cause}",
         if *undone { "" } else { " (its undo is left to recovery)" }

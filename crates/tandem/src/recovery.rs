@@ -870,6 +870,12 @@ impl RecoveryWorker {
     /// for the removal of expired stubs, which names no records, it is the
     /// repeat's count, a lower bound.
     ///
+    /// First it drops the zero credit sums (`_tandem.credit`) of the
+    /// documents the due records credited or debited, where nothing is
+    /// pending any more, one request per store and collection; a record
+    /// whose documents that request failed for stays for the next
+    /// collection.
+    ///
     /// `older_than` must be at least the lease plus the clock margin
     /// ([`CoordinatorConfig::lease`](crate::CoordinatorConfig::lease),
     /// [`clock_margin`](crate::CoordinatorConfig::clock_margin)); a shorter age

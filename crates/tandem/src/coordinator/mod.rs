@@ -57,7 +57,8 @@ fn entry(
     Bson::Document(entry)
 }
 
-/// Runs transactions: the two-phase protocol over single-document steps.
+/// Runs transactions: the two-phase protocol over single-document steps,
+/// or natively as MongoDB multi-document transactions ([`Strategy`]).
 ///
 /// ```
 /// # async fn demo() -> Result<(), tandem::TxError> {
@@ -424,9 +425,16 @@ impl Coordinator {
     /// Runs a transaction: every change is applied, or none is.
     ///
     /// Returns at the commit point ([`CommitPoint`]). On refusal (a guard, a
-    /// missing document, a conflict) every applied change is undone and
-    /// [`TxError::Canceled`] says why. If the store fails mid-way the record is
-    /// left for the recovery worker and [`TxError::Interrupted`] says where.
+    /// missing document, a conflict) the transaction is canceled and
+    /// [`TxError::Canceled`] says why, and whether every applied change was
+    /// undone before the answer (`undone`) or its undo is left to recovery.
+    /// If the store fails mid-way the record is left for the recovery worker
+    /// and [`TxError::Interrupted`] says where. [`TxError::Superseded`]: a
+    /// recovery worker took the transaction over, and the record says how it
+    /// ended; [`TxError::Duplicate`]: a caller-chosen id is taken;
+    /// [`TxError::Invalid`]: the transaction was refused before anything
+    /// was written. The guide's payment chapter tabulates what each answer
+    /// tells about the documents.
     ///
     /// [`CommitPoint`]: crate::config::CommitPoint
     pub async fn run(&self, tx: Transaction) -> Result<Receipt, TxError> {
