@@ -121,10 +121,11 @@ pub struct CoordinatorConfig {
     /// apply landed ([`Participant::probes`](crate::Participant::probes))
     /// commit at their applies, one round trip sooner
     /// ([`TxRecord::early_commit`](crate::TxRecord::early_commit)). `true` by
-    /// default. Turn it off while recovery workers or CLIs of a version
-    /// before it (0.1) run against the same records: they roll a `pending`
-    /// record back without asking its participants, which would undo a
-    /// transaction its coordinator answered committed.
+    /// default. Turn it off while recovery workers or CLIs built from code
+    /// without it (before this option existed; no release lacks it) run
+    /// against the same records: they roll a `pending` record back without
+    /// asking its participants, which would undo a transaction its
+    /// coordinator answered committed.
     pub early_commit: bool,
 }
 
