@@ -41,7 +41,9 @@ mod snapshots;
 /// as `set_balance`, `inc_balance` and `require_balance_gte`, each recording the
 /// field's stored path), the typed field paths `AccountFields`, and
 /// `Account::change(id)`, `Account::delete(id)`, `account.insert()` and
-/// `Account::fields()`.
+/// `Account::fields()`; and reads and writes outside any transaction through
+/// a coordinator: `Account::get`, `Account::find`, `Account::in_flight`,
+/// `Account::insert_now` and `Account::put`.
 ///
 /// Options of the struct: `collection = "..."` (required), `db = "..."`,
 /// `marker = "..."` (default `pendingTransactions`), `crate = "..."` (default
