@@ -8,7 +8,11 @@ use crate::TxId;
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ChangeError {
-    /// A field path is empty, has an empty segment, or a segment starting with `$`.
+    /// A field path is empty, has an empty segment, a segment starting with
+    /// `$`, a number with a leading zero (`01`) after its first segment, or
+    /// a NUL ([`check_path`](crate::change::check_path)); or a change that
+    /// does not fit its document change (a field change on an insert, an
+    /// insert without `_id`).
     #[error("invalid field path {path:?}: {reason}")]
     InvalidPath {
         /// The path as given.
@@ -16,7 +20,9 @@ pub enum ChangeError {
         /// Why it is invalid.
         reason: &'static str,
     },
-    /// A database or collection name is empty or contains `$`, `.` (collection: `$` only) or NUL.
+    /// A database or collection name is empty or contains `$` or NUL; a
+    /// database name contains `.`, `/` or a space; a collection name starts
+    /// with `.`.
     #[error("invalid namespace name {name:?}: {reason}")]
     InvalidNamespace {
         /// The name as given.
@@ -46,7 +52,9 @@ pub enum ChangeError {
         /// The second path.
         second: String,
     },
-    /// An increment by zero, or by a value that cannot be negated (i64::MIN).
+    /// An increment by zero, by a value that cannot be negated (`i32::MIN`,
+    /// `i64::MIN`), by a NaN or an infinity, or by anything but an `i32`,
+    /// `i64` or `f64`.
     #[error("invalid increment of {path:?}: {reason}")]
     InvalidAmount {
         /// The field.
