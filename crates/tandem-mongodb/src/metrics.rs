@@ -29,7 +29,7 @@ pub enum Command {
     UpdateMany,
     /// `find` with limit 1.
     FindOne,
-    /// `find`.
+    /// `find`; also the `aggregate` that [`count`](tandem::store::Store::count) sends.
     Find,
     /// `createIndexes`.
     CreateIndexes,

@@ -103,6 +103,10 @@ pub(crate) async fn run(
                 return Err(failed(&e));
             }
         }
+        // Once a commit's outcome was unknown, it may have landed: the
+        // transaction is never run again (its guards need not refuse a
+        // second debit), whatever a later attempt of the commit answers.
+        let mut commit_in_doubt = false;
         loop {
             match session.commit_transaction().await {
                 Ok(()) => return Ok(()),
@@ -110,11 +114,13 @@ pub(crate) async fn run(
                     if retryable(&e, UNKNOWN_TRANSACTION_COMMIT_RESULT)
                         && retry.next_delay(attempt, started.elapsed()).is_some() =>
                 {
+                    commit_in_doubt = true;
                     attempt += 1;
                     tokio::time::sleep(retry.jittered_backoff(attempt - 1)).await;
                 }
                 Err(e)
-                    if retryable(&e, TRANSIENT_TRANSACTION_ERROR)
+                    if !commit_in_doubt
+                        && retryable(&e, TRANSIENT_TRANSACTION_ERROR)
                         && retry.next_delay(attempt, started.elapsed()).is_some() =>
                 {
                     tokio::time::sleep(retry.jittered_backoff(attempt)).await;

@@ -289,6 +289,11 @@ pub(crate) async fn connect(
     if client_options.retry_writes.is_none() {
         client_options.retry_writes = Some(false);
     }
+    // Nor are reads sent twice: a probe or a diagnosis that met a network
+    // fault says so (and the counters count what was sent).
+    if client_options.retry_reads.is_none() {
+        client_options.retry_reads = Some(false);
+    }
     let client = Client::with_options(client_options).map_err(|e| {
         let err = map_driver_error(&e, &secrets);
         StoreError {
@@ -468,7 +473,18 @@ impl Store for MongoStore {
                 async move { db.run_command(command).await }
             })
             .await?;
-        write_errors(&reply)?;
+        if let Err(e) = write_errors(&reply) {
+            // Failed inside an `ok: 1` reply: a failure all the same.
+            self.inner.counters.failed();
+            tracing::debug!(
+                command = Command::UpdateEach.name(),
+                namespace = ns_name.as_str(),
+                error_kind = ?e.kind,
+                error = %e.message,
+                "mongodb command failed"
+            );
+            return Err(e);
+        }
         Ok(match reply.get("n") {
             Some(bson::Bson::Int32(n)) => u64::try_from(*n).unwrap_or(0),
             Some(bson::Bson::Int64(n)) => u64::try_from(*n).unwrap_or(0),

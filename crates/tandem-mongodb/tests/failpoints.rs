@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use bson::{doc, Document};
 use futures::FutureExt;
 use tandem::store::{FindOptions, Namespace, ReturnDocument, Store, StoreErrorKind};
-use tandem::{CommitPoint, Coordinator, DocumentChange, RetryPolicy, Transaction, TxState};
+use tandem::{
+    CommitPoint, Coordinator, DocumentChange, RetryPolicy, Strategy, Transaction, TxError, TxState,
+};
 use tandem_mongodb::MongoStore;
 
 struct Fixture {
@@ -185,6 +187,15 @@ async fn transient_errors_are_reported_once_and_repeated_by_the_coordinator() {
         }),
         ("the_coordinator_gives_up_as_its_policy_says", |fx| {
             Box::pin(exhausted(fx))
+        }),
+        ("a_native_commit_in_doubt_is_never_run_again", |fx| {
+            Box::pin(native_commit_in_doubt(fx))
+        }),
+        ("connect_turns_the_driver_retryable_reads_off", |fx| {
+            Box::pin(no_retryable_reads(fx))
+        }),
+        ("a_failure_inside_an_update_reply_is_counted", |fx| {
+            Box::pin(failure_in_an_update_reply(fx))
         }),
     ];
 
@@ -552,4 +563,105 @@ async fn exhausted(fx: &Fixture) {
     assert!(started.elapsed() < Duration::from_secs(15));
     assert!(after.failures - before.failures < 100, "{after:?}");
     assert_eq!(fx.n().await, 0);
+}
+
+/// A native commit that landed but whose answer was a write concern error
+/// (`UnknownTransactionCommitResult`) is in doubt for good: when the commit
+/// sent again is answered `TransientTransactionError` (here by a failpoint
+/// armed once the first commit is seen to have landed), the transaction is
+/// not run again. It was, and its increment landed twice, answered `Ok`.
+async fn native_commit_in_doubt(fx: &Fixture) {
+    fx.fail_times(
+        1,
+        doc! {
+            "failCommands": ["commitTransaction"],
+            "writeConcernError": { "code": 91, "errmsg": "shutdown in progress" },
+        },
+    )
+    .await;
+    let coordinator = Coordinator::builder(fx.store.clone())
+        .database(&fx.db)
+        .strategy(Strategy::Native)
+        // The commit is sent again after 2 s: time for the watcher below,
+        // which needs one read.
+        .retry(RetryPolicy {
+            max_attempts: 5,
+            base_delay: Duration::from_secs(2),
+            max_delay: Duration::from_secs(2),
+            budget: Duration::from_secs(30),
+        })
+        .build();
+    let tx = Transaction::new().change(DocumentChange::update(fx.ns(), "counter").inc("n", 1_i64));
+    let watcher = async {
+        // Reads until the first commit has landed (each read a round trip).
+        while fx.n().await != 1 {}
+        fx.fail_times(
+            1,
+            doc! {
+                "failCommands": ["commitTransaction"],
+                "errorCode": 251,
+                "errorLabels": ["TransientTransactionError"],
+            },
+        )
+        .await;
+    };
+    let (answer, ()) = tokio::join!(coordinator.run(tx), watcher);
+    assert_eq!(fx.n().await, 1, "one increment asked: {answer:?}");
+    assert!(
+        matches!(answer, Ok(_) | Err(TxError::Interrupted { .. })),
+        "{answer:?}"
+    );
+}
+
+/// `MongoStore::connect` turns the driver's retryable reads off, as its docs
+/// say: a connection closed on a `find` comes back as a transient failure,
+/// counted, rather than repeated unseen by the driver.
+async fn no_retryable_reads(fx: &Fixture) {
+    let store = MongoStore::builder()
+        .app_name(fx.app_name.clone())
+        .server_selection_timeout(Duration::from_secs(10))
+        .connect(&fx.uri)
+        .await
+        .unwrap();
+    fx.fail_times(
+        1,
+        doc! { "failCommands": ["find"], "closeConnection": true },
+    )
+    .await;
+    let before = store.metrics();
+    let read = store.find_one(&fx.ns(), doc! { "_id": "counter" }).await;
+    let after = store.metrics();
+    assert_eq!(
+        read.as_ref().map_err(|e| e.kind),
+        Err(StoreErrorKind::Transient),
+        "{read:?}"
+    );
+    assert_eq!(after.failures - before.failures, 1);
+}
+
+/// An `update` of several statements whose reply is `ok: 1` with a write
+/// concern error fails (outcome unknown: the write landed), and the failure
+/// is counted as one.
+async fn failure_in_an_update_reply(fx: &Fixture) {
+    fx.fail_times(
+        1,
+        doc! {
+            "failCommands": ["update"],
+            "writeConcernError": { "code": 91, "errmsg": "shutdown in progress" },
+        },
+    )
+    .await;
+    let before = fx.store.metrics();
+    let result = fx
+        .store
+        .update_each(
+            &fx.ns(),
+            vec![(doc! { "_id": "counter" }, doc! { "$inc": { "n": 1_i64 } })],
+        )
+        .await;
+    let after = fx.store.metrics();
+    let err = result.expect_err("a write concern error");
+    assert!(err.kind.outcome_unknown(), "{err}");
+    assert_eq!(fx.n().await, 1, "landed");
+    assert_eq!(after.failures - before.failures, 1, "{err}");
 }
