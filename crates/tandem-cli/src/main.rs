@@ -964,11 +964,9 @@ mod tests {
         assert!(waiting > 0, "no lost answer left the transaction waiting");
     }
 
-    /// After its owner's lease, a transaction is not due for recovery until
-    /// its deadline plus the clock margin: `recover` exited 0 then, and named
-    /// the lease's end as the time to come back (itself inside the margin).
-    #[tokio::test]
-    async fn recover_exits_1_within_the_margin_and_names_when_it_is_due() {
+    /// A store on a manual clock with accounts A and B (1000 each), and a
+    /// transfer of 100 from A to B.
+    async fn two_accounts() -> (tandem::MemoryStore, Arc<tandem::ManualClock>, Transaction) {
         let accounts = Namespace::new("bank", "accounts");
         let clock = Arc::new(tandem::ManualClock::default());
         let store = tandem::MemoryStore::with_clock(clock.clone());
@@ -980,7 +978,16 @@ mod tests {
         }
         let transfer = Transaction::new()
             .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -100_i64))
-            .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 100_i64));
+            .change(DocumentChange::update(accounts, "B").inc("balance", 100_i64));
+        (store, clock, transfer)
+    }
+
+    /// After its owner's lease, a transaction is not due for recovery until
+    /// its deadline plus the clock margin: `recover` exited 0 then, and named
+    /// the lease's end as the time to come back (itself inside the margin).
+    #[tokio::test]
+    async fn recover_exits_1_within_the_margin_and_names_when_it_is_due() {
+        let (store, clock, transfer) = two_accounts().await;
         // The owner crashes after its record and A's debit.
         let dead = FaultStore::new(Arc::new(store.clone())).crash_after(2);
         let id = match Coordinator::builder(dead).build().run(transfer).await {
@@ -1030,18 +1037,7 @@ mod tests {
     /// "cannot be canceled", for a record it had just moved to `done`.
     #[tokio::test]
     async fn cancel_says_it_finished_a_committed_transaction() {
-        let accounts = Namespace::new("bank", "accounts");
-        let clock = Arc::new(tandem::ManualClock::default());
-        let store = tandem::MemoryStore::with_clock(clock.clone());
-        for id in ["A", "B"] {
-            store
-                .insert_one(&accounts, doc! { "_id": id, "balance": 1000_i64 })
-                .await
-                .unwrap();
-        }
-        let transfer = Transaction::new()
-            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -100_i64))
-            .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 100_i64));
+        let (store, clock, transfer) = two_accounts().await;
         // 1 the record, 2 and 3 the applies; then the owner is gone.
         let dead = FaultStore::new(Arc::new(store.clone())).crash_after(3);
         let id = Coordinator::builder(dead)

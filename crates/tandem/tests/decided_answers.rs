@@ -12,24 +12,16 @@ use bson::doc;
 use common::*;
 use tandem::testing::FaultStore;
 use tandem::{
-    CommitPoint, Coordinator, DocumentChange, PendingPolicy, RecoveryConfig, Transaction, TxError,
-    TxState,
+    CommitPoint, Coordinator, DocumentChange, RecoveryConfig, Transaction, TxError, TxState,
 };
 
 const LEASE: Duration = Duration::from_secs(1);
 
 fn roll_forward(store: tandem::MemoryStore) -> tandem::RecoveryWorker {
-    Coordinator::builder(store)
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .build()
-        .recovery(RecoveryConfig {
-            pending: PendingPolicy::RollForward,
-            ..RecoveryConfig::default()
-        })
+    rolling_forward(Arc::new(store), LEASE)
 }
 
-/// a refusal while preparing (a before-image read finds no document)
+/// A refusal while preparing (a before-image read finds no document)
 /// wrote nothing: the answer must say so (`undone: true`), naming the
 /// participant, and no record exists.
 #[tokio::test]
@@ -66,7 +58,7 @@ async fn a_refusal_while_preparing_says_undone() {
     assert_eq!(balance(&store, "A").await, 1000);
 }
 
-/// the create's first attempt is lost on the way and kept; the retry
+/// The create's first attempt is lost on the way and kept; the retry
 /// is held back. Meanwhile the first attempt lands live, recovery rolls it
 /// forward (the transfer is made) and the record is collected. The retry
 /// then writes an inert record: the coordinator must not answer
@@ -112,7 +104,7 @@ async fn a_retried_create_landing_inert_answers_interrupted() {
     );
 }
 
-/// the create lands but its answer is lost; before the retry,
+/// The create lands but its answer is lost; before the retry,
 /// recovery claims the record and commits it. The retry finds its own
 /// record, no longer `pending`: `Superseded`, never `Canceled`.
 #[tokio::test]
@@ -154,7 +146,7 @@ async fn a_retried_create_finding_its_record_committed_answers_superseded() {
     );
 }
 
-/// one participant's store is down (its apply fails, outcome unknown)
+/// One participant's store is down (its apply fails, outcome unknown)
 /// while another refuses its change: the refusal explains the cancel, not
 /// the store failure, whatever their order.
 #[tokio::test]
@@ -197,7 +189,7 @@ async fn a_refusal_explains_the_cancel_better_than_a_store_failure() {
     assert_eq!(balance(&store, "A").await, 50);
 }
 
-/// recovery's undo meets a participant store whose clock is behind
+/// Recovery's undo meets a participant store whose clock is behind
 /// (its undo must wait) and one that is down (a failure): the pass reports
 /// the failure, not a wait, and says why.
 #[tokio::test]
@@ -260,7 +252,7 @@ async fn a_store_failure_beside_a_wait_is_reported_failed() {
     assert_eq!((report.failed, report.waiting), (1, 0), "{report:?}");
 }
 
-/// a cancel whose undo is left to recovery still names the refusing
+/// A cancel whose undo is left to recovery still names the refusing
 /// participant (`TxError::participant`, `refused_by`).
 #[tokio::test]
 async fn a_cancel_left_to_recovery_still_names_who_refused() {

@@ -18,8 +18,8 @@ use bson::doc;
 use common::*;
 use tandem::testing::{audit, FaultStore};
 use tandem::{
-    CommitPoint, Coordinator, DocumentChange, MemoryStore, PendingPolicy, RecoveryConfig,
-    StepError, Store, Transaction, TxError, TxRecord, TxState,
+    CommitPoint, Coordinator, DocumentChange, MemoryStore, RecoveryConfig, StepError, Store,
+    Transaction, TxError, TxRecord, TxState,
 };
 
 const LEASE: Duration = Duration::from_secs(1);
@@ -44,14 +44,7 @@ async fn deliver_lost_create(faulty: &FaultStore) {
 }
 
 fn worker(store: Arc<dyn Store>) -> tandem::RecoveryWorker {
-    Coordinator::builder_shared(store)
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .build()
-        .recovery(RecoveryConfig {
-            pending: PendingPolicy::RollForward,
-            ..RecoveryConfig::default()
-        })
+    rolling_forward(store, LEASE)
 }
 
 /// A pending delete locks its document: a shared increment of it (which

@@ -51,3 +51,19 @@ pub async fn balance(store: &MemoryStore, id: &str) -> i64 {
         .get_i64("balance")
         .unwrap()
 }
+
+/// A recovery worker on `store` with lease `lease`, no clock margin, that
+/// rolls stuck `pending` transactions forward.
+pub fn rolling_forward(
+    store: Arc<dyn Store>,
+    lease: std::time::Duration,
+) -> tandem::RecoveryWorker {
+    tandem::Coordinator::builder_shared(store)
+        .lease(lease)
+        .clock_margin(std::time::Duration::ZERO)
+        .build()
+        .recovery(tandem::RecoveryConfig {
+            pending: tandem::PendingPolicy::RollForward,
+            ..tandem::RecoveryConfig::default()
+        })
+}
