@@ -185,3 +185,51 @@ async fn a_failed_tidy_waits_for_the_next_collection() {
     assert_eq!(sums(&store).await, None);
     assert!(store.documents(&records()).is_empty());
 }
+
+/// A delete pending while garbage collection runs keeps the document busy,
+/// so the collection leaves its sums; the delete is then canceled, and its
+/// own record credits nothing, so no later collection looks at the document
+/// again. Before a delete dropped the sums at its apply, one zero stayed per
+/// round, for good.
+#[tokio::test]
+async fn a_canceled_delete_leaves_no_sum_behind() {
+    let (store, clock, _) = bank(&["Y"], 100).await;
+    store
+        .insert_one(&stats(), doc! { "_id": "X", "n": 0_i64 })
+        .await
+        .unwrap();
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let healthy = two_phase(shared.clone());
+    let worker = healthy.recovery(RecoveryConfig::default());
+    for round in 0..3 {
+        healthy.run(credit(&format!("holds.o{round}"))).await.unwrap();
+        // 1 the create, 2 and 3 the applies; then the coordinator dies,
+        // before its commit point (the move to `applied`).
+        let dying = Coordinator::builder_shared(Arc::new(
+            FaultStore::new(shared.clone()).crash_after(3),
+        ))
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .early_commit(false)
+        .build();
+        dying
+            .run(
+                Transaction::new()
+                    .change(DocumentChange::delete(stats(), "X"))
+                    .change(DocumentChange::update(accounts(), "Y").inc("balance", 1_i64)),
+            )
+            .await
+            .unwrap_err();
+        clock.advance(LEASE * 3);
+        // The credit's record goes; X is busy with the delete.
+        assert_eq!(worker.collect_garbage(LEASE * 2).await.unwrap(), 1);
+        let report = worker.run_once().await.unwrap();
+        assert_eq!(report.canceled, 1, "{report:?}");
+        clock.advance(LEASE * 3);
+        assert_eq!(worker.collect_garbage(LEASE * 2).await.unwrap(), 1);
+    }
+    assert!(store.documents(&records()).is_empty());
+    let x = get(&store, &stats(), "X").await.unwrap();
+    assert_eq!(sums(&store).await, None, "{x}");
+    assert_eq!(x.get_i64("n"), Ok(0), "the delete was undone: {x}");
+}

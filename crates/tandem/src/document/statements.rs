@@ -703,6 +703,11 @@ impl DocumentChange {
             "$set": { LOCK: tx, DELETING: true },
             "$push": { self.marker.clone(): tx },
             "$inc": { PENDING: 1 },
+            // Nothing else is pending here (the filter says so), so every
+            // credit sum is zero: drop them, as an exclusive update does. A
+            // canceled delete's record credits nothing, so no collection
+            // would ever look at them again.
+            "$unset": { CREDITS: "" },
         }
     }
 
