@@ -63,7 +63,9 @@ impl DocumentChange {
                         FieldOp::Unset { .. } => ("$unset", Bson::String(String::new())),
                         FieldOp::Inc { by, .. } => ("$inc", by.clone()),
                         FieldOp::Push { value, .. } => ("$push", value.clone()),
-                        FieldOp::Pull { value, .. } => ("$pull", value.clone()),
+                        FieldOp::Pull { value, .. } => {
+                            ("$pull", super::statements::pull_condition(value))
+                        }
                     };
                     if !update.contains_key(name) {
                         update.insert(name, Document::new());

@@ -126,7 +126,7 @@ impl DocumentChange {
                     .iter()
                     .find(|g| g.path == path)
                     .and_then(|g| match g.op {
-                        GuardOp::Eq if whole && pins(&g.value) => {
+                        GuardOp::Eq if whole && pins(path, &g.value) => {
                             Some((path.to_owned(), Some(g.value.clone())))
                         }
                         // Only a top-level field: below one, the parent may
@@ -211,7 +211,7 @@ impl DocumentChange {
             .filter(|op| {
                 self.guards
                     .iter()
-                    .any(|g| g.path == op.path() && g.op == GuardOp::Eq && pins(&g.value))
+                    .any(|g| g.path == op.path() && g.op == GuardOp::Eq && pins(&g.path, &g.value))
             })
             .map(|op| op.path().to_owned())
             .collect()
@@ -772,7 +772,7 @@ impl DocumentChange {
                     push.insert(path.clone(), value.clone());
                 }
                 FieldOp::Pull { path, value } => {
-                    pull.insert(path.clone(), value.clone());
+                    pull.insert(path.clone(), pull_condition(value));
                 }
             }
         }
@@ -1067,9 +1067,19 @@ impl DocumentChange {
 /// Whether an equality guard on `value` pins what a field holds, so that it
 /// can stand for the field's before-image: [`exact`] can make it exact, and
 /// it is not a number (an equality with `5.0` also matches a stored `5` of
-/// another numeric type, which the undo would then change).
-fn pins(value: &Bson) -> bool {
-    exact(value).is_some() && !holds_number(value) && type_conditions("", value).is_some()
+/// another numeric type, which the undo would then change). Nor on a path
+/// through an array element (`a.0.b`): a query reads that through the
+/// element `a[0]` and through a field named `0` in any element, an update
+/// only through `a[0]`, so the guard may hold where the update does not
+/// write.
+fn pins(path: &str, value: &Bson) -> bool {
+    !path
+        .split('.')
+        .skip(1)
+        .any(|seg| !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()))
+        && exact(value).is_some()
+        && !holds_number(value)
+        && type_conditions("", value).is_some()
 }
 
 /// Whether `value` is a number or holds one at any depth (a document
@@ -1271,5 +1281,17 @@ pub(super) fn exact(value: &Bson) -> Option<Document> {
         Bson::Null | Bson::Undefined | Bson::Array(_) => None,
         Bson::Document(d) if d.contains_key("0") => None,
         _ => Some(doc! { "$exists": false }),
+    }
+}
+
+/// What a `$pull` is given to remove the elements equal to `value`: a
+/// document given as it is would be a condition on the elements, and every
+/// element holding its fields would go (`{sku: "a"}` takes `{sku: "a",
+/// qty: 2}` too); under `$eq` only equal ones do. Other values are compared
+/// for equality as they are.
+pub(super) fn pull_condition(value: &Bson) -> Bson {
+    match value {
+        Bson::Document(_) => Bson::Document(doc! { "$eq": value.clone() }),
+        other => other.clone(),
     }
 }

@@ -1985,6 +1985,49 @@ pub async fn array_markers<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
         Some(Bson::Array(vec![Bson::Int64(2), Bson::Int32(3)]))
     );
 
+    // A document given to $pull is a condition on the elements (every
+    // element holding those fields goes); under `$eq`, only equal elements
+    // go. Two-phase and native pulls of a document send it so.
+    store
+        .update_one(
+            &ns,
+            doc! { "_id": 1 },
+            doc! { "$set": { "items": [
+                { "sku": "a" }, { "sku": "a", "qty": 2 }, { "sku": "b" }, { "sku": "a" },
+            ] } },
+            crate::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    store
+        .update_one(
+            &ns,
+            doc! { "_id": 1 },
+            doc! { "$pull": { "items": { "$eq": { "sku": "a" } } } },
+            crate::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        get(s, &ns, 1).await.and_then(|d| d.get("items").cloned()),
+        Some(bson::bson!([{ "sku": "a", "qty": 2 }, { "sku": "b" }])),
+        "$pull of {{$eq: document}} removes the equal elements only"
+    );
+    store
+        .update_one(
+            &ns,
+            doc! { "_id": 1 },
+            doc! { "$pull": { "items": { "sku": "a" } } },
+            crate::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        get(s, &ns, 1).await.and_then(|d| d.get("items").cloned()),
+        Some(bson::bson!([{ "sku": "b" }])),
+        "$pull of a plain document removes every element it matches"
+    );
+
     // A guarded $addToSet on a nested path applies once.
     for _ in 0..2 {
         store
