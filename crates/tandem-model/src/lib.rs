@@ -392,7 +392,17 @@
 //!   applies to the document until the clear or the undo, so the only writer
 //!   in between is the application, which the undo checks for ("Undo around
 //!   outside writes" below); the model's exclusive change stands for the
-//!   lock and marker discipline, not for what is written under it.
+//!   lock and marker discipline, not for what is written under it. An
+//!   exclusive change's increments are restored from the before-image too
+//!   (adding an amount back can leave a created field, or a wider type).
+//! * **Values and their types**: the model's shared debit is undone by
+//!   adding the amount back, which restores a number. The code refuses a
+//!   shared debit where adding back would not restore the field exactly (a
+//!   missing field, a type narrower than the amount's, a 32-bit integer
+//!   leaving its range: the `$type` conditions of the apply's filter), so
+//!   its undo is the model's, and a refusal is the model's refused guard.
+//!   Tested on the embedded store (`tandem/tests/compensation.rs`); the
+//!   filter's conditions on both stores by the store contract.
 //! * **Guard kinds**: the model's shared change carries a lower bound
 //!   (`A ≥ 1`). Which guards may share a document is a per-guard argument
 //!   the model leaves to the code: a shared guard must stay true while other

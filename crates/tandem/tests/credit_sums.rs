@@ -202,16 +202,18 @@ async fn a_canceled_delete_leaves_no_sum_behind() {
     let healthy = two_phase(shared.clone());
     let worker = healthy.recovery(RecoveryConfig::default());
     for round in 0..3 {
-        healthy.run(credit(&format!("holds.o{round}"))).await.unwrap();
+        healthy
+            .run(credit(&format!("holds.o{round}")))
+            .await
+            .unwrap();
         // 1 the create, 2 and 3 the applies; then the coordinator dies,
         // before its commit point (the move to `applied`).
-        let dying = Coordinator::builder_shared(Arc::new(
-            FaultStore::new(shared.clone()).crash_after(3),
-        ))
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .early_commit(false)
-        .build();
+        let dying =
+            Coordinator::builder_shared(Arc::new(FaultStore::new(shared.clone()).crash_after(3)))
+                .lease(LEASE)
+                .clock_margin(Duration::ZERO)
+                .early_commit(false)
+                .build();
         dying
             .run(
                 Transaction::new()

@@ -166,6 +166,7 @@ fn type_name(b: &Bson) -> &'static str {
         Bson::Int32(_) => "int",
         Bson::Int64(_) => "long",
         Bson::Double(_) => "double",
+        Bson::Decimal128(_) => "decimal",
         Bson::Boolean(_) => "bool",
         Bson::Array(_) => "array",
         Bson::Document(_) => "object",
@@ -375,7 +376,7 @@ impl Participant for DocumentChange {
                     }
                 }
                 unset.insert(LOCK, "");
-                let inc = self.undo_increments();
+                let inc = self.undo_increments(ctx.before);
                 let mut update = doc! { "$pull": { self.marker.clone(): tx }, "$unset": unset };
                 if !set.is_empty() {
                     update.insert("$set", set);

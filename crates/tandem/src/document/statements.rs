@@ -54,12 +54,23 @@ impl DocumentChange {
         }
     }
 
+    /// Whether compensation restores `op`'s field from the before-image:
+    /// every change but an increment; and an increment too where the change
+    /// holds the document alone. (Adding an increment back does not always
+    /// restore the field: an `$inc` creates a missing field, widens a 32-bit
+    /// integer past its range or under a 64-bit amount, and makes an integer
+    /// a double under a double amount. On a document others share, debits
+    /// are kept to those that leave the type as it is: [`types_kept`](Self::types_kept).)
+    fn imaged(&self, op: &FieldOp) -> bool {
+        !op.commutes() || self.is_exclusive()
+    }
+
     /// The paths whose before-image compensation needs.
     pub(super) fn imaged_paths(&self) -> Vec<&str> {
         match &self.op {
             DocumentOp::Update { ops } => ops
                 .iter()
-                .filter(|op| !op.commutes())
+                .filter(|op| self.imaged(op))
                 .map(|op| op.path())
                 .collect(),
             _ => Vec::new(),
@@ -84,11 +95,11 @@ impl DocumentChange {
         };
         let incs: Vec<&str> = ops
             .iter()
-            .filter(|op| op.commutes())
+            .filter(|op| !self.imaged(op))
             .map(|op| op.path())
             .collect();
         let mut image: Vec<(String, Option<Bson>)> = Vec::new();
-        for op in ops.iter().filter(|op| !op.commutes()) {
+        for op in ops.iter().filter(|op| self.imaged(op)) {
             let path = op.path();
             let unset = matches!(op, FieldOp::Unset { .. });
             let root = image_root(current, path, unset)
@@ -118,7 +129,7 @@ impl DocumentChange {
             return Some(Vec::new());
         };
         ops.iter()
-            .filter(|op| !op.commutes())
+            .filter(|op| self.imaged(op))
             .map(|op| {
                 let path = op.path();
                 let whole = matches!(op, FieldOp::Set { .. } | FieldOp::Unset { .. });
@@ -149,11 +160,102 @@ impl DocumentChange {
         // cannot be refused, together with every other credit pending on the field.
         let (plain, mut exprs) = self.credit_room(self.deferred_credits());
         merge_conditions(&mut filter, plain);
+        merge_conditions(&mut filter, self.types_kept());
         if let Some(deadline) = ctx.deadline {
             exprs.insert(0, before(deadline));
         }
         insert_expr(&mut filter, exprs);
         filter
+    }
+
+    /// The debits applied at once to a document others share, with their
+    /// amounts. Their undo adds the amount back, which restores the field
+    /// exactly only if the debit kept the field's type ([`types_kept`](Self::types_kept)).
+    /// (An exclusive change's increments are restored from the before-image.)
+    pub(super) fn shared_debits(&self) -> impl Iterator<Item = (&str, &Bson)> {
+        let ops: &[FieldOp] = match &self.op {
+            DocumentOp::Update { ops } if !self.is_exclusive() => ops,
+            _ => &[],
+        };
+        ops.iter()
+            .filter(|op| self.applies_early(op))
+            .filter_map(|op| match op {
+                FieldOp::Inc { path, by } => Some((path.as_str(), by)),
+                _ => None,
+            })
+    }
+
+    /// The conditions under which every [shared debit](Self::shared_debits)
+    /// keeps its field's type: the field exists (an `$inc` creates a missing
+    /// one, which adding the amount back would leave at zero), of a type at
+    /// least as wide as the amount's (a 64-bit amount makes a 32-bit integer
+    /// a 64-bit one, a double amount makes an integer a double, and adding
+    /// the amount back keeps them so), and a 32-bit integer stays in its
+    /// range (the store makes it 64-bit otherwise).
+    pub(super) fn types_kept(&self) -> Vec<(String, Bson)> {
+        self.shared_debits()
+            .filter_map(|(path, by)| {
+                let wider = |types: &[&str]| {
+                    let types: Vec<Bson> = types.iter().map(|t| Bson::from(*t)).collect();
+                    (path.to_owned(), Bson::Document(doc! { "$type": types }))
+                };
+                Some(match by {
+                    Bson::Int32(i) => {
+                        let floor = i32::MIN.checked_sub(*i).filter(|_| *i < 0)?;
+                        (
+                            "$or".to_owned(),
+                            Bson::Array(vec![
+                                Bson::Document(
+                                    doc! { path: { "$type": ["long", "double", "decimal"] } },
+                                ),
+                                Bson::Document(doc! { path: { "$type": "int", "$gte": floor } }),
+                            ]),
+                        )
+                    }
+                    Bson::Int64(_) => wider(&["long", "double", "decimal"]),
+                    Bson::Double(_) => wider(&["double", "decimal"]),
+                    _ => wider(&["decimal"]),
+                })
+            })
+            .collect()
+    }
+
+    /// Why a [shared debit](Self::shared_debits) cannot apply to `current`
+    /// without changing its field's type, if it cannot.
+    pub(super) fn type_not_kept(&self, current: &Document) -> Option<StepError> {
+        for (path, by) in self.shared_debits() {
+            let found = query::lookup(current, path);
+            let why = match (found, by) {
+                (None, _) => "the field is missing, and a debit's undo could not take away the field its `$inc` creates".to_owned(),
+                (Some(Bson::Int32(f)), Bson::Int32(i)) => {
+                    if f.checked_add(*i).is_some() {
+                        continue;
+                    }
+                    return Some(StepError::Overflow {
+                        participant: self.label(),
+                        message: format!(
+                            "adding {i} to {path} = {f} leaves the 32-bit range; the store would make it a 64-bit integer, which a cancel could not undo"
+                        ),
+                    });
+                }
+                (Some(f @ Bson::Int32(_)), Bson::Int64(_))
+                | (Some(f @ (Bson::Int32(_) | Bson::Int64(_))), Bson::Double(_))
+                | (Some(f @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))), Bson::Decimal128(_)) => format!(
+                    "stored {} {f}; adding a {} amount makes it a {}, which a cancel could not undo: store the field as that type, or give the amount as a {}",
+                    type_name(f),
+                    type_name(by),
+                    type_name(by),
+                    type_name(f),
+                ),
+                _ => continue,
+            };
+            return Some(StepError::TypeMismatch {
+                participant: self.label(),
+                path: path.to_owned(),
+                message: why,
+            });
+        }
+        None
     }
 
     /// The conditions under which the positive integer credits `credits` fit
@@ -589,7 +691,7 @@ impl DocumentChange {
         let tx = ctx.marker.as_str();
         let mut set = Document::new();
         let mut unset = doc! { LOCK: "" };
-        let inc = self.undo_increments();
+        let inc = self.undo_increments(ctx.before);
         if let Some(before) = ctx.before {
             for (path, value) in image_from_doc(before) {
                 // An image taken above a changed field (its parent, its
@@ -645,13 +747,23 @@ impl DocumentChange {
         })
     }
 
-    /// The `$inc` of an undo: early increments taken back, this transaction's
-    /// pending credits taken off their sums, and the pending count lowered.
-    pub(super) fn undo_increments(&self) -> Document {
+    /// The `$inc` of an undo: early increments taken back (but those the
+    /// before-image `before` restores), this transaction's pending credits
+    /// taken off their sums, and the pending count lowered.
+    pub(super) fn undo_increments(&self, before: Option<&Document>) -> Document {
+        let image = before.map(image_from_doc).unwrap_or_default();
+        let restored = |path: &str| {
+            image
+                .iter()
+                .any(|(p, _)| overlaps(p, path) && p.len() <= path.len())
+        };
         let mut inc = Document::new();
         if let DocumentOp::Update { ops } = &self.op {
             for op in ops {
                 if let FieldOp::Inc { path, by } = op {
+                    if restored(path) {
+                        continue;
+                    }
                     if self.applies_early(op) {
                         inc.insert(path.clone(), negate(by));
                         if let Some((path, back)) = self.give_back(op) {
@@ -882,6 +994,10 @@ impl DocumentChange {
                 participant,
                 holder,
             }) if holder == CONCURRENT_WRITE => {
+                // A debit that would change its field's type is refused.
+                if let Some(e) = current.as_ref().and_then(|c| self.type_not_kept(c)) {
+                    return Err(e);
+                }
                 let e = StepError::Conflict {
                     participant,
                     holder,

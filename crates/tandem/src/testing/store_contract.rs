@@ -2302,6 +2302,46 @@ pub async fn comparison_and_logical_operators<F: StoreFactory + ?Sized>(factory:
         ids(s, &ns, doc! { "n": { "$gt": 10, "$lte": 30 } }).await,
         int_ids(&[2, 3])
     );
+    // A shared debit's apply keeps its field's type: `$type` with a list of
+    // aliases, and an `$or` of `$type` with a bound.
+    seed(
+        s,
+        &ns,
+        vec![
+            doc! { "_id": 11, "m": 5_i64 },
+            doc! { "_id": 12, "m": 2.5 },
+            doc! { "_id": 13, "m": i32::MIN + 5 },
+            doc! { "_id": 14, "m": 7_i32 },
+            doc! { "_id": 15, "m": "7" },
+        ],
+    )
+    .await;
+    assert_eq!(
+        ids(
+            s,
+            &ns,
+            doc! { "m": { "$type": ["long", "double", "decimal"] } }
+        )
+        .await,
+        int_ids(&[11, 12]),
+        "$type with a list"
+    );
+    assert_eq!(
+        ids(
+            s,
+            &ns,
+            doc! { "_id": { "$gte": 11 }, "$or": [
+                { "m": { "$type": ["long", "double", "decimal"] } },
+                { "m": { "$type": "int", "$gte": i32::MIN + 10 } },
+            ] }
+        )
+        .await,
+        int_ids(&[11, 12, 14]),
+        "$or of $type with a bound"
+    );
+    for id in 11..=15 {
+        s.delete_one(&ns, doc! { "_id": id }).await.unwrap();
+    }
     assert_eq!(
         ids(s, &ns, doc! { "n": { "$gte": 10, "$lt": 30 } }).await,
         int_ids(&[1, 2])

@@ -1,0 +1,362 @@
+//! A canceled transaction leaves every document as if it never ran (but
+//! for the marker array and `_tandem` bookkeeping), down to the BSON types
+//! of its values; a commit does what was declared and no more.
+//!
+//! Adding an increment back does not always restore a field: an `$inc`
+//! creates a missing field, and widens the type (an `Int32` under an
+//! `Int64` amount or past its range, an integer under a double). A change
+//! that holds its document alone restores its increments from the
+//! before-image; a debit on a document others share, whose undo must add
+//! the amount back, is refused where it would change the field's type.
+//! Before, each of these cancels left the wider type (or a zero), and a
+//! pull of a document removed every element holding its fields.
+
+use bson::{doc, Bson, Document};
+use serde::{Deserialize, Serialize};
+use tandem::{
+    participant, Coordinator, DocumentChange, MemoryStore, Namespace, StepError, Store,
+    Transaction, TxError,
+};
+
+fn ns() -> Namespace {
+    Namespace::new("bank", "accounts")
+}
+
+/// The document without what tandem documents it leaves behind.
+fn user_fields(mut d: Document) -> Document {
+    d.remove("pendingTransactions");
+    d.remove("_tandem");
+    d
+}
+
+async fn seed(store: &MemoryStore, d: Document) {
+    store.insert_one(&ns(), d).await.unwrap();
+}
+
+async fn read(store: &MemoryStore, id: &str) -> Option<Document> {
+    store.find_one(&ns(), doc! { "_id": id }).await.unwrap()
+}
+
+/// Runs `change` together with a change of a document that does not exist,
+/// so the transaction is canceled after `change` was applied.
+async fn run_and_cancel(store: &MemoryStore, change: DocumentChange) {
+    let result = Coordinator::new(store.clone())
+        .run(
+            Transaction::new()
+                .change(change)
+                .change(DocumentChange::update(ns(), "no-such-doc").inc("balance", 1_i64)),
+        )
+        .await;
+    assert!(
+        matches!(&result, Err(TxError::Canceled { undone: true, .. })),
+        "{result:?}"
+    );
+}
+
+/// Asserts that canceling `change` on `before` leaves `before` exactly,
+/// with the BSON types of its values.
+async fn assert_cancel_restores(before: Document, change: DocumentChange) {
+    let store = MemoryStore::new();
+    let id = before.get_str("_id").unwrap().to_owned();
+    seed(&store, before.clone()).await;
+    run_and_cancel(&store, change).await;
+    assert_unchanged(&store, &id, &before).await;
+}
+
+async fn assert_unchanged(store: &MemoryStore, id: &str, before: &Document) {
+    let after = user_fields(read(store, id).await.expect("document kept"));
+    // Bson's PartialEq tells Int32(5) from Int64(5); compare the bytes too.
+    assert_eq!(
+        bson::to_vec(&after).unwrap(),
+        bson::to_vec(&user_fields(before.clone())).unwrap(),
+        "\nbefore: {before:?}\nafter:  {after:?}"
+    );
+}
+
+/// Runs `change` alone on `before` and returns its refusal, after checking
+/// that the document was left exactly as it was.
+async fn refused(before: Document, change: DocumentChange) -> StepError {
+    let store = MemoryStore::new();
+    let id = before.get_str("_id").unwrap().to_owned();
+    seed(&store, before.clone()).await;
+    let result = Coordinator::new(store.clone())
+        .run(Transaction::new().change(change))
+        .await;
+    assert_unchanged(&store, &id, &before).await;
+    match result {
+        Err(TxError::Canceled {
+            cause,
+            undone: true,
+            ..
+        }) => cause,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// Runs `change` alone on `before` and returns the document committed.
+async fn committed(before: Document, change: DocumentChange) -> Document {
+    let store = MemoryStore::new();
+    let id = before.get_str("_id").unwrap().to_owned();
+    seed(&store, before).await;
+    Coordinator::new(store.clone())
+        .run(Transaction::new().change(change))
+        .await
+        .unwrap();
+    user_fields(read(&store, &id).await.unwrap())
+}
+
+/// An `i64` balance stored as an Int32 (written by another client, by an
+/// earlier version of the struct with `i32`, or by the shell's `NumberInt`):
+/// a debit's Int64 amount would widen the field at apply, and adding the
+/// amount back would keep it widened. Refused, naming the types.
+#[tokio::test]
+async fn a_shared_debit_that_would_widen_an_int32_is_refused() {
+    let cause = refused(
+        doc! { "_id": "A", "balance": 500_i32 },
+        DocumentChange::update(ns(), "A")
+            .inc("balance", -100_i64)
+            .require_gte("balance", 100_i64),
+    )
+    .await;
+    match cause {
+        StepError::TypeMismatch { path, message, .. } => {
+            assert_eq!(path, "balance");
+            assert!(message.contains("stored int 500"), "{message}");
+            assert!(message.contains("long"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The same through `#[participant]`: an `i64` field (serde reads an Int32
+/// into it without complaint).
+#[participant(collection = "accounts", db = "bank")]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Account {
+    #[serde(rename = "_id")]
+    id: String,
+    balance: i64,
+    price: f64,
+    level: i32,
+    status: String,
+}
+
+#[tokio::test]
+async fn a_typed_debit_that_would_widen_an_int32_is_refused() {
+    let cause = refused(
+        doc! { "_id": "A", "balance": 500_i32, "price": 10.0, "level": 1_i32, "status": "open" },
+        Account::change("A")
+            .inc_balance(-100)
+            .require_balance_gte(100)
+            .into(),
+    )
+    .await;
+    assert!(matches!(cause, StepError::TypeMismatch { .. }), "{cause:?}");
+}
+
+/// An `f64` field stored as an integer (`{price: 10}` written by any client
+/// that does not write 10.0): a debit would make it a double.
+#[tokio::test]
+async fn a_float_debit_of_an_integer_field_is_refused() {
+    let cause = refused(
+        doc! { "_id": "A", "balance": 500_i64, "price": 10_i32, "level": 1_i32, "status": "open" },
+        Account::change("A").inc_price(-0.5).into(),
+    )
+    .await;
+    assert!(
+        matches!(&cause, StepError::TypeMismatch { path, .. } if path == "price"),
+        "{cause:?}"
+    );
+}
+
+/// A shared debit of an `i32` field near `i32::MIN`: the store would make
+/// the result 64-bit. Refused as an overflow.
+#[tokio::test]
+async fn a_shared_debit_past_the_int32_range_is_refused() {
+    let cause = refused(
+        doc! { "_id": "A", "balance": 0_i64, "price": 1.0, "level": i32::MIN + 5, "status": "open" },
+        Account::change("A").inc_level(-10).into(),
+    )
+    .await;
+    assert!(matches!(cause, StepError::Overflow { .. }), "{cause:?}");
+}
+
+/// An unguarded debit of a missing field: its `$inc` would create the
+/// field, which adding the amount back would leave at zero.
+#[tokio::test]
+async fn a_shared_debit_of_a_missing_field_is_refused() {
+    let cause = refused(
+        doc! { "_id": "A", "status": "open" },
+        DocumentChange::update(ns(), "A").inc("balance", -1_i64),
+    )
+    .await;
+    assert!(
+        matches!(&cause, StepError::TypeMismatch { path, .. } if path == "balance"),
+        "{cause:?}"
+    );
+}
+
+/// Debits that keep their field's type still commit: an Int32 amount on an
+/// Int32 field in range, an Int64 amount on an Int64 or a double field, a
+/// double on a double.
+#[tokio::test]
+async fn shared_debits_that_keep_the_type_commit() {
+    let after = committed(
+        doc! { "_id": "A", "n": 10_i32 },
+        DocumentChange::update(ns(), "A").inc("n", -3_i32),
+    )
+    .await;
+    assert_eq!(after.get("n"), Some(&Bson::Int32(7)));
+    let after = committed(
+        doc! { "_id": "A", "n": i32::MIN + 5 },
+        DocumentChange::update(ns(), "A").inc("n", -5_i32),
+    )
+    .await;
+    assert_eq!(after.get("n"), Some(&Bson::Int32(i32::MIN)));
+    let after = committed(
+        doc! { "_id": "A", "n": 10_i64, "x": 2.5 },
+        DocumentChange::update(ns(), "A")
+            .inc("n", -3_i64)
+            .inc("x", -1_i64),
+    )
+    .await;
+    assert_eq!(after.get("n"), Some(&Bson::Int64(7)));
+    assert_eq!(after.get("x"), Some(&Bson::Double(1.5)));
+    let after = committed(
+        doc! { "_id": "A", "x": 2.5 },
+        DocumentChange::update(ns(), "A").inc("x", -0.5),
+    )
+    .await;
+    assert_eq!(after.get("x"), Some(&Bson::Double(2.0)));
+}
+
+/// An exclusive increment of an `i32` field at `i32::MAX` (exclusive because
+/// the change also sets a field): the store makes the sum 64-bit; the
+/// cancel restores the Int32 from the before-image.
+#[tokio::test]
+async fn a_canceled_exclusive_increment_past_the_int32_range_is_restored() {
+    assert_cancel_restores(
+        doc! { "_id": "A", "balance": 0_i64, "price": 1.0, "level": i32::MAX, "status": "open" },
+        Account::change("A")
+            .inc_level(1)
+            .set_status("closed".to_owned())
+            .into(),
+    )
+    .await;
+}
+
+/// An exclusive increment that widens: an Int64 amount on an Int32, a
+/// double on an integer; both restored.
+#[tokio::test]
+async fn a_canceled_exclusive_increment_that_widens_is_restored() {
+    assert_cancel_restores(
+        doc! { "_id": "A", "n": 5_i32, "m": 7_i64, "status": "open" },
+        DocumentChange::update(ns(), "A")
+            .inc("n", 1_i64)
+            .inc("m", 0.5)
+            .set("status", "closed"),
+    )
+    .await;
+}
+
+/// `pull(path, value)` removes the elements equal to `value`. A document
+/// given to `$pull` as it is would be a condition on the elements: a pull
+/// of `{sku: "a"}` took `{sku: "a", qty: 2}` too.
+#[tokio::test]
+async fn a_pull_of_a_document_removes_the_equal_elements_only() {
+    let store = MemoryStore::new();
+    seed(
+        &store,
+        doc! { "_id": "C", "items": [ { "sku": "a" }, { "sku": "a", "qty": 2_i64 }, { "sku": "b" } ] },
+    )
+    .await;
+    Coordinator::new(store.clone())
+        .run(
+            Transaction::new()
+                .change(DocumentChange::update(ns(), "C").pull("items", doc! { "sku": "a" })),
+        )
+        .await
+        .unwrap();
+    let after = read(&store, "C").await.unwrap();
+    assert_eq!(
+        after.get_array("items").unwrap(),
+        &vec![
+            Bson::Document(doc! { "sku": "a", "qty": 2_i64 }),
+            Bson::Document(doc! { "sku": "b" }),
+        ],
+        "only the element equal to {{sku: \"a\"}} should go: {after}"
+    );
+}
+
+/// The typed form: a `Vec` of an embedded struct with an optional field
+/// skipped when `None` (a common serde idiom). `pull_lines(Line { sku: "a",
+/// note: None })` removes the line without a note only.
+#[participant(embedded)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Line {
+    sku: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    note: Option<String>,
+}
+
+#[participant(collection = "accounts", db = "bank")]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Cart {
+    #[serde(rename = "_id")]
+    id: String,
+    lines: Vec<Line>,
+}
+
+#[tokio::test]
+async fn a_typed_pull_removes_the_equal_elements_only() {
+    let store = MemoryStore::new();
+    seed(
+        &store,
+        doc! { "_id": "K",
+        "lines": [ { "sku": "a" }, { "sku": "a", "note": "gift wrap" } ] },
+    )
+    .await;
+    Coordinator::new(store.clone())
+        .run(
+            Transaction::new().change(Cart::change("K").pull_lines(Line {
+                sku: "a".into(),
+                note: None,
+            })),
+        )
+        .await
+        .unwrap();
+    let after = read(&store, "K").await.unwrap();
+    assert_eq!(
+        after.get_array("lines").unwrap(),
+        &vec![Bson::Document(doc! { "sku": "a", "note": "gift wrap" })],
+        "{after}"
+    );
+}
+
+/// An equality guard on a path with an index, which a query also reads
+/// through an element's field named "0": the guard's value stands for the
+/// before-image, but the field the update changes held something else.
+#[tokio::test]
+async fn an_equality_guard_through_an_array_element_is_no_before_image() {
+    assert_cancel_restores(
+        doc! { "_id": "A", "a": [ { "b": "y" }, { "0": { "b": "x" } } ] },
+        DocumentChange::update(ns(), "A")
+            .set("a.0.b", "z")
+            .require_eq("a.0.b", "x"),
+    )
+    .await;
+}
+
+/// An increment of a missing field (a counter's first use) inside an
+/// exclusive change: the apply creates the field; the cancel must take it
+/// away again, not leave a zero.
+#[tokio::test]
+async fn a_canceled_exclusive_increment_of_a_missing_field_takes_it_away() {
+    assert_cancel_restores(
+        doc! { "_id": "A", "status": "open" },
+        DocumentChange::update(ns(), "A")
+            .inc("visits", 1_i64)
+            .set("status", "closed"),
+    )
+    .await;
+}
