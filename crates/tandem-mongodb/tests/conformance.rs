@@ -954,6 +954,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn undo_keeps_an_outside_increment() {
+        let Some(f) = factory("s_outside_inc").await else {
+            return;
+        };
+        safety::undo_keeps_an_outside_increment(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn undo_keeps_writes_made_outside_tandem() {
         let Some(f) = factory("s_outside").await else {
             return;

@@ -146,6 +146,11 @@ async fn undo_keeps_writes_made_outside_tandem() {
 }
 
 #[tokio::test]
+async fn undo_keeps_an_outside_increment() {
+    safety::undo_keeps_an_outside_increment(&MemoryFactory::new(), "bank").await;
+}
+
+#[tokio::test]
 async fn idempotency_key_outlives_garbage_collection() {
     safety::idempotency_key_outlives_garbage_collection(&MemoryFactory::new(), "bank").await;
 }

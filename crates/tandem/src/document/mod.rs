@@ -385,7 +385,7 @@ impl Participant for DocumentChange {
                 Some(update)
             }
         };
-        let expect = self.undo_expects();
+        let expect = self.undo_expects(ctx.before);
         if !expect.is_empty() {
             if let Some(full) = update {
                 if self

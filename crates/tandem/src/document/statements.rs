@@ -691,7 +691,21 @@ impl DocumentChange {
         let tx = ctx.marker.as_str();
         let mut set = Document::new();
         let mut unset = doc! { LOCK: "" };
-        let inc = self.undo_increments(ctx.before);
+        let mut inc = self.undo_increments(ctx.before);
+        // An increment written over outside tandem (another `$inc`, most
+        // likely) is taken back by adding, as on a shared document: the
+        // outside write stays, and so does its type.
+        let mut taken_back = Vec::new();
+        if let DocumentOp::Update { ops } = &self.op {
+            for op in ops {
+                if let FieldOp::Inc { path, by } = op {
+                    if changed.contains(path) {
+                        inc.insert(path.clone(), negate(by));
+                        taken_back.push(path.clone());
+                    }
+                }
+            }
+        }
         if let Some(before) = ctx.before {
             for (path, value) in image_from_doc(before) {
                 // An image taken above a changed field (its parent, its
@@ -730,6 +744,13 @@ impl DocumentChange {
                 participant: self.label(),
                 holder: CONCURRENT_WRITE.into(),
             });
+        }
+        let changed: Vec<&String> = changed
+            .iter()
+            .filter(|path| !taken_back.contains(path))
+            .collect();
+        if changed.is_empty() {
+            return Ok(());
         }
         let fields = changed
             .iter()
@@ -779,15 +800,21 @@ impl DocumentChange {
         inc
     }
 
-    /// What an undo expects of the fields it restores from the before-image:
-    /// each still as this transaction's apply left it (set to its value, or
-    /// unset). Array changes (`push`, `pull`) are not checked.
-    pub(super) fn undo_expects(&self) -> Vec<(String, Bson)> {
+    /// What an undo expects of the fields it restores from the before-image
+    /// `before`: each still as this transaction's apply left it (set to its
+    /// value, unset, or the image plus the increment). Array changes
+    /// (`push`, `pull`) are not checked.
+    pub(super) fn undo_expects(&self, before: Option<&Document>) -> Vec<(String, Bson)> {
         let DocumentOp::Update { ops } = &self.op else {
             return Vec::new();
         };
+        let image = before.map(image_from_doc).unwrap_or_default();
         ops.iter()
             .filter_map(|op| match op {
+                FieldOp::Inc { path, by } => {
+                    let sum = inc_result(image_at(&image, path)?.as_ref(), by)?;
+                    Some((path.clone(), Bson::Document(doc! { "$eq": sum })))
+                }
                 FieldOp::Set { path, value } => {
                     Some((path.clone(), Bson::Document(doc! { "$eq": value.clone() })))
                 }
@@ -1410,4 +1437,43 @@ pub(super) fn pull_condition(value: &Bson) -> Bson {
         Bson::Document(_) => Bson::Document(doc! { "$eq": value.clone() }),
         other => other.clone(),
     }
+}
+
+/// What an imaged path held before the apply, from the before-image
+/// `image`: `Some(value)` (`Some(None)`: missing), or `None` where the image
+/// does not cover `path`.
+fn image_at(image: &[(String, Option<Bson>)], path: &str) -> Option<Option<Bson>> {
+    let (root, value) = image
+        .iter()
+        .find(|(p, _)| overlaps(p, path) && p.len() <= path.len())?;
+    if root == path {
+        return Some(value.clone());
+    }
+    let rest = &path[root.len() + 1..];
+    Some(match value {
+        Some(Bson::Document(d)) => query::lookup(d, rest).cloned(),
+        _ => None,
+    })
+}
+
+/// What `$inc` by `by` leaves in a field that holds `base` (`None`:
+/// missing), as the stores compute it; `None` where that is not worked out
+/// here (decimals, or a sum that overflows and would have been refused).
+fn inc_result(base: Option<&Bson>, by: &Bson) -> Option<Bson> {
+    Some(match (base, by) {
+        (None, by) => by.clone(),
+        (Some(Bson::Int32(a)), Bson::Int32(b)) => match a.checked_add(*b) {
+            Some(n) => Bson::Int32(n),
+            None => Bson::Int64(i64::from(*a) + i64::from(*b)),
+        },
+        (Some(Bson::Int32(a)), Bson::Int64(b)) => Bson::Int64(i64::from(*a).checked_add(*b)?),
+        (Some(Bson::Int64(a)), Bson::Int32(b)) => Bson::Int64(a.checked_add(i64::from(*b))?),
+        (Some(Bson::Int64(a)), Bson::Int64(b)) => Bson::Int64(a.checked_add(*b)?),
+        (Some(Bson::Double(a)), Bson::Int32(b)) => Bson::Double(a + f64::from(*b)),
+        (Some(Bson::Double(a)), Bson::Int64(b)) => Bson::Double(a + *b as f64),
+        (Some(Bson::Double(a)), Bson::Double(b)) => Bson::Double(a + b),
+        (Some(Bson::Int32(a)), Bson::Double(b)) => Bson::Double(f64::from(*a) + b),
+        (Some(Bson::Int64(a)), Bson::Double(b)) => Bson::Double(*a as f64 + b),
+        _ => return None,
+    })
 }

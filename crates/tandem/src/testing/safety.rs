@@ -842,6 +842,90 @@ pub async fn undo_keeps_writes_made_outside_tandem<F: StoreFactory + ?Sized>(
     assert_eq!(a.get_i64("balance").ok(), Some(100));
 }
 
+/// An exclusive change restores its increments from the before-image; an
+/// increment made outside tandem meanwhile (a page counter's `$inc`) is
+/// kept: the undo then takes this transaction's increment back by adding,
+/// and the rest is restored. (Restored whole, the outside increment was
+/// lost.)
+pub async fn undo_keeps_an_outside_increment<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let orders = Namespace::new(db, "orders");
+    seed(
+        store.as_ref(),
+        &orders,
+        doc! { "_id": "o-1", "state": "UnPaid", "visits": 3_i32 },
+    )
+    .await;
+    seed(
+        store.as_ref(),
+        &orders,
+        doc! { "_id": "A", "balance": 100_i64 },
+    )
+    .await;
+    let lease = factory.lease();
+    // 1: the order's before-image; 2: the record; 3: the order's apply;
+    // then the worker is gone.
+    let faulty = FaultStore::new(store.clone()).crash_after(3);
+    let worker = coordinator(faulty, db, lease);
+    let result = worker
+        .run(
+            Transaction::with_id("counted-meanwhile")
+                .change(
+                    DocumentChange::update(orders.clone(), "o-1")
+                        .set("state", "Paid")
+                        .inc("visits", 1_i32)
+                        .require_eq("state", "UnPaid"),
+                )
+                .change(
+                    DocumentChange::update(orders.clone(), "A")
+                        .inc("balance", -10_i64)
+                        .require_gte("balance", 10_i64),
+                ),
+        )
+        .await;
+    assert!(
+        matches!(result, Err(TxError::Interrupted { .. })),
+        "{result:?}"
+    );
+    let paid = get(store.as_ref(), &orders, "o-1").await.expect("order");
+    assert_eq!(paid.get_i32("visits").ok(), Some(4), "{paid}");
+    store
+        .update_one(
+            &orders,
+            doc! { "_id": "o-1" },
+            doc! { "$inc": { "visits": 5_i32 } },
+            crate::store::UpdateOptions::default(),
+        )
+        .await
+        .expect("a plain write");
+
+    factory.pass(store.as_ref(), lease).await;
+    let report = recovery(store.clone(), db, lease, PendingPolicy::RollBack)
+        .run_once()
+        .await
+        .expect("recovery pass");
+    assert_eq!((report.canceled, report.failed), (1, 0), "{report:?}");
+    let order = get(store.as_ref(), &orders, "o-1").await.expect("order");
+    assert_eq!(
+        order.get("visits"),
+        Some(&Bson::Int32(8)),
+        "the outside increment stays, this one goes: {order}"
+    );
+    assert_eq!(order.get_str("state").ok(), Some("UnPaid"), "{order}");
+    assert!(!held(&order), "{order}");
+    let record = store
+        .find_one(
+            &Namespace::new(db, "transactions"),
+            doc! { "_id": "counted-meanwhile" },
+        )
+        .await
+        .expect("read")
+        .map(|d| crate::TxRecord::from_document(d).expect("record"))
+        .expect("the record");
+    assert_eq!(record.state, TxState::Canceled);
+    assert!(record.conflicts().is_empty(), "{:?}", record.history);
+}
+
 /// Issue: *idempotency keys expire with their records.* A payment run with a
 /// caller-chosen id commits; garbage collection removes its record at the
 /// smallest age it allows; the caller retries with the same id. It used to
