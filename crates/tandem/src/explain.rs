@@ -91,6 +91,14 @@ fn plan_change(index: usize, change: &DocumentChange, default_db: &str) -> Plann
             for op in ops {
                 let early = change.applies_early(op);
                 match op {
+                    FieldOp::Inc { path, by } if early && change.is_exclusive() => {
+                        forward.push(format!("add {} to {path}", value(by)));
+                        undo.push(format!(
+                            "restore {path} from the before-image, if it still holds it plus {} (else add {})",
+                            value(by),
+                            negated(by)
+                        ));
+                    }
                     FieldOp::Inc { path, by } if early => {
                         forward.push(format!("add {} to {path}", value(by)));
                         undo.push(format!("add {} to {path}", negated(by)));

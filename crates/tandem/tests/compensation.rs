@@ -11,11 +11,15 @@
 //! Before, each of these cancels left the wider type (or a zero), and a
 //! pull of a document removed every element holding its fields.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use bson::{doc, Bson, Document};
 use serde::{Deserialize, Serialize};
+use tandem::testing::FaultStore;
 use tandem::{
-    participant, Coordinator, DocumentChange, MemoryStore, Namespace, StepError, Store,
-    Transaction, TxError,
+    participant, Coordinator, DocumentChange, ManualClock, MemoryStore, Namespace, PendingPolicy,
+    RecoveryConfig, RetryPolicy, StepError, Store, Strategy, Transaction, TxError,
 };
 
 fn ns() -> Namespace {
@@ -359,4 +363,172 @@ async fn a_canceled_exclusive_increment_of_a_missing_field_takes_it_away() {
             .set("status", "closed"),
     )
     .await;
+}
+
+/// Runs `change` with a debit of "A"; the coordinator dies after the image
+/// read, the record and `change`'s apply (operations 1 to 3).
+async fn applied_then_dead(
+    seed_doc: Document,
+    change: DocumentChange,
+) -> (MemoryStore, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::default());
+    let store = MemoryStore::with_clock(clock.clone());
+    seed(&store, seed_doc).await;
+    seed(&store, doc! { "_id": "A", "balance": 100_i64 }).await;
+    let dying = FaultStore::new(Arc::new(store.clone())).crash_after(3);
+    let answer = Coordinator::builder(dying)
+        .lease(Duration::from_secs(30))
+        .clock_margin(Duration::ZERO)
+        .retry(RetryPolicy::NONE)
+        .build()
+        .run(
+            Transaction::with_id("t1").change(change).change(
+                DocumentChange::update(ns(), "A")
+                    .inc("balance", -10_i64)
+                    .require_gte("balance", 10_i64),
+            ),
+        )
+        .await;
+    assert!(
+        matches!(answer, Err(TxError::Interrupted { .. })),
+        "{answer:?}"
+    );
+    (store, clock)
+}
+
+/// An outside write, then recovery rolls the transaction back.
+async fn written_over_then_rolled_back(store: &MemoryStore, clock: &ManualClock, write: Document) {
+    store
+        .update_one(
+            &ns(),
+            doc! { "_id": "X" },
+            write,
+            tandem::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(120));
+    let report = Coordinator::builder(store.clone())
+        .lease(Duration::from_secs(30))
+        .clock_margin(Duration::ZERO)
+        .build()
+        .recovery(RecoveryConfig {
+            pending: PendingPolicy::RollBack,
+            ..RecoveryConfig::default()
+        })
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!((report.canceled, report.failed), (1, 0), "{report:?}");
+}
+
+/// One image (`x`, missing) stands for both a `set` of `x.c` and an
+/// increment of `x.b`. Written outside at `x.c`, the image cannot be
+/// restored whole; the increment under it must still go (it stayed, with
+/// the record `canceled`).
+#[tokio::test]
+async fn an_increment_under_an_image_written_over_is_still_undone() {
+    let (store, clock) = applied_then_dead(
+        doc! { "_id": "X", "name": "x" },
+        DocumentChange::update(ns(), "X")
+            .set("x.c", 1_i32)
+            .inc("x.b", 5_i64),
+    )
+    .await;
+    written_over_then_rolled_back(&store, &clock, doc! { "$set": { "x.c": 2_i32 } }).await;
+    let x = user_fields(read(&store, "X").await.unwrap());
+    assert_eq!(x, doc! { "_id": "X", "name": "x", "x": { "c": 2_i32 } });
+}
+
+/// The same through an array: one image (`tags`) for a `set` past its end
+/// and an increment of an element.
+#[tokio::test]
+async fn an_increment_under_an_array_image_written_over_is_still_undone() {
+    let (store, clock) = applied_then_dead(
+        doc! { "_id": "X", "tags": [10_i64] },
+        DocumentChange::update(ns(), "X")
+            .set("tags.3", "new")
+            .inc("tags.0", 5_i64),
+    )
+    .await;
+    written_over_then_rolled_back(&store, &clock, doc! { "$set": { "tags.3": "outside" } }).await;
+    let x = read(&store, "X").await.unwrap();
+    assert_eq!(
+        x.get_array("tags").ok().and_then(|t| t.first()),
+        Some(&Bson::Int64(10)),
+        "{x}"
+    );
+}
+
+/// Two `set`s under one image (`x`, missing), one written outside: the
+/// other is still undone.
+#[tokio::test]
+async fn a_set_under_an_image_written_over_is_still_undone() {
+    let (store, clock) = applied_then_dead(
+        doc! { "_id": "X", "name": "x" },
+        DocumentChange::update(ns(), "X")
+            .set("x.c", 1_i32)
+            .set("x.d", 1_i32),
+    )
+    .await;
+    written_over_then_rolled_back(&store, &clock, doc! { "$set": { "x.c": 2_i32 } }).await;
+    let x = user_fields(read(&store, "X").await.unwrap());
+    assert_eq!(x, doc! { "_id": "X", "name": "x", "x": { "c": 2_i32 } });
+}
+
+/// The plan says how an exclusive increment is undone.
+#[test]
+fn the_plan_restores_an_exclusive_increment_from_the_image() {
+    let plan = Coordinator::new(MemoryStore::new()).explain(
+        &Transaction::new().change(
+            DocumentChange::update(ns(), "X")
+                .set("status", "open")
+                .inc("n", 5_i64),
+        ),
+    );
+    let p = &plan.participants[0];
+    assert_eq!(p.holds, "exclusively");
+    assert!(!p.undo.iter().any(|u| u == "add -5 to n"), "{:?}", p.undo);
+    assert!(
+        p.undo
+            .iter()
+            .any(|u| u.contains("n") && u.contains("before-image")),
+        "{:?}",
+        p.undo
+    );
+}
+
+/// Both strategies refuse a debit that would change its field's type, so
+/// that one declaration gets one answer whichever runs it.
+#[tokio::test]
+async fn both_strategies_refuse_a_debit_that_would_change_the_type() {
+    for strategy in [Strategy::TwoPhase, Strategy::Native] {
+        let store = MemoryStore::new();
+        seed(&store, doc! { "_id": "A", "balance": 500_i32 }).await;
+        let answer = Coordinator::builder(store.clone())
+            .strategy(strategy)
+            .build()
+            .run(
+                Transaction::new().change(
+                    DocumentChange::update(ns(), "A")
+                        .inc("balance", -100_i64)
+                        .require_gte("balance", 100_i64),
+                ),
+            )
+            .await;
+        assert!(
+            matches!(
+                &answer,
+                Err(TxError::Canceled {
+                    cause: StepError::TypeMismatch { .. },
+                    ..
+                })
+            ),
+            "{strategy:?}: {answer:?}"
+        );
+        assert_eq!(
+            read(&store, "A").await.unwrap().get("balance"),
+            Some(&Bson::Int32(500))
+        );
+    }
 }

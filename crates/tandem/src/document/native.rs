@@ -96,6 +96,9 @@ impl DocumentChange {
                 });
                 let (plain, exprs) = self.credit_room(incs);
                 merge_conditions(&mut filter, plain);
+                // The same debits as the two-phase strategy refuses, for the
+                // same declarations to get the same answers on either.
+                merge_conditions(&mut filter, self.types_kept());
                 insert_expr(&mut filter, exprs);
                 NativeCommand::Update { filter, update }
             }

@@ -241,11 +241,10 @@ impl DocumentChange {
                 (Some(f @ Bson::Int32(_)), Bson::Int64(_))
                 | (Some(f @ (Bson::Int32(_) | Bson::Int64(_))), Bson::Double(_))
                 | (Some(f @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))), Bson::Decimal128(_)) => format!(
-                    "stored {} {f}; adding a {} amount makes it a {}, which a cancel could not undo: store the field as that type, or give the amount as a {}",
+                    "stored {} {f}; adding a {} amount makes it a {}, which a cancel could not undo: store the field as that type, or give the amount as the field's",
                     type_name(f),
                     type_name(by),
                     type_name(by),
-                    type_name(f),
                 ),
                 _ => continue,
             };
@@ -707,16 +706,39 @@ impl DocumentChange {
             }
         }
         if let Some(before) = ctx.before {
-            for (path, value) in image_from_doc(before) {
+            let image = image_from_doc(before);
+            for (path, value) in &image {
                 // An image taken above a changed field (its parent, its
                 // array) would take the outside write away with it.
-                if changed.iter().any(|c| overlaps(c, &path)) {
+                if changed.iter().any(|c| overlaps(c, path)) {
                     continue;
                 }
                 match value {
-                    Some(v) => set.insert(path, v),
-                    None => unset.insert(path, ""),
+                    Some(v) => set.insert(path.clone(), v.clone()),
+                    None => unset.insert(path.clone(), ""),
                 };
+            }
+            // A field this change wrote under such an image, and nobody
+            // since (`x.b` under `x`, an image `set`s of `x.b` and `x.c`
+            // both needed, `x.c` written outside), is restored alone, from
+            // the image's part at its path.
+            if let DocumentOp::Update { ops } = &self.op {
+                for op in ops {
+                    let path = op.path();
+                    let skipped_root = image.iter().any(|(p, _)| {
+                        p.len() < path.len()
+                            && overlaps(p, path)
+                            && changed.iter().any(|c| overlaps(c, p))
+                    });
+                    if !skipped_root || changed.iter().any(|c| overlaps(c, path)) {
+                        continue;
+                    }
+                    match image_at(&image, path) {
+                        Some(Some(v)) => set.insert(path, v),
+                        Some(None) => unset.insert(path, ""),
+                        None => None,
+                    };
+                }
             }
         }
         let mut update =
@@ -1021,10 +1043,6 @@ impl DocumentChange {
                 participant,
                 holder,
             }) if holder == CONCURRENT_WRITE => {
-                // A debit that would change its field's type is refused.
-                if let Some(e) = current.as_ref().and_then(|c| self.type_not_kept(c)) {
-                    return Err(e);
-                }
                 let e = StepError::Conflict {
                     participant,
                     holder,
@@ -1198,6 +1216,10 @@ impl DocumentChange {
                     ),
                 });
             }
+        }
+        // A debit that would change its field's type.
+        if let Some(e) = self.type_not_kept(current) {
+            return Err(e);
         }
         // The before-image no longer holds: somebody wrote the document since it was read.
         Err(StepError::Conflict {
@@ -1450,10 +1472,11 @@ fn image_at(image: &[(String, Option<Bson>)], path: &str) -> Option<Option<Bson>
         return Some(value.clone());
     }
     let rest = &path[root.len() + 1..];
-    Some(match value {
-        Some(Bson::Document(d)) => query::lookup(d, rest).cloned(),
-        _ => None,
-    })
+    Some(value.as_ref().and_then(|v| {
+        // Through a document or an array (`tags.0` under `tags`).
+        let whole = doc! { "v": v.clone() };
+        query::lookup(&whole, &format!("v.{rest}")).cloned()
+    }))
 }
 
 /// What `$inc` by `by` leaves in a field that holds `base` (`None`:
