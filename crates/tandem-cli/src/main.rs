@@ -46,6 +46,12 @@ struct Cli {
     /// The MongoDB connection string.
     #[arg(long, env = "MONGODB_URI", global = true)]
     uri: Option<String>,
+    /// A named store the applications' coordinators register
+    /// (`CoordinatorBuilder::store`), as `NAME=URI`; repeat for each. Without
+    /// it, `recover`, `cancel` and `gc` cannot drive or tidy a participant in
+    /// that store, and `show` does not read its document.
+    #[arg(long = "store", value_name = "NAME=URI", value_parser = named_store, global = true)]
+    stores: Vec<(String, String)>,
     /// The database of the transaction records: the database the
     /// applications' coordinators were given (`CoordinatorBuilder::database`).
     #[arg(long, default_value = "tandem", env = "TANDEM_DB", global = true)]
@@ -235,8 +241,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     store.ping().await?;
     records_exist(&store, &cli.db, &cli.collection).await?;
     let store: Arc<dyn Store> = Arc::new(store);
+    let mut named: Vec<(String, Arc<dyn Store>)> = Vec::with_capacity(cli.stores.len());
+    for (name, uri) in &cli.stores {
+        let other = MongoStore::builder()
+            .server_selection_timeout(cli.connect_timeout)
+            .app_name("tandem-cli")
+            .connect(uri)
+            .await?;
+        other.ping().await?;
+        named.push((name.clone(), Arc::new(other)));
+    }
     let ns = Namespace::new(&cli.db, &cli.collection);
-    let coordinator = Coordinator::builder_shared(store.clone())
+    let mut builder = Coordinator::builder_shared(store.clone());
+    for (name, other) in &named {
+        builder = builder.store_shared(name.clone(), other.clone());
+    }
+    let coordinator = builder
         .database(&cli.db)
         .config({
             let mut config = tandem::CoordinatorConfig {
@@ -309,7 +329,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let record = find(store.as_ref(), &ns, &id).await?;
             let mut documents = Vec::with_capacity(record.participants.len());
             for p in &record.participants {
-                documents.push(participant_document(store.as_ref(), &record, p).await?);
+                documents.push(participant_document(store.as_ref(), &named, &record, p).await?);
             }
             if json {
                 let mut value = output::record_json(&record);
@@ -521,9 +541,10 @@ fn document_change(p: &tandem::record::ParticipantEntry) -> Result<tandem::Docum
 }
 
 /// What a participant's document says about its change: found by its
-/// namespace and `_id` (document changes on the default store only).
+/// namespace and `_id`, in the default store or a named one (`--store`).
 async fn participant_document(
     store: &dyn Store,
+    named: &[(String, Arc<dyn Store>)],
     record: &TxRecord,
     p: &tandem::record::ParticipantEntry,
 ) -> Result<String, Failure> {
@@ -531,9 +552,17 @@ async fn participant_document(
         Ok(c) => c,
         Err(why) => return Ok(why),
     };
-    if let Some(name) = &change.store {
-        return Ok(format!("in store {name:?}, which this tool does not reach"));
-    }
+    let store = match &change.store {
+        None => store,
+        Some(name) => match named.iter().find(|(n, _)| n == name) {
+            Some((_, other)) => other.as_ref(),
+            None => {
+                return Ok(format!(
+                    "in store {name:?}, which this tool does not reach (give --store {name}=URI)"
+                ))
+            }
+        },
+    };
     let doc = store
         .find_one(&change.namespace, doc! { "_id": change.id.clone() })
         .await?;
@@ -890,7 +919,9 @@ mod tests {
             for p in &record.participants {
                 let mut p = p.clone();
                 p.spec.remove("store");
-                let said = participant_document(&store, &record, &p).await.unwrap();
+                let said = participant_document(&store, &[], &record, &p)
+                    .await
+                    .unwrap();
                 if said.starts_with("applied") {
                     applied += 1;
                 }
@@ -1099,5 +1130,15 @@ mod tests {
                 due_since: Some(bson::DateTime::from_millis(42_000)),
             }
         );
+    }
+}
+
+/// Parses `NAME=URI` for `--store`.
+fn named_store(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((name, uri)) if !name.is_empty() && !uri.is_empty() => {
+            Ok((name.to_owned(), uri.to_owned()))
+        }
+        _ => Err(format!("expected NAME=URI, got {arg:?}")),
     }
 }

@@ -321,6 +321,126 @@ async fn the_cli_inspects_recovers_and_cancels_stuck_transactions() {
     client.database(&db).drop().await.unwrap();
 }
 
+/// A transfer whose credit lives in a named store (`CoordinatorBuilder::store`):
+/// without `--store`, the command can neither drive it nor read that
+/// document, and says so; with it, `show` reads the document, `recover`
+/// rolls the transfer back, and `gc` drops the credit's zero sum there.
+#[tokio::test]
+async fn named_stores_are_reached_with_store() {
+    let Some(uri) = uri() else { return };
+    let db = format!("tandem_cli_{}", bson::oid::ObjectId::new().to_hex());
+    let ledger_db = format!("{db}_ledger");
+    let mongo = MongoStore::connect(&uri).await.unwrap();
+    let client = mongo.client().clone();
+    let store: Arc<dyn Store> = Arc::new(mongo);
+    let ledger: Arc<dyn Store> = Arc::new(MongoStore::connect(&uri).await.unwrap());
+    let accounts = Namespace::new(&db, "accounts");
+    let entries = Namespace::new(&ledger_db, "accounts");
+    store
+        .insert_one(&accounts, doc! { "_id": "A", "balance": 1000_i64 })
+        .await
+        .unwrap();
+    ledger
+        .insert_one(&entries, doc! { "_id": "L", "balance": 0_i64 })
+        .await
+        .unwrap();
+    // The coordinator dies once both applies have landed, before its record
+    // moves on: ops 1 the create, 2 the debit on the default store (the
+    // credit goes to the ledger, which does not count), 3 the move to
+    // `applied`, which fails.
+    let faulty = FaultStore::new(store.clone()).crash_after(2);
+    let coordinator = Coordinator::builder(faulty)
+        .store_shared("ledger", ledger.clone())
+        .database(&db)
+        .lease(Duration::from_secs(1))
+        .early_commit(false)
+        .build();
+    let id = match coordinator
+        .run(
+            Transaction::new()
+                .change(
+                    DocumentChange::update(accounts.clone(), "A")
+                        .inc("balance", -10_i64)
+                        .require_gte("balance", 10_i64),
+                )
+                .change(
+                    DocumentChange::update(entries.clone(), "L")
+                        .inc("balance", 10_i64)
+                        .in_store("ledger"),
+                ),
+        )
+        .await
+    {
+        Err(TxError::Interrupted { id, .. }) => id,
+        other => panic!("expected a transfer left in flight, got {other:?}"),
+    };
+    let at = deadline(&store, &db, &id).await;
+    until_server_time(&store, at).await;
+    let with_ledger = format!("ledger={uri}");
+
+    let shown = stdout(&tandem(&uri, &db, &["show", id.as_str()]));
+    assert!(
+        shown.contains("which this tool does not reach (give --store ledger=URI)"),
+        "{shown}"
+    );
+    let out = tandem(&uri, &db, &["recover"]);
+    assert!(!out.status.success(), "{out:?}");
+    let record = store
+        .find_one(
+            &Namespace::new(&db, "transactions"),
+            doc! { "_id": id.as_str() },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.get_str("state"), Ok("pending"), "{record}");
+
+    let shown = stdout(&tandem(
+        &uri,
+        &db,
+        &["--store", &with_ledger, "show", id.as_str()],
+    ));
+    assert!(!shown.contains("does not reach"), "{shown}");
+    let out = tandem(&uri, &db, &["--store", &with_ledger, "recover"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(balance(&store, &db, "A").await, 1000);
+    let l = ledger
+        .find_one(&entries, doc! { "_id": "L" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(l.get_i64("balance"), Ok(0), "{l}");
+    assert!(
+        l.get_document("_tandem")
+            .is_ok_and(|t| t.contains_key("credit")),
+        "the canceled credit's zero sum, until garbage collection: {l}"
+    );
+
+    let finished = store.now().await.unwrap().timestamp_millis() + 1000;
+    until_server_time(&store, bson::DateTime::from_millis(finished)).await;
+    let out = tandem(
+        &uri,
+        &db,
+        &["--store", &with_ledger, "gc", "--older-than", "1s"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let l = ledger
+        .find_one(&entries, doc! { "_id": "L" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !l.get_document("_tandem")
+            .is_ok_and(|t| t.contains_key("credit")),
+        "{l}"
+    );
+
+    let out = tandem(&uri, &db, &["--store", "ledger", "status"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    client.database(&db).drop().await.unwrap();
+    client.database(&ledger_db).drop().await.unwrap();
+}
+
 /// `tandem cancel` of a transaction with a hand-written participant, whose
 /// kind the command cannot rebuild, refuses (exit code 5) and leaves the
 /// record as it was: a claim would fence its owner off for nothing.

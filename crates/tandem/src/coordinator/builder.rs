@@ -26,6 +26,13 @@ impl CoordinatorBuilder {
         self
     }
 
+    /// [`store`](Self::store) for a store already shared behind an `Arc`
+    /// (one opened at run time, whose type is not known here).
+    pub fn store_shared(mut self, name: impl Into<String>, store: Arc<dyn Store>) -> Self {
+        self.stores.insert(name, store);
+        self
+    }
+
     /// Registers a hand-written participant kind so recovery can rebuild it.
     pub fn kind<F>(mut self, kind: impl Into<String>, factory: F) -> Self
     where
