@@ -861,6 +861,16 @@ fn at_time(at: bson::DateTime, now: bson::DateTime) -> String {
     )
 }
 
+/// Parses `NAME=URI` for `--store`.
+fn named_store(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((name, uri)) if !name.is_empty() && !uri.is_empty() => {
+            Ok((name.to_owned(), uri.to_owned()))
+        }
+        _ => Err(format!("expected NAME=URI, got {arg:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -1130,15 +1140,5 @@ mod tests {
                 due_since: Some(bson::DateTime::from_millis(42_000)),
             }
         );
-    }
-}
-
-/// Parses `NAME=URI` for `--store`.
-fn named_store(arg: &str) -> Result<(String, String), String> {
-    match arg.split_once('=') {
-        Some((name, uri)) if !name.is_empty() && !uri.is_empty() => {
-            Ok((name.to_owned(), uri.to_owned()))
-        }
-        _ => Err(format!("expected NAME=URI, got {arg:?}")),
     }
 }

@@ -277,6 +277,12 @@ impl SerdeContainer {
                 } else if meta.path.is_ident("into") {
                     serde.not_by_fields = Some((span, "into"));
                     skip_value(&meta)
+                } else if meta.path.is_ident("from") {
+                    serde.not_by_fields = Some((span, "from"));
+                    skip_value(&meta)
+                } else if meta.path.is_ident("try_from") {
+                    serde.not_by_fields = Some((span, "try_from"));
+                    skip_value(&meta)
                 } else {
                     skip_value(&meta)
                 }
@@ -290,8 +296,13 @@ impl SerdeContainer {
 #[derive(Default)]
 pub(crate) struct SerdeField {
     pub(crate) rename: Option<String>,
-    /// `skip` or `skip_serializing`: the field is never stored.
+    /// `skip`, `skip_serializing` or `skip_deserializing`: the field is
+    /// not stored, or not read, by serde.
     pub(crate) skipped: bool,
+    /// `skip`: serde neither writes nor reads the field.
+    pub(crate) skipped_both: bool,
+    /// A `#[cfg(...)]` on the field, which the attribute sees unevaluated.
+    pub(crate) cfg: Option<Span>,
     pub(crate) flatten: bool,
     pub(crate) default: bool,
     /// The function serializing the field, from `with` or `serialize_with`.
@@ -317,6 +328,10 @@ impl SerdeField {
     pub(crate) fn parse(attrs: &[Attribute]) -> Self {
         let mut serde = SerdeField {
             in_cfg_attr: hidden_in_cfg_attr(attrs),
+            cfg: attrs
+                .iter()
+                .find(|a| a.path().is_ident("cfg"))
+                .map(|a| a.path().span()),
             serde_as: attrs
                 .iter()
                 .find(|a| a.path().is_ident("serde_as"))
@@ -339,7 +354,15 @@ impl SerdeField {
                         serde.rename = Some(name);
                     }
                     Ok(())
-                } else if meta.path.is_ident("skip") || meta.path.is_ident("skip_serializing") {
+                } else if meta.path.is_ident("skip") {
+                    serde.skipped = true;
+                    serde.skipped_both = true;
+                    Ok(())
+                } else if meta.path.is_ident("skip_serializing")
+                    || meta.path.is_ident("skip_deserializing")
+                {
+                    // Written and never read, or read and never written:
+                    // a typed change or guard would disagree with the struct.
                     serde.skipped = true;
                     Ok(())
                 } else if meta.path.is_ident("flatten") {
@@ -423,6 +446,19 @@ impl Names {
     fn read_apart(&self) -> bool {
         self.deserialize != self.serialize
     }
+}
+
+/// Whether the derives of the item include `Default`.
+pub(crate) fn derives_default(attrs: &[Attribute]) -> bool {
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("derive"))
+        .filter_map(|a| {
+            a.parse_args_with(Punctuated::<Path, Token![,]>::parse_terminated)
+                .ok()
+        })
+        .flatten()
+        .any(|p| p.segments.last().is_some_and(|s| s.ident == "Default"))
 }
 
 /// Whether the derives of the item include `Serialize` and `Deserialize`.

@@ -19,6 +19,8 @@ pub(crate) fn check(m: &Model, errors: &mut Errors) {
     check_embedded_takes_no_document_options(m, errors);
     check_serde_derives(m, errors);
     check_no_attributes_in_cfg_attr(m, errors);
+    check_no_cfg_on_fields(m, errors);
+    check_flattened_is_no_map(m, errors);
     check_no_alias(m, errors);
     check_reads_what_it_writes(m, errors);
     check_serde_as_expanded(m, errors);
@@ -194,6 +196,46 @@ fn check_no_attributes_in_cfg_attr(m: &Model, errors: &mut Errors) {
                  name a field serde never writes; write `#[{name}(...)]` without `cfg_attr`"
             ),
         );
+    }
+}
+
+/// No field may carry a `#[cfg(...)]`: the attribute sees it unevaluated,
+/// and would give the field typed changes in a build where serde does not
+/// have it (a `set_f` writing a field the struct never reads).
+fn check_no_cfg_on_fields(m: &Model, errors: &mut Errors) {
+    for f in &m.input_fields {
+        if let Some(span) = f.serde.cfg {
+            errors.at(
+                span,
+                format_args!(
+                    "#[participant] sees `#[cfg(...)]` on field `{}` unevaluated, and would give \
+                     it typed changes in builds without it; gate the whole struct, or keep the \
+                     field in every build",
+                    f.name
+                ),
+            );
+        }
+    }
+}
+
+/// A `#[serde(flatten)]` field may not be a map or a document: it would
+/// read every field the struct does not name, tandem's own (`_tandem`, the
+/// marker) included, and writing it back would write them.
+fn check_flattened_is_no_map(m: &Model, errors: &mut Errors) {
+    for f in with_role(m, Role::Flattened) {
+        let map = model::last_segment_name(&f.ty).is_some_and(|name| {
+            ["HashMap", "BTreeMap", "IndexMap", "Map", "Document"].contains(&name.as_str())
+        });
+        if map {
+            errors.spanned(
+                &f.ty,
+                format_args!(
+                    "a flattened map (`{}`) would read tandem's own fields of the document \
+                     (`{META_FIELD}`, the marker) and write them back; flatten a struct instead",
+                    f.name
+                ),
+            );
+        }
     }
 }
 
@@ -394,7 +436,8 @@ fn check_stored_names_addressable(m: &Model, errors: &mut Errors) {
             f.member.span(),
             format_args!(
                 "field `{}` is stored as {:?}, which cannot be addressed by a field path \
-                 (names must be non-empty, without `.`, NUL or a leading `$`)",
+                 (names must be non-empty, without `.`, NUL or a leading `$`, and inside an \
+                 embedded struct not a number with a leading zero)",
                 f.name, f.stored
             ),
         );
@@ -595,7 +638,7 @@ mod tests {
                 "marker field clash: `p1` is stored as `pendingTransactions`, the array where tandem records pending transactions; declare it as `Vec<String>`, or choose another marker name with #[participant(marker = \"...\")]",
                 "the marker field `pendingTransactions` is absent from documents no transaction touched yet: add `#[serde(default)]` to `p2`",
                 "`_tandem` is reserved by tandem for its own data: rename the field",
-                "field `f` is stored as \"$e\", which cannot be addressed by a field path (names must be non-empty, without `.`, NUL or a leading `$`)",
+                "field `f` is stored as \"$e\", which cannot be addressed by a field path (names must be non-empty, without `.`, NUL or a leading `$`, and inside an embedded struct not a number with a leading zero)",
                 "the id field must be stored as `_id`, but `g` is stored as `g`: add #[serde(rename = \"_id\")]",
                 "duplicate #[participant(id)]: a document has one id field",
                 "two fields are stored as `_id`",

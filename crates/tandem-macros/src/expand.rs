@@ -578,12 +578,24 @@ impl<'a> Gen<'a> {
                 quote!(, by: #ty),
                 quote!(#change { inner: self.inner.inc(#stored, by) }),
             )),
-            Shape::Option => methods.push((
-                format!("Removes {field_text} from the document.\n\n{restored}"),
-                method("unset_", ""),
-                quote!(),
-                quote!(#change { inner: self.inner.unset(#stored) }),
-            )),
+            Shape::Option => {
+                // `None` as serde stores it (`null`, or what a `with`
+                // module writes): an absent field may read as something
+                // else (a `default`, or an error from `deserialize_with`).
+                let none = self.serialized(quote!(value), ty, with);
+                methods.push((
+                    format!(
+                        "Sets {field_text} to `None`, stored as serde stores it, so that the \
+                         struct reads `None` back.\n\n{restored}"
+                    ),
+                    method("unset_", ""),
+                    quote!(),
+                    quote! {
+                        let value: #ty = ::core::option::Option::None;
+                        #change { inner: self.inner.set(#stored, #none) }
+                    },
+                ))
+            }
             Shape::Vec { elem, number } if with.is_none() => {
                 let (elem_ty, convert) = param(elem, *number);
                 let restored = "If the transaction is canceled, the array gets back the elements it had before.";
@@ -596,7 +608,10 @@ impl<'a> Gen<'a> {
                         #change { inner: self.inner.push(#stored, value) }
                     },
                 ));
-                methods.push((
+                // Not for elements serialized in hash order: two equal
+                // ones need not be equal in BSON.
+                if !f.unordered {
+                    methods.push((
                     format!("Removes every element equal to `value` from the array {field_text}.\n\n{restored}"),
                     method("pull_", ""),
                     quote!(, value: #elem_ty),
@@ -605,6 +620,7 @@ impl<'a> Gen<'a> {
                         #change { inner: self.inner.pull(#stored, value) }
                     },
                 ));
+                }
             }
             _ => {}
         }
@@ -614,7 +630,9 @@ impl<'a> Gen<'a> {
         };
         // A field that may be absent while the struct reads its default has
         // no value guard: `$ne` would pass on the absent field, `$eq` refuse.
-        let mut compare = if f.may_be_absent {
+        // Nor a field serialized in hash order (`HashMap`, `HashSet`): two
+        // equal values need not be equal in BSON.
+        let mut compare = if f.may_be_absent || f.unordered {
             vec![]
         } else {
             vec![("Eq", "equals `value`"), ("Ne", "differs from `value`")]

@@ -132,6 +132,10 @@ pub(crate) struct FieldModel {
     /// guard on its value or presence, and no increment, can follow what the
     /// struct reads.
     pub(crate) may_be_absent: bool,
+    /// A `HashMap` or `HashSet` (alone, or inside an `Option` or a `Vec`):
+    /// serialized in the order of its hashes, which differs between two
+    /// equal values, so no equality of its BSON follows the struct's.
+    pub(crate) unordered: bool,
 }
 
 /// What a field's type allows, judged from how it is written.
@@ -179,6 +183,12 @@ impl Shape {
     pub(crate) fn is_number(&self) -> bool {
         matches!(self, Shape::Number { .. })
     }
+}
+
+/// The name of the last segment of `ty`'s path (`HashMap` for
+/// `std::collections::HashMap<K, V>`).
+pub(crate) fn last_segment_name(ty: &Type) -> Option<String> {
+    last_segment(ty).map(|s| s.ident.to_string())
 }
 
 fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
@@ -278,6 +288,7 @@ impl Model {
             .unwrap_or_else(|| syn::parse_quote!(::tandem));
         let embedded = options.embedded.is_some();
         let (serialize, deserialize) = attr::serde_derives(&input.attrs);
+        let derives_default = attr::derives_default(&input.attrs);
         let derives = Derives {
             serialize,
             deserialize,
@@ -318,15 +329,20 @@ impl Model {
                     None => name.clone(),
                 },
             };
-            let role = if field_serde.skipped || field_options.skip.is_some() {
+            // Only a field serde neither writes nor reads escapes the
+            // marker's and `_tandem`'s rules: one skipped by this attribute
+            // alone, or on one side of serde only, still meets tandem's data.
+            let role = if field_serde.skipped_both {
                 Role::Skipped
             } else if !embedded && stored == marker {
                 Role::Marker
             } else if !embedded && stored == META_FIELD {
                 Role::Meta
+            } else if field_serde.skipped || field_options.skip.is_some() {
+                Role::Skipped
             } else if field_serde.flatten {
                 Role::Flattened
-            } else if !addressable(&stored) {
+            } else if !addressable(&stored) || (embedded && leading_zero_number(&stored)) {
                 Role::Unaddressable
             } else if !embedded && (field_options.id.is_some() || stored == "_id") {
                 Role::Id
@@ -356,10 +372,15 @@ impl Model {
                 nested: f.options.nested.and(nested_type(&f.ty)).cloned(),
                 serialize_with: f.serde.serialize_with.clone(),
                 // Absent while the struct reads a value: skipped when not an
-                // `Option`, or an `Option` whose default is a function's
-                // (which may be `Some`).
-                may_be_absent: f.serde.skip_if
-                    && (generic_arg(&f.ty, "Option").is_none() || f.serde.default_fn),
+                // `Option`; an `Option` whose default is a function's, or
+                // the struct's own `Default` not derived (either may be
+                // `Some`).
+                may_be_absent: {
+                    let option = generic_arg(&f.ty, "Option").is_some();
+                    (f.serde.skip_if && !option)
+                        || (option && (f.serde.default_fn || (serde.default && !derives_default)))
+                },
+                unordered: unordered(&f.ty),
             })
             .collect();
 
@@ -425,6 +446,21 @@ impl IdField {
             serialize_with: f.serde.serialize_with.clone(),
         }
     }
+}
+
+/// Whether a stored name is a number with a leading zero (`"01"`), which a
+/// path refuses past its first segment (where an embedded struct's fields are).
+pub(crate) fn leading_zero_number(stored: &str) -> bool {
+    stored.len() > 1 && stored.starts_with('0') && stored.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether `ty` is a `HashMap` or `HashSet`, alone or inside an `Option` or
+/// a `Vec` (as written).
+pub(crate) fn unordered(ty: &Type) -> bool {
+    if let Some(inner) = generic_arg(ty, "Option").or_else(|| generic_arg(ty, "Vec")) {
+        return unordered(inner);
+    }
+    last_segment(ty).is_some_and(|s| s.ident == "HashMap" || s.ident == "HashSet")
 }
 
 /// Whether a stored name can be addressed by a field path: non-empty, without

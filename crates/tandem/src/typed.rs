@@ -68,9 +68,9 @@
 //! |---|---|---|
 //! | `set_f(value)` | every type | `$set` |
 //! | `inc_f(by)` | `i32`, `i64`, `f64` | `$inc` (commutes with other increments) |
-//! | `unset_f()` | `Option<T>` | `$unset` |
+//! | `unset_f()` | `Option<T>` | `$set` of `None` as serde stores it (`null`) |
 //! | `push_f(elem)`, `pull_f(elem)` | `Vec<T>` (taking a `T`) | `$push`, `$pull` |
-//! | `require_f_eq(value)`, `require_f_ne(value)` | every type | guard `==`, `!=` |
+//! | `require_f_eq(value)`, `require_f_ne(value)` | every type but `HashMap`, `HashSet` | guard `==`, `!=` |
 //! | `require_f_gt/_gte/_lt/_lte(value)` | numbers, `String`, `DateTime` | guard `>`, `>=`, `<`, `<=` |
 //! | `require_f_exists()`, `require_f_missing()` | `Option<T>` | guard: the field is `Some`, or `None` |
 //!

@@ -87,7 +87,8 @@ fn options_set_unset_and_compare() {
         .require_nick_ne(Some("x".to_owned()));
     let by_hand = DocumentChange::update(ns("accounts"), "A")
         .set("bonus", 7_i64)
-        .unset("nick")
+        // `None` as serde stores it, which the struct reads back as `None`.
+        .set("nick", Bson::Null)
         .require_eq("bonus", Bson::Null)
         .require_ne("nick", "x");
     assert_eq!(DocumentChange::from(typed), by_hand);
@@ -220,7 +221,7 @@ fn rename_and_rename_all_give_the_stored_paths() {
     let by_hand = DocumentChange::update(ns("people"), 7_i64)
         .set("firstName", "Ada")
         .inc("years", 1_i32)
-        .unset("homeTown")
+        .set("homeTown", Bson::Null)
         .set("type", "admin")
         .require_eq("firstName", "Ada");
     assert_eq!(DocumentChange::from(typed), by_hand);
@@ -619,4 +620,69 @@ async fn typed_changes_commit_and_documents_read_back() {
     assert_eq!(load::<Wallet>(&store, "A").await.balance, 40);
     assert_eq!(load::<Wallet>(&store, "B").await.balance, 60);
     assert_eq!(load::<Payment>(&store, 1_i64).await.state, OrderState::Paid);
+}
+
+mod text_option {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(n) => s.serialize_str(&n.to_string()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        let s: Option<String> = Option::deserialize(d)?;
+        s.map(|s| s.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+#[participant(collection = "limits")]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Limit {
+    #[serde(rename = "_id")]
+    id: String,
+    #[serde(with = "text_option")]
+    limit: Option<i64>,
+}
+
+/// `unset_f` stores `None` as serde does: with a `with` module, what it
+/// writes for `None`, so the struct reads the document back. (An `$unset`
+/// left the field absent, which serde reads as an error for a field with
+/// `deserialize_with` and no `default`.)
+#[tokio::test]
+async fn unset_stores_none_as_serde_does() {
+    let store = tandem::MemoryStore::new();
+    let coordinator = tandem::Coordinator::builder(store.clone())
+        .commit_point(tandem::CommitPoint::Done)
+        .build();
+    let limit = Limit {
+        id: "L".into(),
+        limit: Some(5),
+    };
+    coordinator
+        .run(tandem::Transaction::new().change(limit.insert()))
+        .await
+        .unwrap();
+    coordinator
+        .run(tandem::Transaction::new().change(Limit::change("L").unset_limit()))
+        .await
+        .unwrap();
+    let read = Limit::get(&coordinator, "L").await.unwrap();
+    assert_eq!(
+        read,
+        Some(Limit {
+            id: "L".into(),
+            limit: None
+        })
+    );
+    coordinator
+        .run(
+            tandem::Transaction::new()
+                .change(Limit::change("L").set_limit(Some(7)).require_limit_eq(None)),
+        )
+        .await
+        .unwrap();
 }
