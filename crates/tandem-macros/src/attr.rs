@@ -238,6 +238,8 @@ pub(crate) struct SerdeContainer {
     pub(crate) read_apart: Option<Span>,
     pub(crate) deny_unknown_fields: Option<Span>,
     pub(crate) default: bool,
+    /// `default = "path"`: absent fields read as a function's struct has them.
+    pub(crate) default_fn: bool,
     /// `transparent` or `into = "..."`: the struct is not stored as its fields.
     pub(crate) not_by_fields: Option<(Span, &'static str)>,
     /// A `serde` or `participant` attribute inside `#[cfg_attr(...)]`, which
@@ -270,6 +272,7 @@ impl SerdeContainer {
                     Ok(())
                 } else if meta.path.is_ident("default") {
                     serde.default = true;
+                    serde.default_fn = meta.input.peek(Token![=]);
                     skip_value(&meta)
                 } else if meta.path.is_ident("transparent") {
                     serde.not_by_fields = Some((span, "transparent"));
@@ -307,6 +310,9 @@ pub(crate) struct SerdeField {
     pub(crate) default: bool,
     /// The function serializing the field, from `with` or `serialize_with`.
     pub(crate) serialize_with: Option<ExprPath>,
+    /// `with` or `deserialize_with`: the field is read by a function, which
+    /// may refuse an absent field.
+    pub(crate) deserialize_with: bool,
     /// `default = "path"`: a missing field reads as what a function returns.
     pub(crate) default_fn: bool,
     /// `skip_serializing_if`: the field may be absent from the stored
@@ -373,6 +379,7 @@ impl SerdeField {
                     serde.default_fn = meta.input.peek(Token![=]);
                     skip_value(&meta)
                 } else if meta.path.is_ident("with") {
+                    serde.deserialize_with = true;
                     let lit: LitStr = meta.value()?.parse()?;
                     if let Ok(mut path) = lit.parse::<ExprPath>() {
                         path.path
@@ -386,6 +393,9 @@ impl SerdeField {
                     skip_value(&meta)
                 } else if meta.path.is_ident("alias") {
                     serde.alias = Some(meta.path.span());
+                    skip_value(&meta)
+                } else if meta.path.is_ident("deserialize_with") {
+                    serde.deserialize_with = true;
                     skip_value(&meta)
                 } else if meta.path.is_ident("serialize_with") {
                     let lit: LitStr = meta.value()?.parse()?;

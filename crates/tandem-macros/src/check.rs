@@ -222,9 +222,24 @@ fn check_no_cfg_on_fields(m: &Model, errors: &mut Errors) {
 /// read every field the struct does not name, tandem's own (`_tandem`, the
 /// marker) included, and writing it back would write them.
 fn check_flattened_is_no_map(m: &Model, errors: &mut Errors) {
-    for f in with_role(m, Role::Flattened) {
-        let map = model::last_segment_name(&f.ty).is_some_and(|name| {
-            ["HashMap", "BTreeMap", "IndexMap", "Map", "Document"].contains(&name.as_str())
+    let flattened = m
+        .input_fields
+        .iter()
+        .filter(|f| f.serde.flatten && !f.serde.skipped_both);
+    for f in flattened {
+        let ty = model::generic_arg(&f.ty, "Option").unwrap_or(&f.ty);
+        let map = model::last_segment_name(ty).is_some_and(|name| {
+            [
+                "HashMap",
+                "BTreeMap",
+                "IndexMap",
+                "Map",
+                "Document",
+                "RawDocumentBuf",
+                "Bson",
+                "Value",
+            ]
+            .contains(&name.as_str())
         });
         if map {
             errors.spanned(

@@ -578,10 +578,20 @@ impl<'a> Gen<'a> {
                 quote!(, by: #ty),
                 quote!(#change { inner: self.inner.inc(#stored, by) }),
             )),
+            // `None` as serde stores it: left out, for a field whose absence
+            // reads as `None` (`skip_serializing_if`, nothing else reading
+            // it); else `null`, or what a `with` module writes, since an
+            // absent field may read as something else (a `default`, or an
+            // error from `deserialize_with`).
+            Shape::Option if f.none_absent && !f.may_be_absent => methods.push((
+                format!(
+                    "Removes {field_text} from the document, as serde stores `None` there.\n\n{restored}"
+                ),
+                method("unset_", ""),
+                quote!(),
+                quote!(#change { inner: self.inner.unset(#stored) }),
+            )),
             Shape::Option => {
-                // `None` as serde stores it (`null`, or what a `with`
-                // module writes): an absent field may read as something
-                // else (a `default`, or an error from `deserialize_with`).
                 let none = self.serialized(quote!(value), ty, with);
                 methods.push((
                     format!(
@@ -664,7 +674,10 @@ impl<'a> Gen<'a> {
                 },
             ));
         }
-        if matches!(f.shape, Shape::Option) && !f.may_be_absent {
+        // Not through a `with` module, which may store `None` as something
+        // other than `null` (an empty string): `require_f_eq(None)` goes
+        // through it instead.
+        if matches!(f.shape, Shape::Option) && !f.may_be_absent && with.is_none() {
             // Serde stores `None` as `null`, which `$exists` counts as present:
             // the guards test what the struct reads, `Some` or `None`.
             for (name, op, what) in [
@@ -867,7 +880,12 @@ impl<'a> Gen<'a> {
         let p = &self.p;
         let mut out = TokenStream::new();
         for f in self.fields() {
-            if f.serialize_with.is_some() || f.may_be_absent || crate::model::text_date(&f.ty) {
+            if f.serialize_with.is_some()
+                || f.deserialize_with
+                || f.unordered
+                || f.may_be_absent
+                || crate::model::text_date(&f.ty)
+            {
                 // A typed path would let values bypass the field's serializer,
                 // guard a value the document may not hold, or compare dates
                 // stored as text in order (the generic ordered guards).

@@ -76,8 +76,8 @@ pub(crate) struct InputField {
 /// What a field is to the model, decided in this order (the first that applies).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
-    /// `#[serde(skip)]`, `#[serde(skip_serializing)]` or `#[participant(skip)]`:
-    /// the builder leaves it alone.
+    /// `#[serde(skip)]`, `skip_serializing`, `skip_deserializing` or
+    /// `#[participant(skip)]`: the builder leaves it alone.
     Skipped,
     /// Stored under the marker's name (documents only).
     Marker,
@@ -126,16 +126,23 @@ pub(crate) struct FieldModel {
     /// For `#[participant(nested)]`: the embedded type.
     pub(crate) nested: Option<Type>,
     pub(crate) serialize_with: Option<ExprPath>,
-    /// `#[serde(skip_serializing_if = ...)]` on a field that is not an
-    /// `Option` (or is one with `default = "path"`): a stored document may
-    /// lack the field while the struct reads a value (its default), so no
-    /// guard on its value or presence, and no increment, can follow what the
-    /// struct reads.
+    /// A stored document may lack the field while the struct reads a value
+    /// (its default), so no guard on its value or presence, and no
+    /// increment, can follow what the struct reads: `skip_serializing_if`
+    /// on a field that is not an `Option`, or an `Option` whose absence may
+    /// read as `Some` (a `default = "path"` on it, or the struct's own
+    /// default not derived, or a function's).
     pub(crate) may_be_absent: bool,
     /// A `HashMap` or `HashSet` (alone, or inside an `Option` or a `Vec`):
     /// serialized in the order of its hashes, which differs between two
     /// equal values, so no equality of its BSON follows the struct's.
     pub(crate) unordered: bool,
+    /// An `Option` with `skip_serializing_if` (and no function reading or
+    /// defaulting it): serde stores `None` by leaving the field out.
+    pub(crate) none_absent: bool,
+    /// Read by a function (`with`, `deserialize_with`), which may refuse an
+    /// absent field: no typed path, whose generic `unset` removes it.
+    pub(crate) deserialize_with: bool,
 }
 
 /// What a field's type allows, judged from how it is written.
@@ -338,7 +345,12 @@ impl Model {
                 Role::Marker
             } else if !embedded && stored == META_FIELD {
                 Role::Meta
-            } else if field_serde.skipped || field_options.skip.is_some() {
+            } else if field_options.skip.is_some() {
+                Role::Skipped
+            } else if field_serde.skipped && (embedded || stored != "_id") {
+                // Written and never read, or the other way round: no typed
+                // change or guard follows the struct (an id keeps its role,
+                // which has no methods).
                 Role::Skipped
             } else if field_serde.flatten {
                 Role::Flattened
@@ -377,10 +389,21 @@ impl Model {
                 // `Some`).
                 may_be_absent: {
                     let option = generic_arg(&f.ty, "Option").is_some();
-                    (f.serde.skip_if && !option)
-                        || (option && (f.serde.default_fn || (serde.default && !derives_default)))
+                    // The struct's own default supplies the field: a
+                    // `Default` not derived here, or a function's.
+                    let container =
+                        serde.default && (serde.default_fn || !derives_default) && !f.serde.default;
+                    (f.serde.skip_if && !option) || (option && (f.serde.default_fn || container))
                 },
                 unordered: unordered(&f.ty),
+                // `None` is stored by leaving the field out, and an absent
+                // field reads as `None`: an unset then removes the field,
+                // as serde would (a sparse index on it keeps working).
+                none_absent: f.serde.skip_if
+                    && !f.serde.default_fn
+                    && !f.serde.deserialize_with
+                    && f.serde.serialize_with.is_none(),
+                deserialize_with: f.serde.deserialize_with,
             })
             .collect();
 
@@ -454,13 +477,30 @@ pub(crate) fn leading_zero_number(stored: &str) -> bool {
     stored.len() > 1 && stored.starts_with('0') && stored.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// Whether `ty` is a `HashMap` or `HashSet`, alone or inside an `Option` or
-/// a `Vec` (as written).
+/// Whether `ty` holds a `HashMap` or `HashSet` anywhere in its type as
+/// written (an `Option`, a `Vec`, a `Box`, a map's values, a tuple, an
+/// array). A type alias or a struct of your own holding one is not seen.
 pub(crate) fn unordered(ty: &Type) -> bool {
-    if let Some(inner) = generic_arg(ty, "Option").or_else(|| generic_arg(ty, "Vec")) {
-        return unordered(inner);
+    match ty {
+        Type::Path(p) => p.path.segments.iter().any(|seg| {
+            seg.ident == "HashMap"
+                || seg.ident == "HashSet"
+                || match &seg.arguments {
+                    PathArguments::AngleBracketed(args) => args.args.iter().any(|a| match a {
+                        GenericArgument::Type(t) => unordered(t),
+                        _ => false,
+                    }),
+                    _ => false,
+                }
+        }),
+        Type::Tuple(t) => t.elems.iter().any(unordered),
+        Type::Array(a) => unordered(&a.elem),
+        Type::Slice(s) => unordered(&s.elem),
+        Type::Reference(r) => unordered(&r.elem),
+        Type::Paren(p) => unordered(&p.elem),
+        Type::Group(g) => unordered(&g.elem),
+        _ => false,
     }
-    last_segment(ty).is_some_and(|s| s.ident == "HashMap" || s.ident == "HashSet")
 }
 
 /// Whether a stored name can be addressed by a field path: non-empty, without

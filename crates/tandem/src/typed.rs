@@ -95,7 +95,8 @@
 //! `Account::fields()` returns `AccountFields`, whose method per field returns
 //! its [`Field<Account, T>`](Field). The generic builder methods take such a
 //! path and a value of its exact type: `set(field, value)`, `inc(field, by)`
-//! (for [`Numeric`] fields), `unset(field)` (for `Option` fields),
+//! (for [`Numeric`] fields), `unset(field)` (for `Option` fields; it
+//! removes the field, where `unset_f()` stores `None` as serde does),
 //! `push`/`pull(field, elem)` (for `Vec` fields), `require(field, op, value)`,
 //! `require_eq/_ne/_gt/_gte/_lt/_lte(field, value)`, and
 //! `require_exists/_missing(field)`. [`Field::index`] addresses an array
@@ -192,10 +193,11 @@
 //!   `#[serde(deny_unknown_fields)]` is refused. A field stored under the marker
 //!   name must be a `Vec` with `#[serde(default)]` (it is left out of inserted
 //!   documents); a field stored as `_tandem` is refused.
-//! * Fields skipped by serde (`skip`, `skip_serializing`) and `flatten`ed fields
-//!   get no methods. Fields serialized `with` or `serialize_with` a function
-//!   get `set_`, `require_` and (for `Option`) `unset_` methods whose values go
-//!   through that function, and no typed path.
+//! * Fields skipped by serde (`skip`, `skip_serializing`, `skip_deserializing`)
+//!   and `flatten`ed fields get no methods. Fields serialized `with` or
+//!   `serialize_with` a function get `set_`, `require_eq`/`_ne` and (for
+//!   `Option`) `unset_` methods whose values go through that function, and
+//!   no typed path; so do fields read `deserialize_with` a function.
 //! * The names `XChange` and `XFields`, and the associated functions `change`,
 //!   `delete`, `insert` and `fields` of the struct, must be free.
 //!

@@ -837,6 +837,15 @@ impl DocumentChange {
                     let sum = inc_result(image_at(&image, path)?.as_ref(), by)?;
                     Some((path.clone(), Bson::Document(doc! { "$eq": sum })))
                 }
+                // Null itself, not a missing field: an outside `$unset`
+                // since the apply is an outside write.
+                FieldOp::Set {
+                    path,
+                    value: Bson::Null,
+                } => Some((
+                    path.clone(),
+                    Bson::Document(doc! { "$eq": Bson::Null, "$exists": true }),
+                )),
                 FieldOp::Set { path, value } => {
                     Some((path.clone(), Bson::Document(doc! { "$eq": value.clone() })))
                 }

@@ -37,9 +37,15 @@ struct Account {
     // Seen unevaluated: the field has typed changes in builds without it.
     #[cfg(any())]
     secret: i64,
-    // A catch-all would read `_tandem` and the marker, and write them back.
+    // A catch-all would read `_tandem` and the marker, and write them back;
+    // in an `Option`, or skipped by this attribute alone, too.
     #[serde(flatten)]
     extra: BTreeMap<String, i64>,
+    #[serde(flatten)]
+    more: Option<HashMap<String, i64>>,
+    #[participant(skip)]
+    #[serde(flatten)]
+    rest: bson::Document,
     // Skipped by this attribute, but serde reads and writes the marker.
     #[participant(skip)]
     #[serde(default, rename = "pendingTransactions")]
@@ -57,6 +63,4 @@ struct Codes {
     first: i64,
 }
 
-fn main() {
-    let _ = HashMap::<String, i64>::new();
-}
+fn main() {}
