@@ -695,13 +695,30 @@ fn check_len(size: usize) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Equal with the same field order at the top level (the order of an
-/// update's result only changes when a field is added or removed).
+/// The same BSON: the same fields in the same order at every depth, each
+/// value of the same type and bits (`0.0` is not `-0.0`), as MongoDB tells
+/// a replacement that changes nothing. (`Bson`'s `==` ignores the order of
+/// a sub-document's fields and equates the zeros: a replacement differing
+/// only so was dropped.)
 fn same_document(a: &Document, b: &Document) -> bool {
     a.len() == b.len()
         && a.iter()
             .zip(b)
-            .all(|((ka, va), (kb, vb))| ka == kb && va == vb)
+            .all(|((ka, va), (kb, vb))| ka == kb && identical(va, vb))
+}
+
+fn identical(a: &Bson, b: &Bson) -> bool {
+    match (a, b) {
+        (Bson::Document(a), Bson::Document(b)) => same_document(a, b),
+        (Bson::Array(a), Bson::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| identical(x, y))
+        }
+        (Bson::Double(a), Bson::Double(b)) => a.to_bits() == b.to_bits(),
+        (Bson::JavaScriptCodeWithScope(a), Bson::JavaScriptCodeWithScope(b)) => {
+            a.code == b.code && same_document(&a.scope, &b.scope)
+        }
+        _ => a == b,
+    }
 }
 
 /// Parses a sort specification into (path, descending) pairs.

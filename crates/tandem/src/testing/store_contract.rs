@@ -965,6 +965,38 @@ pub async fn replace_keeps_the_id<F: StoreFactory + ?Sized>(factory: &F, db: &st
         .await
         .unwrap();
     assert_eq!(out, outcome(1, 0, false), "the same document again");
+    // Another order inside a sub-document, or the other zero, is another
+    // document: stored, and counted. (The embedded store took both for the
+    // same, and dropped the replacement.)
+    for (from, to) in [
+        (
+            doc! { "s": { "x": 1, "y": 2 } },
+            doc! { "s": { "y": 2, "x": 1 } },
+        ),
+        (doc! { "z": 0.0 }, doc! { "z": -0.0 }),
+    ] {
+        store
+            .replace_one(&ns, doc! { "_id": 1 }, from)
+            .await
+            .unwrap();
+        let out = store
+            .replace_one(&ns, doc! { "_id": 1 }, to.clone())
+            .await
+            .unwrap();
+        assert_eq!(out, outcome(1, 1, false), "{to}");
+        let stored = get(store.as_ref(), &ns, 1).await.unwrap();
+        let mut expected = doc! { "_id": 1 };
+        expected.extend(to.clone());
+        assert_eq!(
+            bson::to_vec(&stored).unwrap(),
+            bson::to_vec(&expected).unwrap(),
+            "{stored} for {to}"
+        );
+    }
+    store
+        .replace_one(&ns, doc! { "_id": 1 }, doc! { "d": 4 })
+        .await
+        .unwrap();
     let out = store
         .replace_one(&ns, doc! { "_id": 2 }, doc! { "_id": 2, "x": 1 })
         .await
