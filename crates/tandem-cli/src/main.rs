@@ -50,8 +50,8 @@ struct Cli {
     /// (`CoordinatorBuilder::store`), as `NAME=URI`; repeat for each. Without
     /// it, `recover`, `cancel` and `gc` cannot drive or tidy a participant in
     /// that store, and `show` does not read its document.
-    #[arg(long = "store", value_name = "NAME=URI", value_parser = named_store, global = true)]
-    stores: Vec<(String, String)>,
+    #[arg(long = "store", value_name = "NAME=URI", global = true)]
+    stores: Vec<String>,
     /// The database of the transaction records: the database the
     /// applications' coordinators were given (`CoordinatorBuilder::database`).
     #[arg(long, default_value = "tandem", env = "TANDEM_DB", global = true)]
@@ -228,6 +228,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             )));
         }
     }
+    let stores = named_stores(&cli.stores)?;
     let Some(uri) = cli.uri.as_deref() else {
         return Err(Failure::Usage(
             "no server: give --uri or set MONGODB_URI".into(),
@@ -242,14 +243,24 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     records_exist(&store, &cli.db, &cli.collection).await?;
     let store: Arc<dyn Store> = Arc::new(store);
     let mut named: Vec<(String, Arc<dyn Store>)> = Vec::with_capacity(cli.stores.len());
-    for (name, uri) in &cli.stores {
-        let other = MongoStore::builder()
-            .server_selection_timeout(cli.connect_timeout)
-            .app_name("tandem-cli")
-            .connect(uri)
-            .await?;
-        other.ping().await?;
-        named.push((name.clone(), Arc::new(other)));
+    for (name, uri) in stores {
+        let connect = async {
+            let other = MongoStore::builder()
+                .server_selection_timeout(cli.connect_timeout)
+                .app_name("tandem-cli")
+                .connect(&uri)
+                .await?;
+            other.ping().await?;
+            Ok::<_, StoreError>(other)
+        };
+        let other = connect.await.map_err(|e| {
+            let mut f = Failure::from(e);
+            if let Failure::Connect(m) | Failure::Incomplete(m) = &mut f {
+                *m = format!("store {name:?}: {m}");
+            }
+            f
+        })?;
+        named.push((name, Arc::new(other)));
     }
     let ns = Namespace::new(&cli.db, &cli.collection);
     let mut builder = Coordinator::builder_shared(store.clone());
@@ -861,19 +872,77 @@ fn at_time(at: bson::DateTime, now: bson::DateTime) -> String {
     )
 }
 
-/// Parses `NAME=URI` for `--store`.
-fn named_store(arg: &str) -> Result<(String, String), String> {
-    match arg.split_once('=') {
-        Some((name, uri)) if !name.is_empty() && !uri.is_empty() => {
-            Ok((name.to_owned(), uri.to_owned()))
+/// Parses each `--store NAME=URI`: a name of letters, digits, `_`, `.` and
+/// `-` (so a URI given without a name is not taken for one), each name
+/// once. The errors never repeat the argument, which may hold a password.
+fn named_stores(args: &[String]) -> Result<Vec<(String, String)>, Failure> {
+    let mut out: Vec<(String, String)> = Vec::with_capacity(args.len());
+    for (i, arg) in args.iter().enumerate() {
+        let named = arg.split_once('=').filter(|(name, uri)| {
+            !name.is_empty()
+                && !uri.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        });
+        let Some((name, uri)) = named else {
+            return Err(Failure::Usage(format!(
+                "--store number {}: expected NAME=URI, a name of letters, digits, `_`, `.` or `-`",
+                i + 1
+            )));
+        };
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(Failure::Usage(format!("--store {name:?} is given twice")));
         }
-        _ => Err(format!("expected NAME=URI, got {arg:?}")),
+        out.push((name.to_owned(), uri.to_owned()));
     }
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use super::{named_stores, Failure};
+
+    #[test]
+    fn store_names_are_checked_without_repeating_the_argument() {
+        let secret = "s3cr3t-Pa55";
+        let refused = |args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            match named_stores(&args) {
+                Err(Failure::Usage(m)) => m,
+                other => panic!("expected a usage error, got {other:?}"),
+            }
+        };
+        for given in [
+            format!("mongodb://admin:{secret}@db.example:27017/"),
+            format!("mongodb://admin:{secret}@db.example:27017/?authSource=admin"),
+            format!("=mongodb://admin:{secret}@db.example"),
+            "ledger=".to_owned(),
+        ] {
+            let m = refused(&[&given]);
+            assert!(!m.contains(secret), "{m}");
+            assert!(m.contains("expected NAME=URI"), "{m}");
+        }
+        let m = refused(&["ledger=mongodb://a:27017", "ledger=mongodb://b:27017"]);
+        assert!(m.contains("given twice"), "{m}");
+        let ok = named_stores(&[
+            "ledger=mongodb://a:27017/?authSource=admin".to_owned(),
+            "eu-west.2=mongodb://b".to_owned(),
+        ])
+        .unwrap();
+        assert_eq!(
+            ok,
+            [
+                (
+                    "ledger".to_owned(),
+                    "mongodb://a:27017/?authSource=admin".to_owned()
+                ),
+                ("eu-west.2".to_owned(), "mongodb://b".to_owned()),
+            ]
+        );
+    }
 
     use super::*;
     use tandem::testing::FaultStore;

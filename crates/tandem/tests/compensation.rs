@@ -532,3 +532,36 @@ async fn both_strategies_refuse_a_debit_that_would_change_the_type() {
         );
     }
 }
+
+/// An exclusive increment's field removed outside tandem before the undo:
+/// left removed (adding back would bring it back as `-5`), the record
+/// canceled.
+#[tokio::test]
+async fn an_increment_removed_outside_stays_removed() {
+    let (store, clock) = applied_then_dead(
+        doc! { "_id": "X", "n": 10_i64, "status": "a" },
+        DocumentChange::update(ns(), "X")
+            .set("status", "b")
+            .inc("n", 5_i64),
+    )
+    .await;
+    written_over_then_rolled_back(&store, &clock, doc! { "$unset": { "n": "" } }).await;
+    let x = user_fields(read(&store, "X").await.unwrap());
+    assert_eq!(x, doc! { "_id": "X", "status": "a" });
+}
+
+/// The same field set to a string outside tandem: left as found (adding
+/// back failed at the store, on every pass), the record canceled.
+#[tokio::test]
+async fn an_increment_set_to_a_string_outside_stays_so() {
+    let (store, clock) = applied_then_dead(
+        doc! { "_id": "X", "n": 10_i64, "status": "a" },
+        DocumentChange::update(ns(), "X")
+            .set("status", "b")
+            .inc("n", 5_i64),
+    )
+    .await;
+    written_over_then_rolled_back(&store, &clock, doc! { "$set": { "n": "reset" } }).await;
+    let x = user_fields(read(&store, "X").await.unwrap());
+    assert_eq!(x, doc! { "_id": "X", "n": "reset", "status": "a" });
+}

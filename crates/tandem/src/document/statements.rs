@@ -691,14 +691,22 @@ impl DocumentChange {
         let mut set = Document::new();
         let mut unset = doc! { LOCK: "" };
         let mut inc = self.undo_increments(ctx.before);
-        // An increment written over outside tandem (another `$inc`, most
-        // likely) is taken back by adding, as on a shared document: the
-        // outside write stays, and so does its type.
+        // An increment written over outside tandem by another increment
+        // (the field still a number) is taken back by adding, as on a
+        // shared document: the outside write stays, and so does its type.
+        // One removed, or set to something else, is left as found and
+        // reported, as a `set` is (adding would bring it back, or fail).
         let mut taken_back = Vec::new();
         if let DocumentOp::Update { ops } = &self.op {
             for op in ops {
                 if let FieldOp::Inc { path, by } = op {
-                    if changed.contains(path) {
+                    let number = matches!(
+                        query::lookup(&current, path),
+                        Some(
+                            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)
+                        )
+                    );
+                    if changed.contains(path) && number {
                         inc.insert(path.clone(), negate(by));
                         taken_back.push(path.clone());
                     }
