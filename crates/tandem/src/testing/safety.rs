@@ -751,65 +751,30 @@ pub async fn undo_keeps_writes_made_outside_tandem<F: StoreFactory + ?Sized>(
     factory: &F,
     db: &str,
 ) {
-    let store = factory.fresh().await;
-    let orders = Namespace::new(db, "orders");
-    seed(
-        store.as_ref(),
-        &orders,
+    let (store, orders) = order_applied_then_dead(
+        factory,
+        db,
+        "shipped-meanwhile",
         doc! { "_id": "o-1", "state": "UnPaid", "note": "keep" },
+        |orders| {
+            DocumentChange::update(orders, "o-1")
+                .set("state", "Paid")
+                .set("note", "paid")
+                .require_eq("state", "UnPaid")
+        },
     )
     .await;
-    // In the same collection, so that the two applies go out in order.
-    seed(
-        store.as_ref(),
-        &orders,
-        doc! { "_id": "A", "balance": 100_i64 },
-    )
-    .await;
-    let lease = factory.lease();
-    // 1: the note's before-image; 2: the record; 3: the order's apply; then
-    // the worker is gone.
-    let faulty = FaultStore::new(store.clone()).crash_after(3);
-    let worker = coordinator(faulty, db, lease);
-    let result = worker
-        .run(
-            Transaction::with_id("shipped-meanwhile")
-                .change(
-                    DocumentChange::update(orders.clone(), "o-1")
-                        .set("state", "Paid")
-                        .set("note", "paid")
-                        .require_eq("state", "UnPaid"),
-                )
-                .change(
-                    DocumentChange::update(orders.clone(), "A")
-                        .inc("balance", -10_i64)
-                        .require_gte("balance", 10_i64),
-                ),
-        )
-        .await;
-    assert!(
-        matches!(result, Err(TxError::Interrupted { .. })),
-        "{result:?}"
-    );
     let paid = get(store.as_ref(), &orders, "o-1").await.expect("order");
     assert_eq!(paid.get_str("state").ok(), Some("Paid"), "{paid}");
     // Application code writes the order without tandem.
-    store
-        .update_one(
-            &orders,
-            doc! { "_id": "o-1" },
-            doc! { "$set": { "state": "Shipped" } },
-            crate::store::UpdateOptions::default(),
-        )
-        .await
-        .expect("a plain write");
-
-    factory.pass(store.as_ref(), lease).await;
-    let report = recovery(store.clone(), db, lease, PendingPolicy::RollBack)
-        .run_once()
-        .await
-        .expect("recovery pass");
-    assert_eq!((report.canceled, report.failed), (1, 0), "{report:?}");
+    let record = written_over_then_rolled_back(
+        factory,
+        &store,
+        db,
+        "shipped-meanwhile",
+        doc! { "$set": { "state": "Shipped" } },
+    )
+    .await;
     let order = get(store.as_ref(), &orders, "o-1").await.expect("order");
     assert_eq!(
         order.get_str("state").ok(),
@@ -822,15 +787,6 @@ pub async fn undo_keeps_writes_made_outside_tandem<F: StoreFactory + ?Sized>(
         "the rest is undone: {order}"
     );
     assert!(!held(&order), "{order}");
-    let record = store
-        .find_one(
-            &Namespace::new(db, "transactions"),
-            doc! { "_id": "shipped-meanwhile" },
-        )
-        .await
-        .expect("read")
-        .map(|d| crate::TxRecord::from_document(d).expect("record"))
-        .expect("the record");
     assert_eq!(record.state, TxState::Canceled);
     let conflicts = record.conflicts();
     assert_eq!(conflicts.len(), 1, "{:?}", record.history);
@@ -848,34 +804,68 @@ pub async fn undo_keeps_writes_made_outside_tandem<F: StoreFactory + ?Sized>(
 /// and the rest is restored. (Restored whole, the outside increment was
 /// lost.)
 pub async fn undo_keeps_an_outside_increment<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
-    let store = factory.fresh().await;
-    let orders = Namespace::new(db, "orders");
-    seed(
-        store.as_ref(),
-        &orders,
+    let (store, orders) = order_applied_then_dead(
+        factory,
+        db,
+        "counted-meanwhile",
         doc! { "_id": "o-1", "state": "UnPaid", "visits": 3_i32 },
+        |orders| {
+            DocumentChange::update(orders, "o-1")
+                .set("state", "Paid")
+                .inc("visits", 1_i32)
+                .require_eq("state", "UnPaid")
+        },
     )
     .await;
+    let paid = get(store.as_ref(), &orders, "o-1").await.expect("order");
+    assert_eq!(paid.get_i32("visits").ok(), Some(4), "{paid}");
+    let record = written_over_then_rolled_back(
+        factory,
+        &store,
+        db,
+        "counted-meanwhile",
+        doc! { "$inc": { "visits": 5_i32 } },
+    )
+    .await;
+    let order = get(store.as_ref(), &orders, "o-1").await.expect("order");
+    assert_eq!(
+        order.get("visits"),
+        Some(&Bson::Int32(8)),
+        "the outside increment stays, this one goes: {order}"
+    );
+    assert_eq!(order.get_str("state").ok(), Some("UnPaid"), "{order}");
+    assert!(!held(&order), "{order}");
+    assert_eq!(record.state, TxState::Canceled);
+    assert!(record.conflicts().is_empty(), "{:?}", record.history);
+}
+
+/// Seeds `order` and an account `A` in `orders`, then runs transaction `id`:
+/// the order's change, and a debit of `A`. Its coordinator dies after the
+/// order's apply (1: the order's before-image; 2: the record; 3: the
+/// order's apply), so it is left in flight. Returns the store and `orders`.
+async fn order_applied_then_dead<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+    id: &str,
+    order: Document,
+    change: impl FnOnce(Namespace) -> DocumentChange,
+) -> (Arc<dyn Store>, Namespace) {
+    let store = factory.fresh().await;
+    let orders = Namespace::new(db, "orders");
+    seed(store.as_ref(), &orders, order).await;
+    // In the same collection, so that the two applies go out in order.
     seed(
         store.as_ref(),
         &orders,
         doc! { "_id": "A", "balance": 100_i64 },
     )
     .await;
-    let lease = factory.lease();
-    // 1: the order's before-image; 2: the record; 3: the order's apply;
-    // then the worker is gone.
     let faulty = FaultStore::new(store.clone()).crash_after(3);
-    let worker = coordinator(faulty, db, lease);
+    let worker = coordinator(faulty, db, factory.lease());
     let result = worker
         .run(
-            Transaction::with_id("counted-meanwhile")
-                .change(
-                    DocumentChange::update(orders.clone(), "o-1")
-                        .set("state", "Paid")
-                        .inc("visits", 1_i32)
-                        .require_eq("state", "UnPaid"),
-                )
+            Transaction::with_id(id)
+                .change(change(orders.clone()))
                 .change(
                     DocumentChange::update(orders.clone(), "A")
                         .inc("balance", -10_i64)
@@ -887,43 +877,40 @@ pub async fn undo_keeps_an_outside_increment<F: StoreFactory + ?Sized>(factory: 
         matches!(result, Err(TxError::Interrupted { .. })),
         "{result:?}"
     );
-    let paid = get(store.as_ref(), &orders, "o-1").await.expect("order");
-    assert_eq!(paid.get_i32("visits").ok(), Some(4), "{paid}");
+    (store, orders)
+}
+
+/// Writes the order outside tandem (`write`), lets the lease pass, rolls
+/// transaction `id` back with one recovery pass, and returns its record.
+async fn written_over_then_rolled_back<F: StoreFactory + ?Sized>(
+    factory: &F,
+    store: &Arc<dyn Store>,
+    db: &str,
+    id: &str,
+    write: Document,
+) -> crate::TxRecord {
     store
         .update_one(
-            &orders,
+            &Namespace::new(db, "orders"),
             doc! { "_id": "o-1" },
-            doc! { "$inc": { "visits": 5_i32 } },
+            write,
             crate::store::UpdateOptions::default(),
         )
         .await
         .expect("a plain write");
-
+    let lease = factory.lease();
     factory.pass(store.as_ref(), lease).await;
     let report = recovery(store.clone(), db, lease, PendingPolicy::RollBack)
         .run_once()
         .await
         .expect("recovery pass");
     assert_eq!((report.canceled, report.failed), (1, 0), "{report:?}");
-    let order = get(store.as_ref(), &orders, "o-1").await.expect("order");
-    assert_eq!(
-        order.get("visits"),
-        Some(&Bson::Int32(8)),
-        "the outside increment stays, this one goes: {order}"
-    );
-    assert_eq!(order.get_str("state").ok(), Some("UnPaid"), "{order}");
-    assert!(!held(&order), "{order}");
-    let record = store
-        .find_one(
-            &Namespace::new(db, "transactions"),
-            doc! { "_id": "counted-meanwhile" },
-        )
+    store
+        .find_one(&Namespace::new(db, "transactions"), doc! { "_id": id })
         .await
         .expect("read")
         .map(|d| crate::TxRecord::from_document(d).expect("record"))
-        .expect("the record");
-    assert_eq!(record.state, TxState::Canceled);
-    assert!(record.conflicts().is_empty(), "{:?}", record.history);
+        .expect("the record")
 }
 
 /// Issue: *idempotency keys expire with their records.* A payment run with a
