@@ -173,16 +173,8 @@ impl DocumentChange {
     /// exactly only if the debit kept the field's type ([`types_kept`](Self::types_kept)).
     /// (An exclusive change's increments are restored from the before-image.)
     pub(super) fn shared_debits(&self) -> impl Iterator<Item = (&str, &Bson)> {
-        let ops: &[FieldOp] = match &self.op {
-            DocumentOp::Update { ops } if !self.is_exclusive() => ops,
-            _ => &[],
-        };
-        ops.iter()
-            .filter(|op| self.applies_early(op))
-            .filter_map(|op| match op {
-                FieldOp::Inc { path, by } => Some((path.as_str(), by)),
-                _ => None,
-            })
+        let shared = !self.is_exclusive();
+        self.increments_where(move |op| shared && self.applies_early(op))
     }
 
     /// The conditions under which every [shared debit](Self::shared_debits)
@@ -348,30 +340,31 @@ impl DocumentChange {
         }
     }
 
-    /// Every increment of this change, with its amount.
-    fn increments(&self) -> impl Iterator<Item = (&str, &Bson)> {
-        let ops: &[FieldOp] = match &self.op {
-            DocumentOp::Update { ops } => ops,
-            _ => &[],
-        };
-        ops.iter().filter_map(|op| match op {
-            FieldOp::Inc { path, by } => Some((path.as_str(), by)),
-            _ => None,
-        })
-    }
-
-    /// The increments that take effect only at commit, with their amounts.
-    fn deferred_credits(&self) -> impl Iterator<Item = (&str, &Bson)> {
+    /// The increments of this change that `keep` keeps, with their amounts.
+    fn increments_where<'a>(
+        &'a self,
+        keep: impl Fn(&FieldOp) -> bool + 'a,
+    ) -> impl Iterator<Item = (&'a str, &'a Bson)> + 'a {
         let ops: &[FieldOp] = match &self.op {
             DocumentOp::Update { ops } => ops,
             _ => &[],
         };
         ops.iter()
-            .filter(|op| !self.applies_early(op))
+            .filter(move |op| keep(op))
             .filter_map(|op| match op {
                 FieldOp::Inc { path, by } => Some((path.as_str(), by)),
                 _ => None,
             })
+    }
+
+    /// Every increment of this change, with its amount.
+    fn increments(&self) -> impl Iterator<Item = (&str, &Bson)> {
+        self.increments_where(|_| true)
+    }
+
+    /// The increments that take effect only at commit, with their amounts.
+    fn deferred_credits(&self) -> impl Iterator<Item = (&str, &Bson)> {
+        self.increments_where(|op| !self.applies_early(op))
     }
 
     /// The document, not held by another transaction, not a ghost, with the guards
@@ -803,11 +796,7 @@ impl DocumentChange {
     /// taken off their sums, and the pending count lowered.
     pub(super) fn undo_increments(&self, before: Option<&Document>) -> Document {
         let image = before.map(image_from_doc).unwrap_or_default();
-        let restored = |path: &str| {
-            image
-                .iter()
-                .any(|(p, _)| overlaps(p, path) && p.len() <= path.len())
-        };
+        let restored = |path: &str| image_at(&image, path).is_some();
         let mut inc = Document::new();
         if let DocumentOp::Update { ops } = &self.op {
             for op in ops {
