@@ -565,3 +565,62 @@ async fn an_increment_set_to_a_string_outside_stays_so() {
     let x = user_fields(read(&store, "X").await.unwrap());
     assert_eq!(x, doc! { "_id": "X", "n": "reset", "status": "a" });
 }
+
+/// The undo around an outside write, with the answer to each of recovery's
+/// requests lost in turn (the write landed): a second pass finishes it, and
+/// the document is the same at every point: the outside write kept, this
+/// transaction's fields and increment gone. (The retry must not take the
+/// first attempt's writes for outside ones.)
+#[tokio::test]
+async fn an_undo_around_an_outside_write_survives_a_lost_answer() {
+    for k in 1..30 {
+        let (store, clock) = applied_then_dead(
+            doc! { "_id": "X", "name": "x" },
+            DocumentChange::update(ns(), "X")
+                .set("x.c", 1_i32)
+                .set("x.d", 1_i32)
+                .inc("x.n", 5_i32),
+        )
+        .await;
+        store
+            .update_one(
+                &ns(),
+                doc! { "_id": "X" },
+                doc! { "$set": { "x.c": 2_i32 } },
+                tandem::store::UpdateOptions::default(),
+            )
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(120));
+        let recovery = |store: Arc<dyn Store>| {
+            Coordinator::builder_shared(store)
+                .lease(Duration::from_secs(30))
+                .clock_margin(Duration::ZERO)
+                .build()
+                .recovery(RecoveryConfig {
+                    pending: PendingPolicy::RollBack,
+                    ..RecoveryConfig::default()
+                })
+        };
+        let lossy = FaultStore::new(Arc::new(store.clone())).lose_answer_at(k);
+        let _ = recovery(Arc::new(lossy)).run_once().await;
+        clock.advance(Duration::from_secs(120));
+        let report = recovery(Arc::new(store.clone())).run_once().await.unwrap();
+        assert_eq!(report.failed, 0, "k={k}: {report:?}");
+        let x = user_fields(read(&store, "X").await.unwrap());
+        assert_eq!(
+            x,
+            doc! { "_id": "X", "name": "x", "x": { "c": 2_i32 } },
+            "k={k}"
+        );
+        let record = store
+            .find_one(
+                &Namespace::new("tandem", "transactions"),
+                doc! { "_id": "t1" },
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.get_str("state"), Ok("canceled"), "k={k}: {record}");
+    }
+}
