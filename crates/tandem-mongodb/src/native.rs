@@ -18,7 +18,7 @@ use mongodb::error::{
 use mongodb::options::{Acknowledgment, ReadConcern, TransactionOptions, WriteConcern};
 use mongodb::{Client, ClientSession, Collection};
 use tandem::store::{StoreError, StoreErrorKind};
-use tandem::{DocumentChange, NativeCommand, RetryPolicy, StepError};
+use tandem::{DocumentChange, NativeCommand, NativeFailure, RetryPolicy, StepError};
 
 use crate::error::map_driver_error;
 
@@ -53,16 +53,24 @@ fn retryable(e: &DriverError, label: &str) -> bool {
 }
 
 /// Runs `changes` in one transaction on `client`; `secrets` are redacted from messages.
+///
+/// A failure before the commit is sent leaves nothing applied (the
+/// transaction is aborted, or dies with its session): `Aborted`. Once a
+/// commit was sent, any failure is `InDoubt`, whatever the server answered
+/// last: the driver may itself have resent the commit, and an answer to the
+/// resent one does not say what became of the first.
 pub(crate) async fn run(
     client: &Client,
     retry: RetryPolicy,
     secrets: &[String],
     changes: &[DocumentChange],
-) -> Result<(), StepError> {
+) -> Result<(), NativeFailure> {
     let label = changes.first().map(|c| c.label()).unwrap_or_default();
-    let failed = |e: &DriverError| StepError::Store {
-        participant: label.clone(),
-        source: map_driver_error(e, secrets),
+    let failed = |e: &DriverError| {
+        NativeFailure::Aborted(StepError::Store {
+            participant: label.clone(),
+            source: map_driver_error(e, secrets),
+        })
     };
     let started = Instant::now();
     let mut attempt = 0_u32;
@@ -90,7 +98,7 @@ pub(crate) async fn run(
             Ok(()) => {}
             Err(Stop::Refused(refusal)) => {
                 let _ = session.abort_transaction().await;
-                return Err(refusal);
+                return Err(NativeFailure::Aborted(refusal));
             }
             Err(Stop::Driver(e)) => {
                 let _ = session.abort_transaction().await;
@@ -135,7 +143,7 @@ pub(crate) async fn run(
                         .database("admin")
                         .run_command(doc! { "killSessions": [lsid] })
                         .await;
-                    return Err(failed(&e));
+                    return Err(NativeFailure::InDoubt(map_driver_error(&e, secrets)));
                 }
             }
         }
@@ -162,9 +170,19 @@ async fn body(
                 match coll.insert_one(doc).session(&mut *session).await {
                     Ok(_) => true,
                     Err(e) if code_of(&e) == Some(11000) => {
-                        return Err(Stop::Refused(StepError::AlreadyExists {
-                            participant: change.label(),
-                        }))
+                        // The error aborted the transaction on the server:
+                        // what holds the `_id` is read outside it, and
+                        // explained (held by a transaction: a conflict).
+                        let current = coll
+                            .find_one(doc! { "_id": change.id.clone() })
+                            .selection_criteria(crate::store::primary())
+                            .await?;
+                        let refusal = change.explain(current.as_ref(), None).err().unwrap_or(
+                            StepError::AlreadyExists {
+                                participant: change.label(),
+                            },
+                        );
+                        return Err(Stop::Refused(refusal));
                     }
                     Err(e) => return Err(refusal_or_driver(change, e)),
                 }

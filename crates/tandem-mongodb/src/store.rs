@@ -16,7 +16,7 @@ use tandem::store::{
     FindOptions, IndexSpec, Namespace, ReturnDocument, Store, StoreError, StoreErrorKind,
     UpdateOutcome,
 };
-use tandem::{DocumentChange, StepError};
+use tandem::DocumentChange;
 
 use crate::error::{map_driver_error, uri_secrets};
 use crate::metrics::{Command, CommandCounts, Counters};
@@ -694,7 +694,7 @@ impl tandem::NativeTransactions for MongoStore {
         &self,
         changes: &[DocumentChange],
         retry: tandem::RetryPolicy,
-    ) -> Result<(), StepError> {
+    ) -> Result<(), tandem::NativeFailure> {
         crate::native::run(&self.inner.client, retry, &self.inner.secrets, changes).await
     }
 }

@@ -566,6 +566,114 @@ async fn a_keyed_native_transaction_is_refused_as_duplicate_on_retry() {
     client.database(&db).drop().await.unwrap();
 }
 
+/// A keyed native transaction that is refused aborts, record and all; the
+/// coordinator then takes the key with a `canceled` record, so a retry
+/// after the refusal is told `Duplicate` and pays nothing, as for
+/// two-phase (before, the key stayed free and the retry paid).
+#[tokio::test]
+async fn a_refused_keyed_native_transaction_keeps_its_key() {
+    let Some((store, client, db, _)) = native_fixture("nrefkey").await else {
+        return;
+    };
+    let accounts = Namespace::new(&db, "accounts");
+    let coordinator = Coordinator::builder(store.clone())
+        .database(&db)
+        .strategy(TxStrategy::Native)
+        .build();
+    let pay = || {
+        Transaction::with_id("order-8")
+            .change(
+                DocumentChange::update(accounts.clone(), "A")
+                    .inc("balance", -150_i64)
+                    .require_gte("balance", 150_i64),
+            )
+            .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 150_i64))
+    };
+    let refused = coordinator.run(pay()).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(TxError::Canceled {
+                cause: tandem::StepError::GuardFailed { .. },
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    store
+        .update_one(
+            &accounts,
+            doc! { "_id": "A" },
+            doc! { "$inc": { "balance": 1000_i64 } },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let again = coordinator.run(pay()).await;
+    assert!(
+        matches!(
+            &again,
+            Err(TxError::Duplicate {
+                state: Some(TxState::Canceled),
+                ..
+            })
+        ),
+        "{again:?}"
+    );
+    assert_eq!(
+        balance(store.as_ref(), &db, "A").await,
+        1100,
+        "nothing paid"
+    );
+    let record = coordinator
+        .record(&tandem::TxId::new("order-8").unwrap())
+        .await
+        .unwrap()
+        .expect("the refusal's record");
+    assert!(record.keyed && record.state == TxState::Canceled);
+    client.database(&db).drop().await.unwrap();
+}
+
+/// A command of a native transaction's body failing outright (here a
+/// document validation failure, no retry label) aborts it before any
+/// commit: answered `Canceled`, nothing applied (before: `Interrupted`,
+/// "not known", with no record to read).
+#[tokio::test]
+async fn a_native_body_failure_is_answered_canceled() {
+    let Some((store, client, db, app)) = native_fixture("nbody").await else {
+        return;
+    };
+    let coordinator = Coordinator::builder(store.clone())
+        .database(&db)
+        .strategy(TxStrategy::Native)
+        .build();
+    fail_once(&client, &app, &["update"], doc! { "errorCode": 121 }).await;
+    let result = coordinator.run(shopping(&db)).await;
+    failpoint_off(&client).await;
+    assert!(
+        matches!(
+            &result,
+            Err(TxError::Canceled {
+                cause: tandem::StepError::Store { .. },
+                undone: true,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert_eq!(
+        balance(store.as_ref(), &db, "A").await,
+        100,
+        "nothing applied"
+    );
+    assert_eq!(
+        balance(store.as_ref(), &db, "B").await,
+        100,
+        "nothing applied"
+    );
+    client.database(&db).drop().await.unwrap();
+}
+
 #[tokio::test]
 async fn native_and_two_phase_agree_on_outcomes_and_errors() {
     let Some((store, client, db, _)) = native_fixture("native").await else {
@@ -1076,6 +1184,15 @@ mod safety_on_mongodb {
             return;
         };
         safety::a_native_insert_takes_over_a_placeholder(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
+    async fn an_insert_meeting_a_held_delete_is_a_conflict() {
+        let Some(f) = factory("s_held_delete").await else {
+            return;
+        };
+        safety::an_insert_meeting_a_held_delete_is_a_conflict(&f, &f.db.clone()).await;
         done(f).await;
     }
 

@@ -35,7 +35,7 @@ pub use error::{ChangeError, ParticipantRef, StepError, TxError};
 pub use event::{EventSink, TxEvent};
 pub use explain::{Plan, PlannedParticipant};
 pub use memory::MemoryStore;
-pub use native::NativeTransactions;
+pub use native::{NativeFailure, NativeTransactions};
 pub use participant::{Participant, ParticipantKinds, StepContext, StepUpdate, Stores};
 pub use reads::{ReadDocuments, ReadFuture};
 pub use record::{TxId, TxRecord, TxState};

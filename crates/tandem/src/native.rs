@@ -12,7 +12,22 @@ use async_trait::async_trait;
 
 use crate::change::DocumentChange;
 use crate::error::StepError;
+use crate::store::StoreError;
 use crate::RetryPolicy;
+
+/// Why [`NativeTransactions::run_native`] did not commit, and whether it
+/// still may have.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum NativeFailure {
+    /// The transaction did not commit and never will: a participant refused,
+    /// or the store failed before the commit was sent. Nothing of it was
+    /// applied.
+    Aborted(StepError),
+    /// The commit was sent and its outcome is not known: the changes may
+    /// have been applied, all of them, or none.
+    InDoubt(StoreError),
+}
 
 /// Runs document changes inside one native multi-document transaction.
 #[async_trait]
@@ -26,9 +41,14 @@ pub trait NativeTransactions: Send + Sync {
     /// transient transaction error, and repeats its commit after an unknown
     /// commit result (the coordinator's [`RetryPolicy`]): only the store can
     /// repeat a commit within its session.
+    ///
+    /// An error says whether the transaction may have committed
+    /// ([`NativeFailure::InDoubt`]) or surely did not
+    /// ([`NativeFailure::Aborted`]): the coordinator answers the first
+    /// `Interrupted` and the second `Canceled`.
     async fn run_native(
         &self,
         changes: &[DocumentChange],
         retry: RetryPolicy,
-    ) -> Result<(), StepError>;
+    ) -> Result<(), NativeFailure>;
 }

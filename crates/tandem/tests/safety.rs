@@ -201,6 +201,11 @@ async fn a_native_insert_takes_over_a_placeholder() {
 }
 
 #[tokio::test]
+async fn an_insert_meeting_a_held_delete_is_a_conflict() {
+    safety::an_insert_meeting_a_held_delete_is_a_conflict(&MemoryFactory::new(), "bank").await;
+}
+
+#[tokio::test]
 async fn typed_presence_guards_follow_option() {
     safety::typed_presence_guards_follow_option(&MemoryFactory::new(), "bank").await;
 }

@@ -3,12 +3,14 @@
 
 use super::{Coordinator, Item, Receipt, Transaction};
 use crate::change::DocumentChange;
-use crate::config::Strategy;
+use crate::config::{ConflictPolicy, Strategy};
 use crate::error::{ChangeError, StepError, TxError};
 use crate::event::TxEvent;
+use crate::native::NativeFailure;
 use crate::participant::Participant;
 use crate::record::TxState;
 use crate::store::Store;
+use crate::store::StoreError;
 use crate::TxId;
 
 /// The one store every participant of `tx` lives in (`None`: the default
@@ -108,44 +110,79 @@ impl Coordinator {
         )
     }
 
-    /// The record of a native transaction under a caller-chosen id: `done`
-    /// from the start (it is written in the transaction, so it exists if and
-    /// only if the transaction committed), stamped with the records store's
-    /// clock as the coordinator estimates it (no step of it can arrive late:
-    /// the time serves garbage collection only).
-    async fn native_record(&self, id: &TxId) -> Result<DocumentChange, TxError> {
+    /// The record of a native transaction under a caller-chosen id, in
+    /// `state` (`done` or `canceled`): final from the start, stamped with the
+    /// records store's clock as the coordinator estimates it (no step of it
+    /// can arrive late: the time serves garbage collection only). A `done`
+    /// record is written inside the transaction, so it exists if and only if
+    /// the transaction committed; a `canceled` one after it aborted.
+    async fn native_record(
+        &self,
+        state: TxState,
+        last_error: Option<&str>,
+    ) -> Result<bson::Document, StoreError> {
         let engine = &self.engine;
-        let now =
-            engine
-                .records()
-                .clock_estimate()
-                .await
-                .map_err(|source| TxError::Interrupted {
-                    id: id.clone(),
-                    state: None,
-                    source,
-                })?;
+        let now = engine.records().clock_estimate().await?;
         let owner = engine.config.owner.as_str();
         let lease = i64::try_from(engine.config.lease.as_millis()).unwrap_or(i64::MAX);
-        Ok(DocumentChange::insert(
-            engine.records_ns(),
-            id.as_str(),
-            bson::doc! {
-                "state": TxState::Done,
-                "participants": [],
-                "owner": owner,
-                "epoch": 0_i64,
-                "leaseMillis": lease,
-                "attempts": 0,
-                "token": crate::record::new_token(),
-                "keyed": true,
-                "native": true,
-                "created": now,
-                "lastModified": now,
-                "finishedAt": now,
-                "history": [crate::engine::history(TxState::Done, owner, 0, "native")],
-            },
-        ))
+        let mut record = bson::doc! {
+            "state": state,
+            "participants": [],
+            "owner": owner,
+            "epoch": 0_i64,
+            "leaseMillis": lease,
+            "attempts": 0,
+            "token": crate::record::new_token(),
+            "keyed": true,
+            "native": true,
+            "created": now,
+            "lastModified": now,
+            "finishedAt": now,
+            "history": [crate::engine::history(state, owner, 0, "native")],
+        };
+        if let Some(error) = last_error {
+            record.insert(
+                "lastError",
+                crate::error::clip(error.to_owned(), crate::error::RECORD_TEXT_LIMIT),
+            );
+        }
+        Ok(record)
+    }
+
+    /// After a keyed native transaction was refused (it aborted: nothing of
+    /// it was applied), takes its id with a `canceled` record, so that a retry
+    /// under the id is told `Duplicate`, as a two-phase one is. `Ok(None)`:
+    /// the record is written. `Ok(Some(state))`: another run under the id
+    /// took it first (`state`, if its record could be read). `Err`: the
+    /// records store failed, and the id is still free.
+    async fn take_refused_key(
+        &self,
+        id: &TxId,
+        cause: &StepError,
+    ) -> Result<Option<Option<TxState>>, StoreError> {
+        let engine = &self.engine;
+        let mut record = bson::doc! { "_id": id.as_str() };
+        record.extend(
+            self.native_record(TxState::Canceled, Some(&cause.to_string()))
+                .await?,
+        );
+        let token = record.get_str("token").ok().map(str::to_owned);
+        let ns = engine.records_ns();
+        match engine
+            .retry(|| engine.records().insert_one(&ns, record.clone()))
+            .await
+        {
+            Ok(()) => Ok(None),
+            Err(e) if e.kind == crate::store::StoreErrorKind::DuplicateKey => {
+                // Ours, landed by an attempt whose answer was lost; or another run's.
+                let found = engine.load(id).await.ok().flatten();
+                match found {
+                    Some(r) if r.token.is_some() && r.token == token => Ok(None),
+                    other => Ok(Some(other.map(|r| r.state))),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Runs a transaction as one native multi-document transaction of its store.
@@ -158,11 +195,11 @@ impl Coordinator {
             |reason: String| TxError::Invalid(ChangeError::NativeUnavailable { reason });
         let name = one_document_store(&tx).map_err(unavailable)?;
         let keyed = tx.id.is_some();
+        // The same validation as the two-phase path, so bad input fails the same way.
+        let (id, items) = self.prepare_items(tx)?;
         if let (true, Some(name)) = (keyed, &name) {
             return Err(unavailable(keyed_elsewhere(name)));
         }
-        // The same validation as the two-phase path, so bad input fails the same way.
-        let (id, items) = self.prepare_items(tx)?;
         announce(&id);
         let mut changes: Vec<DocumentChange> = Vec::with_capacity(items.len() + 1);
         // A caller-chosen id: the record goes in the same transaction, first,
@@ -170,7 +207,15 @@ impl Coordinator {
         // `Duplicate` (as a two-phase one is), and collection keeps it as a
         // stub for the idempotency window.
         let record = if keyed {
-            let change = self.native_record(&id).await?;
+            let doc = self
+                .native_record(TxState::Done, None)
+                .await
+                .map_err(|source| TxError::Interrupted {
+                    id: id.clone(),
+                    state: None,
+                    source,
+                })?;
+            let change = DocumentChange::insert(self.engine.records_ns(), id.as_str(), doc);
             let label = change.label();
             changes.push(change);
             Some(label)
@@ -193,7 +238,34 @@ impl Coordinator {
                 store.name()
             )));
         };
-        let result = match native.run_native(&changes, self.engine.config.retry).await {
+        let config = &self.engine.config;
+        let started = tokio::time::Instant::now();
+        let mut attempt = 0_u32;
+        let outcome = loop {
+            attempt += 1;
+            let outcome = native.run_native(&changes, config.retry).await;
+            let waiting = match (&outcome, config.conflict) {
+                (
+                    Err(NativeFailure::Aborted(StepError::Conflict { .. })),
+                    ConflictPolicy::Wait { timeout },
+                ) => {
+                    crate::metrics::conflict(Strategy::Native);
+                    started.elapsed() < timeout
+                }
+                _ => false,
+            };
+            if !waiting {
+                break outcome;
+            }
+            // A refused native transaction wrote nothing: run it again, as
+            // a two-phase apply is retried, never in a busy loop.
+            let delay = config
+                .retry
+                .jittered_backoff(attempt)
+                .max(std::time::Duration::from_millis(1));
+            tokio::time::sleep(delay).await;
+        };
+        let result = match outcome {
             Ok(()) => Ok(Receipt {
                 id,
                 strategy: Strategy::Native,
@@ -203,19 +275,19 @@ impl Coordinator {
                     .unwrap_or(u32::MAX)
                     .saturating_add(1),
             }),
-            Err(StepError::AlreadyExists { participant })
+            Err(NativeFailure::Aborted(StepError::AlreadyExists { participant }))
                 if record.as_deref() == Some(participant.as_str()) =>
             {
                 // Nothing of this one was written: the transaction aborted.
                 let state = self.engine.load(&id).await.ok().flatten().map(|r| r.state);
                 Err(TxError::Duplicate { id, state })
             }
-            Err(StepError::Store { source, .. }) => Err(TxError::Interrupted {
+            Err(NativeFailure::InDoubt(source)) => Err(TxError::Interrupted {
                 id,
                 state: None,
                 source,
             }),
-            Err(cause) => {
+            Err(NativeFailure::Aborted(cause)) => {
                 // The store names the refusing change by its label; the
                 // index is the caller's (without the record, which a keyed
                 // transaction puts first). Two changes labeled alike (`_id`s
@@ -230,13 +302,39 @@ impl Coordinator {
                     (Some((i, c)), None) => Some(Box::new(Participant::reference(c, i - skipped))),
                     _ => None,
                 };
-                // The native transaction was aborted: nothing of it was applied.
-                Err(TxError::Canceled {
-                    id,
-                    cause,
-                    participant,
-                    undone: true,
-                })
+                // The native transaction was aborted: nothing of it was
+                // applied. Under a caller-chosen id, the refusal takes the
+                // id, as a two-phase one's record does.
+                let taken = if keyed {
+                    self.take_refused_key(&id, &cause).await
+                } else {
+                    Ok(None)
+                };
+                match taken {
+                    Ok(Some(state)) => Err(TxError::Duplicate { id, state }),
+                    Ok(None) => Err(TxError::Canceled {
+                        id,
+                        cause,
+                        participant,
+                        undone: true,
+                    }),
+                    Err(e) => {
+                        // Canceled all the same; the id stays free.
+                        self.engine.emit(TxEvent::StepFailed {
+                            id: id.clone(),
+                            participant: record.clone().unwrap_or_default(),
+                            error: format!(
+                                "the refusal could not be recorded, so a retry under the id runs again: {e}"
+                            ),
+                        });
+                        Err(TxError::Canceled {
+                            id,
+                            cause,
+                            participant,
+                            undone: true,
+                        })
+                    }
+                }
             }
         };
         self.engine.emit(TxEvent::NativeFinished {

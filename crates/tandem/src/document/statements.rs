@@ -522,14 +522,19 @@ impl DocumentChange {
         if query::matches(&current, &doc! { self.marker.as_str(): tx }).unwrap_or(false) {
             return Ok(Some(())); // filled already, by this transaction
         }
-        if query::lookup(&current, GHOST).is_none() {
-            return Err(StepError::AlreadyExists { participant });
-        }
+        // Held first: a document that a delete holds, or that another
+        // insert filled and may still undo, may be gone soon. That is a
+        // conflict, which `ConflictPolicy::Wait` waits out, not the definite
+        // `AlreadyExists` (which a caller told that the delete committed
+        // would have no reason to expect).
         if let Some(holder) = query::lookup(&current, LOCK).filter(|b| **b != Bson::Null) {
             return Err(StepError::Conflict {
                 participant,
                 holder: holder_text(holder),
             });
+        }
+        if query::lookup(&current, GHOST).is_none() {
+            return Err(StepError::AlreadyExists { participant });
         }
         self.expired_or(
             store,
@@ -1064,8 +1069,30 @@ impl DocumentChange {
     /// the change was applied already (`Ok`).
     ///
     /// Stores use it to report the same typed errors for every strategy.
+    ///
+    /// For an insert, `current` is what holds its `_id`: a document held by
+    /// a transaction (a delete's, or another insert's that may be undone) is
+    /// a conflict, a settled one `AlreadyExists`.
     pub fn explain(&self, current: Option<&Document>, tx: Option<&TxId>) -> Result<(), StepError> {
         let participant = self.label();
+        if matches!(self.op, DocumentOp::Insert { .. }) {
+            return Err(match current {
+                Some(current) if query::lookup(current, GHOST).is_none() => {
+                    match query::lookup(current, LOCK).filter(|b| **b != Bson::Null) {
+                        Some(holder) => StepError::Conflict {
+                            participant,
+                            holder: holder_text(holder),
+                        },
+                        None => StepError::AlreadyExists { participant },
+                    }
+                }
+                // A placeholder, or nothing: written or removed meanwhile.
+                _ => StepError::Conflict {
+                    participant,
+                    holder: CONCURRENT_WRITE.into(),
+                },
+            });
+        }
         let Some(current) = current else {
             return Err(StepError::NotFound { participant });
         };

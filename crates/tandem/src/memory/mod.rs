@@ -11,7 +11,6 @@ use bson::{Bson, Document};
 
 use crate::change::DocumentChange;
 use crate::clock::{Clock, SystemClock};
-use crate::error::StepError;
 use crate::query::size::document_len;
 use crate::query::update::{
     apply_logged_taking, apply_to_new, check_update, checked_upsert_seed, validate_replacement,
@@ -754,10 +753,12 @@ impl crate::NativeTransactions for MemoryStore {
         &self,
         changes: &[DocumentChange],
         retry: crate::RetryPolicy,
-    ) -> Result<(), StepError> {
-        // One call, under the store's lock: nothing can fail transiently.
+    ) -> Result<(), crate::NativeFailure> {
+        // One call, under the store's lock: nothing can fail transiently,
+        // and a failure leaves nothing applied.
         let _ = retry;
         self.count_command();
         self.run_locked(changes)
+            .map_err(crate::NativeFailure::Aborted)
     }
 }

@@ -59,11 +59,10 @@ impl MemoryStore {
                         let before = data.get_mut(ns).and_then(|c| c.remove(&change.id));
                         undo.push((ns.clone(), change.id.clone(), before));
                     }
-                    collection(&mut data, ns).insert_new(ns, doc).map_err(|_| {
-                        StepError::AlreadyExists {
-                            participant: change.label(),
-                        }
-                    })?;
+                    if collection(&mut data, ns).insert_new(ns, doc).is_err() {
+                        let current = data.get(ns).and_then(|c| c.get(&change.id));
+                        return change.explain(current, None);
+                    }
                     undo.push((ns.clone(), change.id.clone(), None));
                     Ok(())
                 }

@@ -1925,3 +1925,98 @@ pub async fn credits_at_new_paths_leave_nothing<F: StoreFactory + ?Sized>(
         }
     }
 }
+
+/// An insert of an `_id` that a two-phase delete holds (applied, not yet
+/// finished: the document is still there, locked) is a conflict under
+/// every strategy, which `ConflictPolicy::Wait` waits out, not the definite
+/// `AlreadyExists`: a caller told that the delete committed has no reason
+/// to expect the document to exist (found by an adversarial review: the
+/// fill's diagnosis looked for a placeholder before it looked for a holder).
+/// Once the delete finished, the same insert commits.
+pub async fn an_insert_meeting_a_held_delete_is_a_conflict<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let ledger = Namespace::new(db, "ledger");
+    let mut covered = false;
+    for n in 1..12 {
+        let store = factory.fresh().await;
+        seed(
+            store.as_ref(),
+            &ledger,
+            doc! { "_id": "X", "amount": 1_i64 },
+        )
+        .await;
+        let faulty = FaultStore::new(store.clone());
+        let pause = faulty.pause_at(n);
+        let holder = coordinator(faulty, db, factory.lease());
+        let delete = Transaction::new().change(DocumentChange::delete(ledger.clone(), "X"));
+        let mut held = tokio::spawn(async move { holder.run(delete).await });
+        tokio::select! {
+            reached = pause.reached => reached.expect("the pause"),
+            finished = &mut held => {
+                // No operation n: the delete is done.
+                assert!(finished.expect("the holder").is_ok());
+                break;
+            }
+        }
+        let locked = get(store.as_ref(), &ledger, "X").await.is_some_and(|d| {
+            d.get_document("_tandem")
+                .is_ok_and(|t| t.contains_key("lock"))
+        });
+        if locked {
+            covered = true;
+            let mut strategies = vec![crate::Strategy::TwoPhase];
+            if store.native().is_some() {
+                strategies.push(crate::Strategy::Native);
+            }
+            for strategy in strategies {
+                let other = coordinator(store.clone(), db, factory.lease());
+                let answer = other
+                    .run(
+                        Transaction::new()
+                            .strategy(strategy)
+                            .change(DocumentChange::insert(
+                                ledger.clone(),
+                                "X",
+                                doc! { "amount": 2_i64 },
+                            )),
+                    )
+                    .await;
+                assert!(
+                    matches!(
+                        &answer,
+                        Err(TxError::Canceled {
+                            cause: crate::StepError::Conflict { .. },
+                            ..
+                        })
+                    ),
+                    "{strategy:?}, paused before operation {n}: {answer:?}"
+                );
+            }
+        }
+        pause.release.send(()).ok();
+        held.await.expect("the holder").expect("the delete commits");
+        if locked {
+            let other = coordinator(store.clone(), db, factory.lease());
+            let answer = other
+                .run(Transaction::new().change(DocumentChange::insert(
+                    ledger.clone(),
+                    "X",
+                    doc! { "amount": 2_i64 },
+                )))
+                .await;
+            assert!(answer.is_ok(), "after the delete finished: {answer:?}");
+            let inserted = get(store.as_ref(), &ledger, "X").await;
+            assert_eq!(
+                inserted.as_ref().map(|d| d.get_i64("amount")),
+                Some(Ok(2)),
+                "{inserted:?}"
+            );
+        }
+    }
+    assert!(
+        covered,
+        "no operation found the document held by the delete"
+    );
+}
