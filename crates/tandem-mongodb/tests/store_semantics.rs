@@ -613,11 +613,30 @@ async fn ensure_ttl_rounds_the_age_up_and_refuses_one_too_short() {
 
     // The placeholders of inserts in a participant collection expire after
     // the lease plus the margin (4.5 s, so 5 s), and nothing else does.
+    // A placeholder of a version that did not stamp them is stamped, so the
+    // index sees it (it never expired before).
     let ledger = t.ns("ledger");
+    t.store
+        .insert_one(&ledger, doc! { "_id": "old", "_tandem": { "ghost": true } })
+        .await
+        .unwrap();
     coordinator
         .ensure_placeholder_ttl(None, &ledger)
         .await
         .unwrap();
+    let old = t
+        .store
+        .find_one(&ledger, doc! { "_id": "old" })
+        .await
+        .unwrap()
+        .expect("the placeholder");
+    assert!(
+        old.get_document("_tandem")
+            .unwrap()
+            .get_datetime("reservedAt")
+            .is_ok(),
+        "{old}"
+    );
     let mut cursor = t.store.collection(&ledger).list_indexes().await.unwrap();
     let mut placeholders = None;
     while cursor.advance().await.unwrap() {

@@ -242,3 +242,56 @@ async fn a_duplicate_answer_gives_back_the_placeholders_it_reserved() {
     assert!(matches!(again, Err(TxError::Duplicate { .. })), "{again:?}");
     assert_eq!(get(&store, &ledger(), "entry-pay-1").await, None);
 }
+
+/// A placeholder written by a version that did not stamp placeholders
+/// (`{_tandem: {ghost: true}}`, no `reservedAt`: what a coordinator of that
+/// version left when it crashed between reserving and writing its record)
+/// expires too (found by an adversarial review: every expiry path filtered on
+/// the stamp, so it blocked its `_id` for good). The first collection stamps
+/// it; one a lease plus the margin later removes it, and `put` then writes.
+#[tokio::test]
+async fn a_placeholder_of_an_older_version_expires() {
+    let (store, clock, _) = bank(&["A"], 100).await;
+    store
+        .insert_one(&ledger(), doc! { "_id": "X", "_tandem": { "ghost": true } })
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(10);
+    let reader = Coordinator::builder(store.clone())
+        .database("bank")
+        .lease(lease)
+        .build();
+    clock.advance(Duration::from_secs(24 * 3600));
+    assert_eq!(
+        reader.collect_placeholders(None, &ledger()).await.unwrap(),
+        0,
+        "stamped now, not removed: an older coordinator may still fill it"
+    );
+    let stamped = get(&store, &ledger(), "X").await.expect("still there");
+    assert!(
+        stamped
+            .get_document("_tandem")
+            .unwrap()
+            .get_datetime("reservedAt")
+            .is_ok(),
+        "{stamped}"
+    );
+    assert!(reader.in_flight::<Entry, _>("X").await.unwrap());
+    clock.advance(lease + Duration::from_secs(10));
+    assert!(!reader.in_flight::<Entry, _>("X").await.unwrap());
+    assert_eq!(
+        reader.collect_placeholders(None, &ledger()).await.unwrap(),
+        1
+    );
+    reader
+        .put(&Entry {
+            id: "X".into(),
+            amount: 1,
+        })
+        .await
+        .expect("the _id is free");
+    assert_eq!(
+        get(&store, &ledger(), "X").await,
+        Some(doc! { "_id": "X", "amount": 1_i64 })
+    );
+}

@@ -254,6 +254,11 @@ impl Coordinator {
     /// and writing its record (no record names it, so recovery cannot); see [`collect_placeholders`](Self::collect_placeholders)
     /// for stores without TTL indexes. `store` names the coordinator store
     /// the collection lives in (`None`: the default).
+    ///
+    /// Placeholders written by a version that did not stamp them
+    /// (`_tandem.reservedAt` missing), which a TTL index never removes, are
+    /// stamped with the store's time first: they expire a lease plus the
+    /// margin later.
     pub async fn ensure_placeholder_ttl(
         &self,
         store: Option<&str>,
@@ -271,7 +276,8 @@ impl Coordinator {
                     partial_filter: Some(doc! { "_tandem.ghost": true }),
                 },
             )
-            .await
+            .await?;
+        stamp_unstamped_placeholders(target.as_ref(), ns).await
     }
 
     /// Removes the placeholders of inserts (`_tandem.ghost`) in `ns` reserved
@@ -284,12 +290,18 @@ impl Coordinator {
     /// [`ensure_placeholder_ttl`](Self::ensure_placeholder_ttl) has the
     /// server do it. `store` names the coordinator store the collection
     /// lives in (`None`: the default).
+    ///
+    /// A placeholder written by a version that did not stamp it
+    /// (`_tandem.reservedAt` missing) is stamped with the store's time by the
+    /// first collection that sees it, and removed by one a lease plus the
+    /// margin later: an older coordinator still filling it keeps that long.
     pub async fn collect_placeholders(
         &self,
         store: Option<&str>,
         ns: &crate::Namespace,
     ) -> Result<u64, StoreError> {
         let target = self.named_store(store)?;
+        stamp_unstamped_placeholders(target.as_ref(), ns).await?;
         let cutoff = self.placeholder_cutoff(target.as_ref()).await?;
         target
             .delete_many(
@@ -483,3 +495,20 @@ impl Coordinator {
 
 #[cfg(test)]
 mod tests;
+
+/// Stamps the placeholders in `ns` that carry no reservation time (written
+/// by a version before placeholders were stamped) with the store's time, so
+/// that they expire like the others instead of never.
+async fn stamp_unstamped_placeholders(
+    store: &dyn Store,
+    ns: &crate::Namespace,
+) -> Result<(), StoreError> {
+    store
+        .update_many(
+            ns,
+            doc! { "_tandem.ghost": true, crate::document::RESERVED_AT: { "$exists": false } },
+            doc! { "$currentDate": { crate::document::RESERVED_AT: true } },
+        )
+        .await
+        .map(|_| ())
+}
