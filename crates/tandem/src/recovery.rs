@@ -873,8 +873,9 @@ impl RecoveryWorker {
     /// First it drops the zero credit sums (`_tandem.credit`) of the
     /// documents the due records credited or debited, where nothing is
     /// pending any more, one request per store and collection; a record
-    /// whose documents that request failed for stays for the next
-    /// collection.
+    /// whose documents that request failed for, or that names a store this
+    /// process does not have, stays for the next collection (one with the
+    /// store).
     ///
     /// `older_than` must be at least the lease plus the clock margin
     /// ([`CoordinatorConfig::lease`](crate::CoordinatorConfig::lease),
@@ -1148,7 +1149,10 @@ impl RecoveryWorker {
         for ((store, db, collection), (mut ids, records)) in credited {
             let ns = Namespace::new(db, collection);
             let Some(target) = engine.stores.get(store.as_deref()) else {
-                tracing::warn!(target: "tandem", "garbage collection cannot drop the credit sums in {ns}: no store {store:?} here");
+                // Kept for a collection that has the store: once the records
+                // are gone, nothing would look at those documents again.
+                tracing::warn!(target: "tandem", "garbage collection keeps the records that credited {ns} in store {store:?}, which this process does not have, for one that has it");
+                kept_back.extend(records.iter().cloned());
                 continue;
             };
             ids.sort_by(crate::query::total_cmp);

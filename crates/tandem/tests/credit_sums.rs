@@ -235,3 +235,73 @@ async fn a_canceled_delete_leaves_no_sum_behind() {
     assert_eq!(sums(&store).await, None, "{x}");
     assert_eq!(x.get_i64("n"), Ok(0), "the delete was undone: {x}");
 }
+
+/// Garbage collection by a process without one of a record's stores keeps
+/// the record: removing it stranded the zero credit sums it left on that
+/// store's documents, since only a record leads collection to a document
+/// (found by an adversarial review). A collection with the store then drops
+/// both.
+#[tokio::test]
+async fn collection_without_a_participant_store_keeps_the_record() {
+    use std::sync::Arc;
+    use tandem::{ManualClock, MemoryStore, RecoveryConfig, Store};
+    let (records, clock, _) = bank(&["A"], 1000).await;
+    let ledger_clock = Arc::new(ManualClock::default());
+    let ledger = MemoryStore::with_clock(ledger_clock.clone());
+    ledger
+        .insert_one(
+            &accounts(),
+            bson::doc! { "_id": "Z", "balance": 1000_i64, "pendingTransactions": [] },
+        )
+        .await
+        .unwrap();
+    let lease = std::time::Duration::from_secs(10);
+    let app = tandem::Coordinator::builder(records.clone())
+        .store("ledger", ledger.clone())
+        .lease(lease)
+        .build();
+    app.run(
+        tandem::Transaction::new()
+            .change(
+                tandem::DocumentChange::update(accounts(), "A")
+                    .inc("balance", -100_i64)
+                    .require_gte("balance", 100_i64),
+            )
+            .change(
+                tandem::DocumentChange::update(accounts(), "Z")
+                    .in_store("ledger")
+                    .inc("balance", 100_i64),
+            ),
+    )
+    .await
+    .unwrap();
+    app.drain().await;
+    let hour = std::time::Duration::from_secs(3600);
+    clock.advance(hour);
+    ledger_clock.advance(hour);
+    let without = tandem::Coordinator::builder(records.clone())
+        .lease(lease)
+        .build()
+        .recovery(RecoveryConfig::default());
+    let removed = without
+        .collect_garbage(std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(
+        removed, 0,
+        "the record stays for a collection with the store"
+    );
+    let with = app.recovery(RecoveryConfig::default());
+    assert_eq!(
+        with.collect_garbage(std::time::Duration::from_secs(60))
+            .await
+            .unwrap(),
+        1
+    );
+    let z = get(&ledger, &accounts(), "Z").await.unwrap();
+    assert!(
+        z.get_document("_tandem")
+            .map_or(true, |t| !t.contains_key("credit")),
+        "{z}"
+    );
+}
