@@ -363,6 +363,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Explain { id, mermaid } => {
             let record = find(store.as_ref(), &ns, &id).await?;
+            if record.native {
+                // Nothing of its changes was recorded: there is no plan to show.
+                let line = format!(
+                    "transaction {} ({}) ran natively: its changes are not recorded, so there is no plan to show",
+                    record.id, record.state
+                );
+                if mermaid {
+                    println!("%% {line}");
+                } else {
+                    println!("{line}");
+                }
+                return Ok(());
+            }
             let mut tx = tandem::Transaction::new().strategy(tandem::Strategy::TwoPhase);
             let mut skipped = Vec::new();
             for p in &record.participants {

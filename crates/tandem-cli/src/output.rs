@@ -80,6 +80,12 @@ pub fn details(r: &TxRecord, documents: &[String]) -> String {
     if let Some(e) = &r.last_error {
         let _ = writeln!(out, "  last error:    {e}");
     }
+    if r.native {
+        let _ = writeln!(
+            out,
+            "  strategy:      native (its changes are not recorded)"
+        );
+    }
     let _ = writeln!(out, "participants:");
     for (i, p) in r.participants.iter().enumerate() {
         let _ = writeln!(out, "  {}. {} ({})", i + 1, p.label, p.kind);

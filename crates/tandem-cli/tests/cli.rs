@@ -478,6 +478,48 @@ async fn cancel_refuses_a_participant_kind_it_cannot_rebuild() {
     client.database(&db).drop().await.unwrap();
 }
 
+/// A keyed transaction that ran natively keeps a record without its
+/// changes: `explain` says so instead of calling it two-phase with no
+/// participants, and `show` says it ran natively (the record's `native`
+/// flag was dropped on reading; found by an adversarial review).
+#[tokio::test]
+async fn a_native_record_is_shown_and_explained_as_native() {
+    let Some(uri) = uri() else { return };
+    let db = format!("tandem_cli_{}", bson::oid::ObjectId::new().to_hex());
+    let mongo = MongoStore::connect(&uri).await.unwrap();
+    let client = mongo.client().clone();
+    let store: Arc<dyn Store> = Arc::new(mongo);
+    let orders = Namespace::new(&db, "orders");
+    store
+        .insert_one(&orders, doc! { "_id": "o-1", "state": "new" })
+        .await
+        .unwrap();
+    let coordinator = Coordinator::builder_shared(store.clone())
+        .database(&db)
+        .strategy(tandem::Strategy::Native)
+        .build();
+    let receipt = coordinator
+        .run(
+            Transaction::with_id("pay-o-1")
+                .change(DocumentChange::update(orders.clone(), "o-1").set("state", "paid")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(receipt.strategy, tandem::Strategy::Native);
+    let explained = tandem(&uri, &db, &["explain", "pay-o-1"]);
+    assert_eq!(explained.status.code(), Some(0), "{explained:?}");
+    let text = stdout(&explained);
+    assert!(
+        text.contains("ran natively") && !text.contains("two-phase"),
+        "{text}"
+    );
+    let shown = tandem(&uri, &db, &["show", "pay-o-1"]);
+    assert!(stdout(&shown).contains("native"), "{}", stdout(&shown));
+    let json = tandem(&uri, &db, &["show", "pay-o-1", "--json"]);
+    assert!(stdout(&json).contains("\"native\""), "{}", stdout(&json));
+    client.database(&db).drop().await.unwrap();
+}
+
 #[tokio::test]
 async fn connection_problems_exit_with_code_3_and_hide_the_password() {
     if uri().is_none() {

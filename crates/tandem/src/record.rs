@@ -330,6 +330,11 @@ pub struct TxRecord {
     /// commit at the move to `applied`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub early_commit: bool,
+    /// Whether the transaction ran natively (a keyed one: its record is
+    /// written in its native transaction when it commits, or after it when
+    /// it is refused). Its changes are not recorded: `participants` is empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub native: bool,
     /// Set on the stub garbage collection leaves of a keyed record: its
     /// participants and history are gone, its id and state stay until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]

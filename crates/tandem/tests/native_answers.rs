@@ -534,3 +534,33 @@ async fn native_beside_a_crashed_two_phase_insert() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// The record of a keyed native run says it ran natively when read back,
+/// committed or refused (the flag was written and dropped on reading).
+#[tokio::test]
+async fn a_keyed_native_record_reads_back_as_native() {
+    let (store, _, _) = bank(&["A", "B"], 50).await;
+    let coordinator = Coordinator::builder(store.clone())
+        .strategy(Strategy::Native)
+        .build();
+    coordinator.run(keyed_payment("paid", 10)).await.unwrap();
+    let refused = coordinator.run(keyed_payment("refused", 100)).await;
+    assert!(
+        matches!(refused, Err(TxError::Canceled { .. })),
+        "{refused:?}"
+    );
+    for (key, state) in [("paid", TxState::Done), ("refused", TxState::Canceled)] {
+        let record = coordinator
+            .record(&tandem::TxId::new(key).unwrap())
+            .await
+            .unwrap()
+            .expect("the record");
+        assert!(record.native && record.keyed, "{key}: {record:?}");
+        assert_eq!(record.state, state, "{key}");
+        assert_eq!(
+            record.to_document().unwrap().get_bool("native"),
+            Ok(true),
+            "{key}"
+        );
+    }
+}
