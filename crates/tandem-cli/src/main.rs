@@ -680,6 +680,8 @@ async fn cancel(
         Ok(state) => Err(Failure::Refused(format!(
             "{id} is {state}: a transaction past its commit point cannot be canceled"
         ))),
+        // Collected between the read above and the cancel.
+        Err(e @ TxError::NoRecord { .. }) => Err(Failure::NotFound(e.to_string())),
         Err(TxError::Superseded { state, .. }) => Err(Failure::Refused(format!(
             "{id} changed while canceling (now {}); try again",
             state

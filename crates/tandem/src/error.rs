@@ -326,6 +326,14 @@ pub enum TxError {
         /// The record's epoch now.
         epoch: i64,
     },
+    /// No record has this id: the transaction never existed, or it finished
+    /// and garbage collection removed its record. Which of the two is not
+    /// known (answered by [`Coordinator::cancel`](crate::Coordinator::cancel)).
+    #[error("no transaction record has the id {id}: it never existed, or it finished and its record was collected")]
+    NoRecord {
+        /// The id.
+        id: TxId,
+    },
     /// The store failed mid-way and **the outcome is not known yet**.
     ///
     /// * `state: None`: the worker does not know whether the record was
@@ -437,6 +445,7 @@ impl TxError {
             TxError::Duplicate { id, .. }
             | TxError::Canceled { id, .. }
             | TxError::Superseded { id, .. }
+            | TxError::NoRecord { id }
             | TxError::Interrupted { id, .. } => Some(id),
         }
     }

@@ -283,6 +283,7 @@ mod labels {
             Err(TxError::Canceled { .. }) => "canceled",
             Err(TxError::Interrupted { .. }) => "interrupted",
             Err(TxError::Superseded { .. }) => "superseded",
+            Err(TxError::NoRecord { .. }) => "no_record",
             Err(TxError::Duplicate { .. }) => "duplicate",
             Err(TxError::Invalid(_)) => "invalid",
         }

@@ -779,7 +779,8 @@ impl RecoveryWorker {
     /// left to recovery (it must wait for applies in flight, or met a store
     /// failure), `applied` when finishing a committed transaction is. A
     /// store failure before the decision is
-    /// [`TxError::Interrupted`] in `pending`. A `reason` longer than 1 KiB
+    /// [`TxError::Interrupted`] in `pending`; an id without a record,
+    /// [`TxError::NoRecord`] (never there, or finished and collected). A `reason` longer than 1 KiB
     /// is cut (the record keeps it twice).
     pub async fn cancel(&self, id: &TxId, reason: &str) -> Result<TxState, TxError> {
         // The reason goes into the record twice (last error, history): cut
@@ -795,11 +796,7 @@ impl RecoveryWorker {
                 state: None,
                 source,
             })?
-            .ok_or_else(|| TxError::Superseded {
-                id: id.clone(),
-                state: None,
-                epoch: 0,
-            })?;
+            .ok_or_else(|| TxError::NoRecord { id: id.clone() })?;
         match record.state {
             TxState::Pending | TxState::Canceling | TxState::Initial => {}
             state => return Ok(state),

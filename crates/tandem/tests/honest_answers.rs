@@ -454,3 +454,18 @@ async fn a_record_keeps_no_note_over_four_kib() {
     }
     assert!(cut > 0, "no undo met the overwritten fields");
 }
+
+/// `cancel` of an id no record has answers `NoRecord`, not `Superseded`
+/// ("taken over by another worker", which never happened; found by an
+/// adversarial review).
+#[tokio::test]
+async fn cancel_of_an_id_without_a_record_says_so() {
+    let (store, _, _) = bank(&["A"], 50).await;
+    let coordinator = tandem::Coordinator::builder(store.clone()).build();
+    let id = tandem::TxId::new("no-such-transaction").unwrap();
+    let answer = coordinator.cancel(&id, "operator").await;
+    assert!(
+        matches!(&answer, Err(tandem::TxError::NoRecord { id: found }) if *found == id),
+        "{answer:?}"
+    );
+}
