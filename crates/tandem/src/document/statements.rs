@@ -520,7 +520,8 @@ impl DocumentChange {
         };
         let tx = Bson::String(ctx.marker.as_str().to_owned());
         if query::matches(&current, &doc! { self.marker.as_str(): tx }).unwrap_or(false) {
-            return Ok(Some(())); // filled already, by this transaction
+            // Filled already, by this transaction.
+            return self.confirm_applied(store, ctx).await.map(Some);
         }
         // Held first: a document that a delete holds, or that another
         // insert filled and may still undo, may be gone soon. That is a
@@ -1045,10 +1046,50 @@ impl DocumentChange {
         }
     }
 
+    /// Confirms, with [`Store::exists`] (on MongoDB a `linearizable` read),
+    /// that this transaction's marker is on the document before the apply's
+    /// deadline. The read that found it used the store's read concern,
+    /// which may be `local`: it can show a write that a failover then rolls
+    /// back, and the coordinator would have answered committed for an apply
+    /// that never held. Not confirmed yet: the outcome is unknown (the write
+    /// may still be acknowledged), a transient store error, which the step
+    /// repeats; once the deadline has passed, `Expired`.
+    async fn confirm_applied(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+    ) -> Result<(), StepError> {
+        let mut filter = doc! { "_id": self.id.clone(), self.marker.clone(): ctx.marker.as_str() };
+        if let Some(deadline) = ctx.deadline {
+            filter.insert("$expr", before(deadline));
+        }
+        let held = store
+            .exists(&self.namespace, filter)
+            .await
+            .map_err(|e| self.store_err(e))?;
+        if held {
+            return Ok(());
+        }
+        self.expired_or(
+            store,
+            ctx,
+            self.store_err(crate::store::StoreError::new(
+                crate::StoreErrorKind::Transient,
+                "the marker read on the document is not confirmed by a read of what the store cannot lose yet",
+            )),
+        )
+        .await
+    }
+
     /// Works out why a guarded apply matched nothing.
     async fn diagnose(&self, store: &dyn Store, ctx: &StepContext<'_>) -> Result<(), StepError> {
         let current = self.read_in_time(store, ctx).await?;
-        match self.explain(current.as_ref(), Some(ctx.marker)) {
+        let explained = self.explain(current.as_ref(), Some(ctx.marker));
+        if explained.is_ok() {
+            // Applied already, by this transaction.
+            return self.confirm_applied(store, ctx).await;
+        }
+        match explained {
             // Nothing in the document explains it: the deadline may have passed.
             Err(StepError::Conflict {
                 participant,
