@@ -396,11 +396,15 @@
 //!   exclusive change's increments are restored from the before-image too
 //!   (adding an amount back can leave a created field, or a wider type).
 //! * **Values and their types**: the model's shared debit is undone by
-//!   adding the amount back, which restores a number. The code refuses a
-//!   shared debit where adding back would not restore the field exactly (a
+//!   adding the amount back, which restores an integer. The code refuses a
+//!   shared debit where adding back would not restore the field's type (a
 //!   missing field, a type narrower than the amount's, a 32-bit integer
 //!   leaving its range: the `$type` conditions of the apply's filter), so
-//!   its undo is the model's, and a refusal is the model's refused guard.
+//!   its undo is the model's for integers, and a refusal is the model's
+//!   refused guard. Floating-point values are outside: `(a - x) + x` need
+//!   not be `a`, so a canceled shared debit of a double can leave the last
+//!   bit changed (a known limit in the Reliability chapter: keep money in
+//!   integers; a change that holds its document alone restores it exactly).
 //!   Tested on the embedded store (`tandem/tests/compensation.rs`); the
 //!   filter's conditions on both stores by the store contract.
 //! * **Guard kinds**: the model's shared change carries a lower bound
@@ -432,14 +436,27 @@
 //!   costs, and `tandem-mongodb/tests/lost_answers.rs` shows it on a server.)
 //!   Batched requests (`update_each`) are several single-document
 //!   statements: each is atomic on its own, and a lost batch answer is
-//!   several lost answers.
+//!   several lost answers. Batched record moves (the finisher's and
+//!   recovery's `update_many` by `_id: {$in}`) name each record's creation
+//!   token and stay below the earliest create deadline among them, so an
+//!   inert copy is not moved; a move that matched fewer records than it
+//!   named falls back to one compare-and-set per record, the model's move.
+//! * **`ConflictPolicy::Wait`**: an apply refused by a definite conflict is
+//!   sent again later. A refused apply changed nothing, so the repeat is the
+//!   model's first attempt, taken later (for the native strategy, a whole
+//!   native transaction run again, which wrote nothing the first time).
 //! * **The record's `initial` state**: the coordinator writes a record
 //!   `pending` from the start, so no state of the model stands for it
 //!   (`tests/states_match_the_record.rs` pins the other five against the
 //!   record's).
 //! * **The native strategy** (MongoDB's multi-document transactions) uses
-//!   neither records nor markers, but writes the documents this protocol
-//!   marks: to the model it is the application. Its writes run only where
+//!   no markers, and a record only under a caller-chosen id: `done`, written
+//!   inside the native transaction, or `canceled`, inserted after a refusal
+//!   aborted it. Such a record is final from the start and names no
+//!   participants, so nothing late can act on a document through it; a
+//!   `canceled` one landing late (its insert's answer lost, repeated) can
+//!   only make a later retry under the id answer `Duplicate`. To the
+//!   documents, the native strategy is the application. Its writes run only where
 //!   no lock is held (an exclusive change also only where no change is
 //!   pending), its guards read the stored value, which holds pending debits
 //!   and not pending credits (deferred to their clears), and its increments
@@ -527,15 +544,27 @@
 //!   apply that landed but is not yet held by a majority, whose
 //!   acknowledgement then arrives after recovery rolled it back); every
 //!   other command goes to the primary too; the embedded store has one copy.
-//!   Other reads of the code (a record read after a move matched nothing, a
-//!   document read to explain a refusal) only ever lead to a weaker answer
-//!   when they lag (`Superseded`, `Interrupted`, a refusal whose apply is
-//!   undone with its doubt).
+//!   A document read that explains an apply that matched nothing, and finds
+//!   this transaction's marker there (the apply landed, its answer lost),
+//!   reads at the store's read concern, which may be `local`; before it
+//!   counts as landed (and so towards a "committed" answer), `Store::exists`
+//!   confirms the marker, in time (an adversarial review: a `local` read
+//!   showed a write a failover then rolled back;
+//!   `tests/lagging_reads.rs`). Other reads of the code (a record read
+//!   after a move matched nothing, a document read to explain a refusal)
+//!   only ever lead to a weaker answer when they lag (`Superseded`,
+//!   `Interrupted`, a refusal whose apply is undone with its doubt).
 //! * **One lease for every process**: the model's `LEASE` and `MARGIN` are
 //!   constants. In the code each coordinator has its own lease, and a
 //!   record's create deadline is its coordinator's; garbage collection
 //!   therefore waits for each record's own create deadline plus the margin
-//!   as well as its age, which is the model's rule when leases agree. A
+//!   as well as its age, which is the model's rule when leases agree. The
+//!   optional TTL index on finished records (`Coordinator::ensure_ttl`) is
+//!   a second collector that cannot read each record's create deadline: it
+//!   is safe only with an age of at least the longest lease of any
+//!   coordinator writing those records plus the margin, which its
+//!   documentation requires; with a shorter one, a late create of a
+//!   longer-leased coordinator could land live. A
 //!   claim that backs off after failed attempts takes a longer lease (up to
 //!   eight times), which also gives its applies a later deadline; every
 //!   fence reads the record's own deadline, so a longer one only delays
@@ -552,6 +581,14 @@
 //! * **Reporting**: events and counts are not state; a move that matches
 //!   nothing takes the record as moved by its own earlier attempt only
 //!   under its epoch and creation token, as the model's moves name them.
+//! * **Records of older versions**: records written before creation tokens,
+//!   create stamps, tagged markers, counted debits or "missing" guards held
+//!   alone are driven by the rules they were written under, which the model
+//!   shows unsafe when a stalled step of that version lands late (its
+//!   findings 1 and 2). While coordinators of that version run, or within
+//!   a lease plus the margin after the last stopped, such a step can still
+//!   arrive; after that none can, and finishing their records is safe (the
+//!   production checklist's upgrade notes).
 //! * **Operation outside the rules**: the application respects locks and
 //!   markers (it inserts only a free `_id` or over a ghost, deletes only
 //!   unlocked, unmarked documents); clocks step back at most once.
