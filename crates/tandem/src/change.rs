@@ -268,8 +268,8 @@ pub enum DocumentOp {
 ///
 /// Its serde form is the spec a transaction record keeps. A change read
 /// back from one is applied, committed and undone as the version that wrote
-/// it did (a spec without `countsDebits` or `missingHeldAlone` is an earlier
-/// version's), so build changes with the methods, not by deserializing.
+/// it did (a spec without `countsDebits`, `missingHeldAlone` or
+/// `floatDebitsHeldAlone` is an earlier version's), so build changes with the methods, not by deserializing.
 ///
 /// ```
 /// use tandem::{DocumentChange, Namespace};
@@ -310,6 +310,15 @@ pub struct DocumentChange {
     /// so that its clear or undo finishes it as it was applied.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) missing_held_alone: bool,
+    /// Whether a debit of a floating-point amount holds the document alone
+    /// ([`is_exclusive`](Self::is_exclusive)), so that a cancel restores the
+    /// field from its before-image: adding a double back is inexact
+    /// (`(a - x) + x` need not be `a`). True for every change built now,
+    /// false for one read back from a record an earlier version wrote, whose
+    /// apply shared the document, so that its clear or undo finishes it as
+    /// it was applied.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) float_debits_held_alone: bool,
     /// Mistakes found while building, reported by `validate`.
     #[serde(skip)]
     errors: Vec<ChangeError>,
@@ -341,6 +350,7 @@ impl DocumentChange {
             guards: Vec::new(),
             counts_debits: true,
             missing_held_alone: true,
+            float_debits_held_alone: true,
             errors: Vec::new(),
             origin: Origin(None),
         }
@@ -542,7 +552,14 @@ impl DocumentChange {
             _ => false,
         });
         match &self.op {
-            DocumentOp::Update { ops } => !guards_shared || ops.iter().any(|op| !op.commutes()),
+            DocumentOp::Update { ops } => {
+                !guards_shared
+                    || ops.iter().any(|op| {
+                        !op.commutes()
+                            || (self.float_debits_held_alone
+                                && matches!(op, FieldOp::Inc { by: Bson::Double(d), .. } if *d < 0.0))
+                    })
+            }
             DocumentOp::Insert { .. } | DocumentOp::Delete => true,
         }
     }

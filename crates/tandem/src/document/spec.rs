@@ -98,6 +98,9 @@ impl DocumentChange {
         if self.missing_held_alone {
             spec.insert("missingHeldAlone", true);
         }
+        if self.float_debits_held_alone {
+            spec.insert("floatDebitsHeldAlone", true);
+        }
         Some(spec)
     }
 }

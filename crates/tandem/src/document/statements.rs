@@ -183,7 +183,9 @@ impl DocumentChange {
     /// least as wide as the amount's (a 64-bit amount makes a 32-bit integer
     /// a 64-bit one, a double amount makes an integer a double, and adding
     /// the amount back keeps them so), and a 32-bit integer stays in its
-    /// range (the store makes it 64-bit otherwise).
+    /// range (the store makes it 64-bit otherwise). An integer debit also
+    /// needs an integer (or decimal) field: on a double, subtracting and
+    /// adding back can round, and the cancel would not restore the value.
     pub(super) fn types_kept(&self) -> Vec<(String, Bson)> {
         self.shared_debits()
             .filter_map(|(path, by)| {
@@ -197,14 +199,12 @@ impl DocumentChange {
                         (
                             "$or".to_owned(),
                             Bson::Array(vec![
-                                Bson::Document(
-                                    doc! { path: { "$type": ["long", "double", "decimal"] } },
-                                ),
+                                Bson::Document(doc! { path: { "$type": ["long", "decimal"] } }),
                                 Bson::Document(doc! { path: { "$type": "int", "$gte": floor } }),
                             ]),
                         )
                     }
-                    Bson::Int64(_) => wider(&["long", "double", "decimal"]),
+                    Bson::Int64(_) => wider(&["long", "decimal"]),
                     Bson::Double(_) => wider(&["double", "decimal"]),
                     _ => wider(&["decimal"]),
                 })
@@ -230,6 +230,9 @@ impl DocumentChange {
                         ),
                     });
                 }
+                (Some(f @ Bson::Double(_)), Bson::Int32(_) | Bson::Int64(_)) => format!(
+                    "stored double {f}; a cancel adds an integer debit back, which on a double can round and not restore the value: store the field as an integer (keep money in integers)"
+                ),
                 (Some(f @ Bson::Int32(_)), Bson::Int64(_))
                 | (Some(f @ (Bson::Int32(_) | Bson::Int64(_))), Bson::Double(_))
                 | (Some(f @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))), Bson::Decimal128(_)) => format!(
