@@ -553,12 +553,11 @@ impl DocumentChange {
         });
         match &self.op {
             DocumentOp::Update { ops } => {
-                !guards_shared
-                    || ops.iter().any(|op| {
-                        !op.commutes()
-                            || (self.float_debits_held_alone
-                                && matches!(op, FieldOp::Inc { by: Bson::Double(d), .. } if *d < 0.0))
-                    })
+                !guards_shared || ops.iter().any(|op| {
+                    !op.commutes()
+                        || (self.float_debits_held_alone
+                            && matches!(op, FieldOp::Inc { by: Bson::Double(d), .. } if *d < 0.0))
+                })
             }
             DocumentOp::Insert { .. } | DocumentOp::Delete => true,
         }

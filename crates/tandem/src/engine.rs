@@ -435,8 +435,12 @@ impl Engine {
                 (Err(StepError::Store { source, .. }), _) if source.kind.is_retryable() => {
                     self.config.retry.next_delay(attempt, started.elapsed())
                 }
-                (Err(StepError::Conflict { .. }), ConflictPolicy::Wait { timeout })
-                    if matches!(step, Step::Apply) && started.elapsed() < timeout =>
+                // A transaction that holds the document itself (one
+                // database under two store names) would wait for nothing.
+                (Err(StepError::Conflict { holder, .. }), ConflictPolicy::Wait { timeout })
+                    if matches!(step, Step::Apply)
+                        && started.elapsed() < timeout
+                        && holder.as_str() != live.id.as_str() =>
                 {
                     // Never a busy loop, even under a policy without delays.
                     Some(

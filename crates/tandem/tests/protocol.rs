@@ -2207,6 +2207,55 @@ async fn one_database_under_two_store_names_names_a_document_twice() {
         .assert_clean();
 }
 
+/// A transaction that changes one document alone and also shares it,
+/// through two store names of one database, conflicts with itself: it is
+/// refused at once, naming itself, under `ConflictPolicy::Wait` too, which
+/// waited its whole timeout for itself (found by an adversarial review). The
+/// store sees the same commands as under `Fail`.
+#[tokio::test]
+async fn a_transaction_holding_a_document_itself_does_not_wait_for_itself() {
+    let mut commands = Vec::new();
+    for policy in [
+        ConflictPolicy::Fail,
+        ConflictPolicy::Wait {
+            timeout: Duration::from_secs(30),
+        },
+    ] {
+        let (store, _clock, seeded) = bank(&["A", "B"], 1000).await;
+        let coordinator = Coordinator::builder(store.clone())
+            .store("main", store.clone())
+            .conflict(policy)
+            .build();
+        let before = store.command_count();
+        let result = coordinator
+            .run(
+                Transaction::new()
+                    .change(DocumentChange::update(accounts(), "A").set("tier", "gold"))
+                    .change(
+                        DocumentChange::update(accounts(), "A")
+                            .in_store("main")
+                            .inc("balance", -1_i64)
+                            .require_gte("balance", 1_i64),
+                    )
+                    .change(DocumentChange::update(accounts(), "B").inc("balance", 1_i64)),
+            )
+            .await;
+        coordinator.drain().await;
+        let id = result.as_ref().err().and_then(|e| e.id()).cloned();
+        assert!(
+            matches!(&result, Err(TxError::Canceled { cause: StepError::Conflict { holder, .. }, .. })
+                if Some(holder.as_str()) == id.as_ref().map(|i| i.as_str())),
+            "{policy:?}: {result:?}"
+        );
+        commands.push(store.command_count() - before);
+        audit(&store, &records(), &seeded)
+            .await
+            .unwrap()
+            .assert_clean();
+    }
+    assert_eq!(commands[0], commands[1], "Fail, then Wait");
+}
+
 /// The same transaction, its coordinator dying after the record, after
 /// some or after all of the applies: recovery rebuilds each change's own
 /// marker from the record, probes for it, and finishes the transaction one
