@@ -80,6 +80,12 @@ pub fn details(r: &TxRecord, documents: &[String]) -> String {
     if let Some(e) = &r.last_error {
         let _ = writeln!(out, "  last error:    {e}");
     }
+    if let Some(until) = r.stub_until {
+        let _ = writeln!(
+            out,
+            "  stub until:    {until} (garbage collection removed its participants and history; the id stays taken until then)"
+        );
+    }
     if r.native {
         let _ = writeln!(
             out,
@@ -111,4 +117,33 @@ pub fn details(r: &TxRecord, documents: &[String]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `show` says what a record no longer holds: a stub's participants and
+    /// history were removed by garbage collection, and a native record
+    /// never recorded its changes (both printed an empty list without a word).
+    #[test]
+    fn details_say_what_a_record_does_not_hold() {
+        let at = bson::DateTime::from_millis(1_700_000_000_000);
+        let record = TxRecord::from_document(bson::doc! {
+            "_id": "pay-1", "state": "done", "owner": "app", "epoch": 0_i64,
+            "leaseMillis": 30_000_i64, "attempts": 0, "participants": [], "history": [],
+            "keyed": true, "native": true, "stubUntil": at,
+        })
+        .unwrap();
+        let text = details(&record, &[]);
+        assert!(text.contains("stub until:"), "{text}");
+        assert!(text.contains("native"), "{text}");
+        let plain = TxRecord::from_document(bson::doc! {
+            "_id": "t-1", "state": "done", "owner": "app", "epoch": 0_i64,
+            "leaseMillis": 30_000_i64, "attempts": 0, "participants": [], "history": [],
+        })
+        .unwrap();
+        let text = details(&plain, &[]);
+        assert!(!text.contains("stub") && !text.contains("native"), "{text}");
+    }
 }
