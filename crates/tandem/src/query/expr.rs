@@ -207,6 +207,14 @@ fn eval_expr_operator<'a>(
             let index = eval_in(doc, index, vars, cx)?;
             array_elem_at(array, index.as_deref())
         }
+        "$add" => {
+            let mut sum = Bson::Int32(0);
+            for arg in args {
+                let v = eval_in(doc, arg, vars, cx)?;
+                sum = add(&sum, v.as_deref())?;
+            }
+            Ok(Some(Cow::Owned(sum)))
+        }
         "$subtract" => {
             let [left, right] = args else {
                 return Err(bad_request(
@@ -390,6 +398,74 @@ fn subtract(left: Option<&Bson>, right: Option<&Bson>) -> Result<Bson, StoreErro
                 type_name(left)
             ))
             .with_code(16556))
+        }
+    })
+}
+
+/// One step of `$add`: `sum` (the operands so far, from `0`) plus `v`: null
+/// once an operand is null or missing; 32-bit while both are and it fits,
+/// else 64-bit, else (or with a double) a double; a date plus a number of
+/// milliseconds is a date (one date at most), as MongoDB computes it.
+fn add(sum: &Bson, v: Option<&Bson>) -> Result<Bson, StoreError> {
+    let Some(v) = v else {
+        return Ok(Bson::Null);
+    };
+    let long = |v: &Bson| match v {
+        Bson::Int32(n) => i64::from(*n),
+        Bson::Int64(n) => *n,
+        _ => 0,
+    };
+    Ok(match (sum, v) {
+        (Bson::Null | Bson::Undefined, _) | (_, Bson::Null | Bson::Undefined) => Bson::Null,
+        (Bson::Int32(a), Bson::Int32(b)) => match a.checked_add(*b) {
+            Some(n) => Bson::Int32(n),
+            None => Bson::Int64(i64::from(*a) + i64::from(*b)),
+        },
+        (Bson::Int32(_) | Bson::Int64(_), Bson::Int32(_) | Bson::Int64(_)) => {
+            match long(sum).checked_add(long(v)) {
+                Some(n) => Bson::Int64(n),
+                None => Bson::Double(long(sum) as f64 + long(v) as f64),
+            }
+        }
+        (
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_),
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_),
+        ) => Bson::Double(number_f64(sum) + number_f64(v)),
+        (Bson::DateTime(_), Bson::DateTime(_)) => {
+            return Err(bad_request("only one date allowed in an $add expression").with_code(16612))
+        }
+        (Bson::DateTime(d), Bson::Int32(_) | Bson::Int64(_))
+        | (Bson::Int32(_) | Bson::Int64(_), Bson::DateTime(d)) => {
+            let n = if matches!(sum, Bson::DateTime(_)) {
+                long(v)
+            } else {
+                long(sum)
+            };
+            Bson::DateTime(bson::DateTime::from_millis(
+                d.timestamp_millis().saturating_add(n),
+            ))
+        }
+        (Bson::Decimal128(_), _) | (_, Bson::Decimal128(_)) => {
+            // MongoDB adds in decimal; this store has no decimal
+            // arithmetic, and says so rather than answer otherwise.
+            return Err(bad_request(
+                "the embedded store does not $add with a decimal",
+            ));
+        }
+        _ => {
+            let odd = if matches!(
+                sum,
+                Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::DateTime(_)
+            ) {
+                v
+            } else {
+                sum
+            };
+            return Err(bad_request(format!(
+                "$add only supports numeric or date types, not {}",
+                type_name(odd)
+            ))
+            .with_code(16554));
         }
     })
 }

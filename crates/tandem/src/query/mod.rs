@@ -41,6 +41,9 @@
 //!     missing gives null. Anything else, or a double that is not finite or
 //!     out of range, fails the operation (code 241, `ConversionFailure`), as
 //!     on MongoDB;
+//!   - `$add` of numbers, and of one date with numbers (milliseconds): null
+//!     if an operand is null or missing; a decimal is refused (this store
+//!     has no decimal arithmetic);
 //!   - `$cond` of three operands (`[if, then, else]`), `$isArray` of one, and
 //!     `$arrayElemAt` of an array and an integral index (from the end if
 //!     negative; missing past either end; null for a null or missing

@@ -853,3 +853,53 @@ fn subtract_refuses_decimals_and_moves_dates() {
         doc! { "$expr": { "$eq": [{ "$subtract": ["$t", 1_000_i64] }, bson::DateTime::from_millis(9_000)] } }
     ));
 }
+
+/// `$add`: numbers, widening as MongoDB does; a date plus milliseconds is
+/// a date; null or missing gives null, which no number compares below (a
+/// placeholder's validity `reservedAt + leaseMillis` without its lease
+/// never holds); a decimal is refused as this store's limit.
+#[test]
+fn add_numbers_and_dates() {
+    let d = doc! { "i": 2_i32, "l": 40_i64, "f": 0.5, "t": bson::DateTime::from_millis(10_000) };
+    let eq = |e: Bson, want: Bson| m(&d, doc! { "$expr": { "$eq": [e, { "$literal": want }] } });
+    assert!(eq(
+        Bson::Document(doc! { "$add": ["$i", "$i"] }),
+        Bson::Int32(4)
+    ));
+    assert!(eq(
+        Bson::Document(doc! { "$add": ["$i", "$l"] }),
+        Bson::Int64(42)
+    ));
+    assert!(eq(
+        Bson::Document(doc! { "$add": ["$i", "$f"] }),
+        Bson::Double(2.5)
+    ));
+    assert!(eq(
+        Bson::Document(doc! { "$add": [i32::MAX, 1_i32] }),
+        Bson::Int64(i64::from(i32::MAX) + 1)
+    ));
+    assert!(eq(
+        Bson::Document(doc! { "$add": ["$t", 500_i64] }),
+        Bson::DateTime(bson::DateTime::from_millis(10_500))
+    ));
+    assert!(eq(
+        Bson::Document(doc! { "$add": [{ "$toLong": "$t" }, "$l"] }),
+        Bson::Int64(10_040)
+    ));
+    assert!(eq(
+        Bson::Document(doc! { "$add": ["$l", "$missing"] }),
+        Bson::Null
+    ));
+    assert!(!m(
+        &d,
+        doc! { "$expr": { "$lt": [1_i64, { "$add": [{ "$toLong": "$t" }, "$missing"] }] } }
+    ));
+    assert_eq!(
+        err(&d, doc! { "$expr": { "$add": ["$l", decimal("1")] } }).kind,
+        StoreErrorKind::BadRequest
+    );
+    assert_eq!(
+        err(&d, doc! { "$expr": { "$add": ["$t", "$t"] } }).kind,
+        StoreErrorKind::BadRequest
+    );
+}

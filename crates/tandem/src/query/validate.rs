@@ -174,7 +174,7 @@ fn validate_expr_in(expr: &Bson, bound: &[&str]) -> Result<(), StoreError> {
                 "$toLong" | "$isArray" => arity(1)?,
                 "$arrayElemAt" => arity(2)?,
                 "$cond" => arity(3)?,
-                "$and" | "$or" => {}
+                "$and" | "$or" | "$add" => {}
                 _ => {
                     return Err(bad_request(format!(
                         "unsupported expression operator in $expr: {op}"

@@ -278,8 +278,8 @@ async fn unsupported_expr_is_a_bad_request_and_changes_nothing() {
     let inc = doc! { "$inc": { "n": 1 } };
     for (filter, name) in [
         (
-            doc! { "_id": "A", "$expr": { "$lt": [ { "$add": [ { "$toLong": "$$NOW" }, 1 ] }, t0 + 10 ] } },
-            "$add",
+            doc! { "_id": "A", "$expr": { "$lt": [ { "$multiply": [ { "$toLong": "$$NOW" }, 1 ] }, t0 + 10 ] } },
+            "$multiply",
         ),
         (
             doc! { "_id": "A", "$expr": { "$lt": [ { "$toLong": "$$CLUSTER_TIME" }, t0 + 10 ] } },

@@ -7,8 +7,8 @@
 //!
 //! # Supported
 //!
-//! * `$set`, `$unset`, `$inc`, `$push`, `$addToSet`, `$pull`, `$currentDate`
-//!   and `$setOnInsert` (applied only when the update inserts).
+//! * `$set`, `$unset`, `$inc`, `$max`, `$push`, `$addToSet`, `$pull`,
+//!   `$currentDate` and `$setOnInsert` (applied only when the update inserts).
 //! * Dotted paths in every operator. Missing intermediate fields are created
 //!   as sub-documents (`$unset` and `$pull` never create anything); a numeric
 //!   segment indexes an array, and setting past its end pads it with nulls.
@@ -30,7 +30,7 @@
 //!
 //! # Not supported
 //!
-//! `$min`, `$max`, `$mul`, `$rename`, `$pop`, `$pullAll`, `$bit`, positional
+//! `$min`, `$mul`, `$rename`, `$pop`, `$pullAll`, `$bit`, positional
 //! paths (`$`, `$[]`, `$[id]`), the `$push` modifiers `$slice`, `$sort` and
 //! `$position`, pipeline updates, and arithmetic on Decimal128.
 //!
@@ -47,7 +47,7 @@ use bson::{Bson, DateTime, Document};
 
 use super::is_operator_doc;
 use crate::store::StoreError;
-use ops::{current_date, inc, pull, push, slice_of};
+use ops::{current_date, inc, max, pull, push, slice_of};
 use path::{listed_in_path_order, path_order, set_value, unset};
 use undo::OpKind;
 pub(crate) use undo::UndoLog;
@@ -263,6 +263,7 @@ fn apply_one<'u>(
         "$set" | "$setOnInsert" => set_value(doc, path, value.into_value())?,
         "$unset" => unset(doc, path),
         "$inc" => inc(doc, path, value.get())?,
+        "$max" => max(doc, path, value.into_value())?,
         "$push" => push(doc, path, value, false)?,
         "$addToSet" => push(doc, path, value, true)?,
         "$pull" => pull(doc, path, value.get(), undo.pulled())?,
@@ -311,6 +312,7 @@ pub(crate) fn apply_to_new(
             "$set" | "$setOnInsert" => set_value(doc, &path, value)?,
             "$unset" => unset(doc, &path),
             "$inc" => inc(doc, &path, &value)?,
+            "$max" => max(doc, &path, value)?,
             "$push" => push(doc, &path, Arg::Taken(&mut value), false)?,
             "$addToSet" => push(doc, &path, Arg::Taken(&mut value), true)?,
             "$pull" => pull(doc, &path, &value, None)?,

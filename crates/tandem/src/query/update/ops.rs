@@ -1,5 +1,5 @@
-//! The operators that change values: `$inc`, `$push` and `$addToSet`,
-//! `$pull`, `$currentDate`.
+//! The operators that change values: `$inc`, `$max`, `$push` and
+//! `$addToSet`, `$pull`, `$currentDate`.
 
 use bson::{Bson, DateTime, Document, Timestamp};
 
@@ -275,6 +275,15 @@ fn pull_matches(element: &Bson, cond: &Bson) -> bool {
             _ => false,
         },
         value => query::values_equal(element, value),
+    }
+}
+
+/// `$max`: sets `path` to `value` if the field is missing or `value`
+/// compares greater than it (by MongoDB's order of values).
+pub(super) fn max(doc: &mut Document, path: &str, value: Bson) -> Result<(), StoreError> {
+    match query::lookup(doc, path) {
+        Some(current) if !query::total_cmp(&value, current).is_gt() => Ok(()),
+        _ => super::path::set_value(doc, path, value),
     }
 }
 

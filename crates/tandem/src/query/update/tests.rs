@@ -639,3 +639,29 @@ fn upsert_seeds_as_mongodb_builds_them() {
         doc! { "a": { "b": 1, "c": 2 }, "ab": 3 }
     );
 }
+
+/// `$max` sets a missing field, raises a smaller one, and leaves a value
+/// as large or larger; on a new document it sets the field.
+#[test]
+fn max_raises_only() {
+    assert_eq!(
+        upd(doc! {}, doc! { "$max": { "m.lease": 30_i64 } }),
+        doc! { "m": { "lease": 30_i64 } }
+    );
+    assert_eq!(
+        upd(doc! { "n": 10_i64 }, doc! { "$max": { "n": 30_i64 } }),
+        doc! { "n": 30_i64 }
+    );
+    assert_eq!(
+        upd(doc! { "n": 60_i64 }, doc! { "$max": { "n": 30_i64 } }),
+        doc! { "n": 60_i64 }
+    );
+    let mut kept = doc! { "n": 60_i64 };
+    let update = doc! { "$max": { "n": 30_i64 } };
+    let mut log = UndoLog::default();
+    apply_logged(&mut kept, &update, now(), false, &mut log).unwrap();
+    assert!(!log.changed(&kept));
+    let mut d = upsert_seed(&doc! { "_id": "p" });
+    apply_to_new(&mut d, doc! { "$max": { "lease": 5_i64 } }, now()).unwrap();
+    assert_eq!(d, doc! { "_id": "p", "lease": 5_i64 });
+}

@@ -9,7 +9,7 @@ use crate::query::{array_index, lookup, size, split_dot};
 /// What an operator may do to the value at its path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum OpKind {
-    /// Replace or create it (`$set`, `$inc`, `$currentDate`, `$setOnInsert`).
+    /// Replace or create it (`$set`, `$inc`, `$max`, `$currentDate`, `$setOnInsert`).
     Write,
     /// Remove it (`$unset`).
     Unset,

@@ -73,6 +73,7 @@ pub(super) fn validate_update(update: &Document) -> Result<bool, StoreError> {
             "$set"
                 | "$unset"
                 | "$inc"
+                | "$max"
                 | "$push"
                 | "$addToSet"
                 | "$pull"
