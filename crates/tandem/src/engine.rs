@@ -405,6 +405,7 @@ impl Engine {
             not_before,
             before: party.before.as_ref(),
             stores: &self.stores,
+            lease: self.config.lease,
         }
     }
 

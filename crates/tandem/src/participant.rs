@@ -131,6 +131,11 @@ pub struct StepContext<'a> {
     pub before: Option<&'a Document>,
     /// The coordinator's stores.
     pub stores: &'a Stores,
+    /// The lease of the coordinator (or recovery worker) running the step
+    /// ([`CoordinatorConfig::lease`](crate::CoordinatorConfig::lease)). An insert's placeholder
+    /// carries it, so that readers judge on the store's clock, from the
+    /// placeholder alone, how long it stays a reservation.
+    pub lease: std::time::Duration,
 }
 
 /// A participant step written as one update of one document: see

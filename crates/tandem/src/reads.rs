@@ -120,7 +120,13 @@ impl Coordinator {
     }
 
     /// Whether document `id` of `D` has a transaction in flight: a marker,
-    /// a lock, or a pending count (`false` when it does not exist).
+    /// a lock, or a pending count (`false` when it does not exist); or
+    /// whether it is the placeholder of an insert that is still a
+    /// reservation. A placeholder is one until its store's clock reads its
+    /// `reservedAt` plus the lease it carries (the reserving coordinator's);
+    /// past that no insert fills it without reserving the `_id` again, so
+    /// `false` is right. (One written by a version that did not record the
+    /// lease counts as one for this coordinator's lease plus clock margin.)
     ///
     /// The answer is about the moment of the read: a transaction may start
     /// on the document right after it. To read a document only while it is
@@ -142,25 +148,27 @@ impl Coordinator {
         if !is_placeholder(&doc) {
             return Ok(false);
         }
-        // A placeholder is in flight until no insert would fill it any more.
-        Ok(!self.left_behind(store.as_ref(), &doc).await?)
+        // A placeholder is in flight until no insert would fill it any more
+        // without reserving it again.
+        let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+        Ok(!self.left_behind(store.as_ref(), &ns, id).await?)
     }
 
-    /// Whether the placeholder `doc` was reserved longer ago than the lease
-    /// plus the clock margin: left behind by a reservation that landed late.
+    /// Whether the placeholder `id` is no longer a reservation, by the
+    /// store's clock: its `reservedAt + leaseMillis` has passed (or, for
+    /// one written without `leaseMillis`, it was reserved longer ago than
+    /// this coordinator's lease plus the clock margin). No fill lands on it
+    /// then without reserving it again, which stamps it anew.
     async fn left_behind(
         &self,
         store: &dyn crate::Store,
-        doc: &Document,
+        ns: &Namespace,
+        id: Bson,
     ) -> Result<bool, StoreError> {
-        let reserved = doc
-            .get_document(META_FIELD)
-            .ok()
-            .and_then(|m| m.get_datetime("reservedAt").ok().copied());
-        let Some(reserved) = reserved else {
-            return Ok(false);
-        };
-        Ok(reserved <= self.placeholder_cutoff(store).await?)
+        let cutoff = self.placeholder_cutoff(store).await?;
+        let mut filter = doc! { "_id": id };
+        filter.extend(crate::document::expired_placeholders(cutoff));
+        store.exists(ns, filter).await
     }
 
     /// The document `id` of `D`, read once, if no transaction is in flight
@@ -215,6 +223,10 @@ impl Coordinator {
     /// Writes `doc` into the default store outside any transaction: inserts
     /// it, or replaces the document with its `_id` if that one is settled (no
     /// transaction in flight on it, see [`in_flight`](Coordinator::in_flight)).
+    /// The placeholder of an insert counts as in flight while it is still a
+    /// reservation; one that no longer is gets replaced (an insert still
+    /// running then reserves the `_id` again, finds this document, and is
+    /// refused as if the document had been there first, which it was).
     ///
     /// A document with a transaction in flight is left as it is, and the
     /// answer is [`StoreErrorKind::InFlight`]: replacing it would take away
@@ -260,13 +272,12 @@ impl Coordinator {
         }
         match store.insert_one(&ns, document.clone()).await {
             Err(e) if e.kind == StoreErrorKind::DuplicateKey => {
-                // A placeholder left behind by a late reservation goes first.
+                // A placeholder that is no longer a reservation goes first
+                // (judged on the store's clock, in the delete's filter: an
+                // insert that reserves it again meanwhile keeps it).
                 let cutoff = self.placeholder_cutoff(store.as_ref()).await?;
-                let stale = doc! {
-                    "_id": id.clone(),
-                    format!("{META_FIELD}.ghost"): true,
-                    crate::document::RESERVED_AT: { "$lte": cutoff },
-                };
+                let mut stale = doc! { "_id": id.clone() };
+                stale.extend(crate::document::expired_placeholders(cutoff));
                 if store.delete_one(&ns, stale).await? == 1 {
                     return store.insert_one(&ns, document).await;
                 }

@@ -295,3 +295,323 @@ async fn a_placeholder_of_an_older_version_expires() {
         Some(doc! { "_id": "X", "amount": 1_i64 })
     );
 }
+
+// A placeholder carries its own validity: `reservedAt` plus `leaseMillis`
+// (the reserving coordinator's lease), both judged on the participant
+// store's clock. Found by an adversarial review: readers judged a
+// placeholder by the reader's lease plus margin from `reservedAt`, while
+// the fill's deadline ran from the record's `leaseStart`, written after
+// the reservation: a slow create let a fill land on a placeholder that a
+// reader had called left behind (or that `put` had replaced).
+
+const LEASE: Duration = Duration::from_secs(30);
+const MARGIN: Duration = Duration::from_secs(2);
+const T0: i64 = 1_700_000_000_000;
+
+#[participant(collection = "orders")]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Order {
+    #[serde(rename = "_id")]
+    id: String,
+    amount: i64,
+    state: String,
+}
+
+fn orders() -> Namespace {
+    Namespace::new("shop", "orders")
+}
+
+fn placeholder_meta(doc: &bson::Document) -> (i64, i64) {
+    let meta = doc.get_document("_tandem").unwrap();
+    (
+        meta.get_datetime("reservedAt").unwrap().timestamp_millis(),
+        meta.get_i64("leaseMillis").unwrap(),
+    )
+}
+
+type Run = tokio::task::JoinHandle<Result<tandem::Receipt, TxError>>;
+
+/// An insert of `o-new` (store "ins") whose reservation lands at `T0`, whose
+/// record's create lands `MARGIN + 1s` later, and which stops right before
+/// its fill (op 2 on "ins"). The record's lease, and so the fill's
+/// deadline, runs from the create: until `T0 + 33s`; the placeholder is a
+/// reservation until `T0 + 30s`.
+async fn slow_insert() -> (
+    Arc<tandem::ManualClock>,
+    tandem::MemoryStore,
+    FaultStore,
+    Run,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let clock = Arc::new(tandem::ManualClock::new(bson::DateTime::from_millis(T0)));
+    let mem = tandem::MemoryStore::with_clock(clock.clone());
+    let rec = FaultStore::new(Arc::new(mem.clone()));
+    let ins = FaultStore::new(Arc::new(mem.clone())).keeping_upserts();
+    let coordinator = Coordinator::builder(rec.clone())
+        .database("shop")
+        .store("ins", ins.clone())
+        .lease(LEASE)
+        .clock_margin(MARGIN)
+        .build();
+    let create = rec.pause_at(1);
+    let fill = ins.pause_at(2);
+    let run = tokio::spawn(async move {
+        coordinator
+            .run(
+                Transaction::new().change(
+                    DocumentChange::insert(
+                        orders(),
+                        "o-new",
+                        doc! { "amount": 5_i64, "state": "new" },
+                    )
+                    .in_store("ins"),
+                ),
+            )
+            .await
+    });
+    create.reached.await.unwrap();
+    clock.advance(MARGIN + Duration::from_secs(1));
+    create.release.send(()).unwrap();
+    fill.reached.await.unwrap();
+    (clock, mem, ins, run, fill.release)
+}
+
+fn reader(mem: &tandem::MemoryStore, lease: Duration) -> Coordinator {
+    Coordinator::builder(mem.clone())
+        .database("shop")
+        .lease(lease)
+        .clock_margin(MARGIN)
+        .build()
+}
+
+/// While its placeholder is a reservation, a slow insert is in flight and
+/// `put` is refused; once it is not, readers say so, and the insert
+/// reserves its `_id` again (stamping the placeholder anew) before it fills
+/// it, and commits.
+#[tokio::test]
+async fn a_slow_insert_reserves_again_before_filling_an_expired_placeholder() {
+    let (clock, mem, ins, run, release) = slow_insert().await;
+    let placeholder = get(&mem, &orders(), "o-new").await.unwrap();
+    assert_eq!(placeholder_meta(&placeholder), (T0, 30_000));
+    let reader = reader(&mem, LEASE);
+
+    // T0 + 29s: a reservation still.
+    clock.advance(Duration::from_secs(26));
+    assert!(reader.in_flight::<Order, _>("o-new").await.unwrap());
+    let refused = reader
+        .put(&Order {
+            id: "o-new".into(),
+            amount: 1,
+            state: "put".into(),
+        })
+        .await;
+    assert_eq!(refused.unwrap_err().kind, tandem::StoreErrorKind::InFlight);
+
+    // T0 + 31s: expired by its own lease (the fill's deadline is T0 + 33s).
+    clock.advance(Duration::from_secs(2));
+    assert!(
+        !reader.in_flight::<Order, _>("o-new").await.unwrap(),
+        "no fill lands on it without a new reservation"
+    );
+
+    // The fill misses (op 2), looks (ops 3 to 5), reserves again (op 6):
+    // stop before the second fill (op 7) to see the new stamp.
+    let refill = ins.pause_at(7);
+    release.send(()).unwrap();
+    refill.reached.await.unwrap();
+    let stamped = get(&mem, &orders(), "o-new").await.unwrap();
+    assert_eq!(placeholder_meta(&stamped), (T0 + 31_000, 30_000));
+    assert!(reader.in_flight::<Order, _>("o-new").await.unwrap());
+    refill.release.send(()).unwrap();
+
+    run.await.unwrap().expect("the insert commits");
+    assert_eq!(ins.upserts().len(), 2, "reserved twice");
+    assert_eq!(
+        reader.get::<Order, _>("o-new").await.unwrap(),
+        Some(Order {
+            id: "o-new".into(),
+            amount: 5,
+            state: "new".into(),
+        })
+    );
+}
+
+/// `put` replaces a placeholder expired by its own lease (though the
+/// insert's deadline has not passed); the insert then reserves again, finds
+/// the document, and is refused as if it had been there first (it was).
+#[tokio::test]
+async fn put_replaces_an_expired_placeholder_and_the_slow_insert_finds_the_document() {
+    let (clock, mem, _ins, run, release) = slow_insert().await;
+    let reader = reader(&mem, LEASE);
+    clock.advance(Duration::from_secs(28)); // T0 + 31s
+    reader
+        .put(&Order {
+            id: "o-new".into(),
+            amount: 1,
+            state: "put".into(),
+        })
+        .await
+        .expect("no reservation any more");
+    release.send(()).unwrap();
+    let refused = run.await.unwrap();
+    assert!(
+        matches!(
+            refused,
+            Err(TxError::Canceled {
+                cause: StepError::AlreadyExists { .. },
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        get(&mem, &orders(), "o-new").await,
+        Some(doc! { "_id": "o-new", "amount": 1_i64, "state": "put" })
+    );
+}
+
+/// A placeholder reserved with a longer lease than the reader's is a
+/// reservation for the writer's lease: the reader says it is in flight,
+/// `put` is refused, collection leaves it, and the insert commits.
+#[tokio::test]
+async fn a_placeholder_is_valid_for_its_writers_lease() {
+    let clock = Arc::new(tandem::ManualClock::new(bson::DateTime::from_millis(T0)));
+    let mem = tandem::MemoryStore::with_clock(clock.clone());
+    let ins = FaultStore::new(Arc::new(mem.clone())).keeping_upserts();
+    let writer = Coordinator::builder(mem.clone())
+        .database("shop")
+        .store("ins", ins.clone())
+        .lease(Duration::from_secs(60))
+        .clock_margin(MARGIN)
+        .build();
+    let fill = ins.pause_at(2);
+    let run = tokio::spawn(async move {
+        writer
+            .run(
+                Transaction::new().change(
+                    DocumentChange::insert(
+                        orders(),
+                        "o-long",
+                        doc! { "amount": 7_i64, "state": "new" },
+                    )
+                    .in_store("ins"),
+                ),
+            )
+            .await
+    });
+    fill.reached.await.unwrap();
+    let placeholder = get(&mem, &orders(), "o-long").await.unwrap();
+    assert_eq!(placeholder_meta(&placeholder), (T0, 60_000));
+
+    let reader = reader(&mem, Duration::from_secs(10));
+    clock.advance(Duration::from_secs(40)); // past the reader's lease plus margin
+    assert!(reader.in_flight::<Order, _>("o-long").await.unwrap());
+    let refused = reader
+        .put(&Order {
+            id: "o-long".into(),
+            amount: 1,
+            state: "put".into(),
+        })
+        .await;
+    assert_eq!(refused.unwrap_err().kind, tandem::StoreErrorKind::InFlight);
+    assert_eq!(
+        reader.collect_placeholders(None, &orders()).await.unwrap(),
+        0
+    );
+
+    fill.release.send(()).unwrap();
+    run.await.unwrap().expect("the insert commits");
+    assert_eq!(ins.upserts().len(), 1, "filled with its first reservation");
+    assert_eq!(
+        reader
+            .get::<Order, _>("o-long")
+            .await
+            .unwrap()
+            .map(|o| o.amount),
+        Some(7)
+    );
+}
+
+/// The fill's filter matches a placeholder only while it is a reservation
+/// by its own fields: not once `reservedAt + leaseMillis` has passed, not
+/// one without `leaseMillis` (written by an older version: the insert
+/// reserves it again first); and collection removes exactly the expired
+/// ones, judging those without `leaseMillis` by the collector's lease plus
+/// margin.
+#[tokio::test]
+async fn a_fill_lands_only_on_a_placeholder_still_reserved() {
+    let clock = Arc::new(tandem::ManualClock::new(bson::DateTime::from_millis(T0)));
+    let mem = tandem::MemoryStore::with_clock(clock.clone());
+    let at = |ms: i64| bson::DateTime::from_millis(T0 - ms);
+    let placeholders = [
+        (
+            "fresh",
+            doc! { "ghost": true, "reservedAt": at(29_000), "leaseMillis": 30_000_i64 },
+        ),
+        (
+            "expired",
+            doc! { "ghost": true, "reservedAt": at(30_000), "leaseMillis": 30_000_i64 },
+        ),
+        (
+            "long",
+            doc! { "ghost": true, "reservedAt": at(50_000), "leaseMillis": 60_000_i64 },
+        ),
+        ("legacy", doc! { "ghost": true, "reservedAt": at(1_000) }),
+        (
+            "legacy-old",
+            doc! { "ghost": true, "reservedAt": at(32_000) },
+        ),
+    ];
+    for (id, meta) in &placeholders {
+        mem.insert_one(&orders(), doc! { "_id": *id, "_tandem": meta.clone() })
+            .await
+            .unwrap();
+    }
+    let stores = tandem::Stores::new(Arc::new(mem.clone()));
+    let tx = tandem::TxId::new("t").unwrap();
+    let fills = |id: &'static str| {
+        let change = DocumentChange::insert(orders(), id, doc! { "amount": 1_i64 });
+        let ctx = tandem::StepContext {
+            tx: &tx,
+            marker: &tx,
+            epoch: 0,
+            deadline: Some(bson::DateTime::from_millis(T0 + 3_600_000)),
+            not_before: None,
+            before: None,
+            stores: &stores,
+            lease: LEASE,
+        };
+        let step = tandem::Participant::apply_statement(&change, &ctx).expect("one statement");
+        let store = step.store.clone();
+        async move {
+            store
+                .update_one(
+                    &step.namespace,
+                    step.filter,
+                    step.update,
+                    Default::default(),
+                )
+                .await
+                .unwrap()
+                .matched
+        }
+    };
+    let collector = reader(&mem, LEASE);
+    assert_eq!(
+        collector
+            .collect_placeholders(None, &orders())
+            .await
+            .unwrap(),
+        2
+    );
+    let mut left: Vec<String> = mem
+        .documents(&orders())
+        .iter()
+        .map(|d| d.get_str("_id").unwrap().to_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["fresh", "legacy", "long"]);
+    assert_eq!(fills("legacy").await, 0, "no lease: reserve it again first");
+    assert_eq!(fills("long").await, 1);
+    assert_eq!(fills("fresh").await, 1);
+}

@@ -877,6 +877,7 @@ async fn a_late_apply_after_done_is_fenced() {
             not_before: None,
             before: None,
             stores: &stores,
+            lease: std::time::Duration::from_secs(30),
         },
     )
     .await
@@ -930,6 +931,7 @@ async fn a_late_apply_after_a_cancel_that_undid_nothing_is_fenced() {
                 not_before: None,
                 before: None,
                 stores: &stores,
+                lease: std::time::Duration::from_secs(30),
             },
         )
         .await
@@ -1996,6 +1998,7 @@ async fn an_apply_after_its_deadline_does_not_take_a_marker_for_its_own() {
                     not_before: None,
                     before: None,
                     stores,
+                    lease: std::time::Duration::from_secs(30),
                 },
             )
             .await
@@ -2043,6 +2046,7 @@ async fn a_probe_finds_a_marker_that_is_there_when_the_clock_steps_back() {
             not_before: Some(fence),
             before: None,
             stores: &stores,
+            lease: std::time::Duration::from_secs(30),
         },
     );
     let steps = async {

@@ -248,7 +248,11 @@ impl Coordinator {
 
     /// Creates a TTL index on a participant collection that lets the store
     /// remove placeholders of inserts (`_tandem.ghost`) once they are older
-    /// than the lease plus the clock margin (idempotent). A reservation that
+    /// than the lease plus the clock margin (idempotent). The index keys on
+    /// `_tandem.reservedAt` alone, with this coordinator's lease: a
+    /// placeholder that another coordinator reserved with a longer lease
+    /// may go before that lease has run out, which is harmless (an insert
+    /// that finds no placeholder reserves its `_id` again). A reservation that
     /// landed late, after its transaction had ended, leaves one behind, and
     /// so does a coordinator that crashed between reserving an insert's `_id`
     /// and writing its record (no record names it, so recovery cannot); see [`collect_placeholders`](Self::collect_placeholders)
@@ -280,12 +284,17 @@ impl Coordinator {
         stamp_unstamped_placeholders(target.as_ref(), ns).await
     }
 
-    /// Removes the placeholders of inserts (`_tandem.ghost`) in `ns` reserved
-    /// longer ago than the lease plus the clock margin, by that store's
-    /// clock; returns how many. An insert fills its placeholder within its
-    /// deadline, so an older one is one that a reservation landing late
-    /// (after its transaction had ended) left behind: it would keep the
-    /// `_id` from a plain insert. Removing a placeholder is always safe (an
+    /// Removes the placeholders of inserts (`_tandem.ghost`) in `ns` that
+    /// are no longer reservations, by that store's clock; returns how many.
+    /// A placeholder carries the lease of the coordinator that reserved it
+    /// (`_tandem.leaseMillis`), and is a reservation until the store's clock
+    /// reads its `_tandem.reservedAt` plus that lease: an insert fills it only
+    /// until then, and reserves the `_id` again (stamping it anew) to fill it
+    /// later. An expired one, such as one that a reservation landing late
+    /// (after its transaction had ended) left behind, would keep the `_id`
+    /// from a plain insert. (One written without the lease, by an older
+    /// version, goes once reserved longer ago than this coordinator's lease
+    /// plus the clock margin.) Removing a placeholder is always safe (an
     /// insert that finds none reserves its `_id` again). On MongoDB,
     /// [`ensure_placeholder_ttl`](Self::ensure_placeholder_ttl) has the
     /// server do it. `store` names the coordinator store the collection
@@ -304,10 +313,7 @@ impl Coordinator {
         stamp_unstamped_placeholders(target.as_ref(), ns).await?;
         let cutoff = self.placeholder_cutoff(target.as_ref()).await?;
         target
-            .delete_many(
-                ns,
-                doc! { "_tandem.ghost": true, crate::document::RESERVED_AT: { "$lte": cutoff } },
-            )
+            .delete_many(ns, crate::document::expired_placeholders(cutoff))
             .await
     }
 

@@ -82,6 +82,7 @@ impl Coordinator {
             not_before: None,
             before: None,
             stores: &engine.stores,
+            lease: engine.config.lease,
         };
         let images = join_all(participants.iter().zip(&own_markers).map(|(p, own)| {
             p.prepare(StepContext {

@@ -11,10 +11,14 @@
 //!   zero, so two marker names on one collection cannot hide a pending change);
 //! * `_tandem.ghost`: marks a placeholder: an `_id` reserved by an insert that
 //!   has not filled it (yet), with `_tandem.reservedAt`, the store's time of
-//!   the reservation. Placeholders are invisible to every other change and
-//!   are filled, or removed, by inserts; one that a late reservation left
-//!   behind expires (removing a placeholder is always safe: a fill that finds
-//!   none reserves the `_id` again).
+//!   the reservation, and `_tandem.leaseMillis`, how long after it the
+//!   placeholder stays a reservation. Placeholders are invisible to every
+//!   other change and are filled, or removed, by inserts. A fill lands only
+//!   while the store's clock reads earlier than `reservedAt + leaseMillis`;
+//!   past that, the placeholder is no reservation any more (readers say so,
+//!   and may remove it), and an insert still running reserves the `_id`
+//!   again before filling it (removing a placeholder is always safe: a fill
+//!   that finds none reserves the `_id` again).
 //!
 //! Nothing else, and nothing once the marker is gone: late steps of stalled
 //! workers are fenced by time, not by history (see
@@ -27,7 +31,8 @@
 //! An insert is two steps, because an insert cannot carry a condition: while
 //! preparing, an upsert reserves the `_id` with a placeholder (harmless if it
 //! lands late: a placeholder changes nothing anyone sees), and the apply fills
-//! the placeholder with one guarded, deadline-fenced update.
+//! the placeholder with one guarded update, fenced by the apply's deadline
+//! and by the placeholder's own validity.
 
 use std::sync::Arc;
 
@@ -54,6 +59,9 @@ const DELETING: &str = "_tandem.deleting";
 const GHOST: &str = "_tandem.ghost";
 /// When a placeholder was reserved, by its store's clock.
 pub(crate) const RESERVED_AT: &str = "_tandem.reservedAt";
+/// How long a placeholder stays a reservation after `reservedAt`, in
+/// milliseconds (the longest lease of the coordinators that reserved it).
+pub(crate) const LEASE_MILLIS: &str = "_tandem.leaseMillis";
 /// The sums of the credits pending on each field, by path under it.
 const CREDITS: &str = "_tandem.credit";
 /// How many transactions have a change applied to the document, under any
@@ -78,6 +86,43 @@ fn before(deadline: bson::DateTime) -> Document {
 /// The filter condition "the store's clock reads `time` or later".
 fn from(time: bson::DateTime) -> Document {
     doc! { "$gte": [store_clock(), time.timestamp_millis()] }
+}
+
+/// The end of a placeholder's validity, by its own fields: `reservedAt`
+/// plus `leaseMillis`, in milliseconds; null when either is missing.
+fn reservation_end() -> Document {
+    doc! { "$add": [ { "$toLong": format!("${RESERVED_AT}") }, format!("${LEASE_MILLIS}") ] }
+}
+
+/// The filter condition "the placeholder is still a reservation": the
+/// store's clock reads earlier than `reservedAt + leaseMillis`. False for a
+/// placeholder missing either field.
+fn reservation_valid() -> Document {
+    doc! { "$lt": [store_clock(), reservation_end()] }
+}
+
+/// The filter of the placeholders that are no longer reservations, by the
+/// store's clock: those whose `reservedAt + leaseMillis` has passed, and
+/// those without `leaseMillis` (reserved by a version that did not write
+/// it) reserved at or before `cutoff` (the reader's lease plus clock margin
+/// ago). No fill lands on one without reserving it again
+/// ([`DocumentChange::fill_filter`]), which stamps it anew: removing it, or
+/// saying nothing is in flight on it, is right.
+pub(crate) fn expired_placeholders(cutoff: bson::DateTime) -> Document {
+    doc! {
+        GHOST: true,
+        "$or": [
+            {
+                RESERVED_AT: { "$exists": true },
+                LEASE_MILLIS: { "$exists": true },
+                "$expr": { "$gte": [store_clock(), reservation_end()] },
+            },
+            {
+                LEASE_MILLIS: { "$exists": false },
+                RESERVED_AT: { "$lte": cutoff },
+            },
+        ],
+    }
 }
 
 /// A before-image: the value of each exclusively changed field, or its absence.
@@ -245,7 +290,7 @@ impl Participant for DocumentChange {
     async fn prepare(&self, ctx: StepContext<'_>) -> Result<Option<Document>, StepError> {
         // Keep in step with `prepare_reads`.
         if matches!(self.op, DocumentOp::Insert { .. }) {
-            self.reserve(self.store(&ctx)?.as_ref()).await?;
+            self.reserve(self.store(&ctx)?.as_ref(), &ctx).await?;
             return Ok(None);
         }
         let paths = self.imaged_paths();
@@ -287,8 +332,9 @@ impl Participant for DocumentChange {
                     match self.diagnose_fill(store.as_ref(), &ctx).await? {
                         Some(()) => return Ok(()),
                         None => {
-                            // No placeholder: reserve it again, unless too late
-                            // to fill it (a late worker leaves nothing behind).
+                            // No placeholder, or one no longer valid: reserve
+                            // it again, unless too late to fill it (a late
+                            // worker leaves nothing behind).
                             if let Some(deadline) = ctx.deadline {
                                 let now = store.now().await.map_err(|e| self.store_err(e))?;
                                 if now >= deadline {
@@ -297,7 +343,7 @@ impl Participant for DocumentChange {
                                     });
                                 }
                             }
-                            self.reserve(store.as_ref()).await?
+                            self.reserve(store.as_ref(), &ctx).await?
                         }
                     }
                 }

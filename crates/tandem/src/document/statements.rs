@@ -460,7 +460,10 @@ impl DocumentChange {
     }
 
     /// The filter of the apply of an insert: the `_id`'s placeholder, not
-    /// held, before the deadline.
+    /// held, before the deadline, and still a reservation (the store's clock
+    /// reads earlier than its `reservedAt + leaseMillis`: past that, readers
+    /// may have said that no insert is in flight on it, or removed it, and
+    /// the insert must reserve the `_id` again first).
     pub(super) fn fill_filter(&self, ctx: &StepContext<'_>) -> Document {
         let mut filter = doc! {
             "_id": self.id.clone(),
@@ -468,9 +471,12 @@ impl DocumentChange {
             LOCK: Bson::Null,
             self.marker.clone(): { "$ne": ctx.marker.as_str() },
         };
+        let mut exprs = Vec::with_capacity(2);
         if let Some(deadline) = ctx.deadline {
-            filter.insert("$expr", before(deadline));
+            exprs.push(before(deadline));
         }
+        exprs.push(reservation_valid());
+        insert_expr(&mut filter, exprs);
         filter
     }
 
@@ -485,12 +491,20 @@ impl DocumentChange {
     }
 
     /// Reserves the `_id` of an insert with a placeholder stamped with the
-    /// store's time (`_tandem.reservedAt`), unless a document has it
-    /// already; a placeholder there is stamped again. Harmless at any time:
-    /// a reservation that lands late leaves a placeholder that expires
+    /// store's time (`_tandem.reservedAt`) and the lease
+    /// (`_tandem.leaseMillis`, [`StepContext::lease`]; the longer one stays
+    /// where another coordinator reserved with a longer lease), unless a
+    /// document has it already; a placeholder there is stamped again, which
+    /// makes it a reservation again. Harmless at any time: a reservation
+    /// that lands late leaves a placeholder that expires
     /// ([`Coordinator::ensure_placeholder_ttl`](crate::Coordinator::ensure_placeholder_ttl),
     /// [`Coordinator::collect_placeholders`](crate::Coordinator::collect_placeholders)).
-    pub(super) async fn reserve(&self, store: &dyn Store) -> Result<(), StepError> {
+    pub(super) async fn reserve(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+    ) -> Result<(), StepError> {
+        let lease = i64::try_from(ctx.lease.as_millis()).unwrap_or(i64::MAX);
         // The filter names the placeholder, so that the stamp never lands on
         // a document; the upsert seeds `_tandem.ghost` from it. A document
         // under the `_id` makes the upsert collide: nothing to reserve (the
@@ -499,7 +513,10 @@ impl DocumentChange {
             .update_one(
                 &self.namespace,
                 doc! { "_id": self.id.clone(), GHOST: true },
-                doc! { "$currentDate": { RESERVED_AT: true } },
+                doc! {
+                    "$currentDate": { RESERVED_AT: true },
+                    "$max": { LEASE_MILLIS: lease },
+                },
                 crate::store::UpdateOptions::upsert(),
             )
             .await
@@ -540,6 +557,11 @@ impl DocumentChange {
         if query::lookup(&current, GHOST).is_none() {
             return Err(StepError::AlreadyExists { participant });
         }
+        if !self.reservation_holds(store, &current).await? {
+            // No reservation any more: readers may have said so; reserve it
+            // again (if still in time) and fill it then.
+            return Ok(None);
+        }
         self.expired_or(
             store,
             ctx,
@@ -550,6 +572,27 @@ impl DocumentChange {
         )
         .await
         .map(|()| Some(()))
+    }
+
+    /// Whether the placeholder `current` is still a reservation: the
+    /// store's clock reads earlier than its `reservedAt + leaseMillis` (as
+    /// the fill's filter requires; false when either field is missing).
+    async fn reservation_holds(
+        &self,
+        store: &dyn Store,
+        current: &Document,
+    ) -> Result<bool, StepError> {
+        let reserved = query::lookup(current, RESERVED_AT).and_then(|b| b.as_datetime().copied());
+        let lease = query::lookup(current, LEASE_MILLIS).and_then(|b| match b {
+            Bson::Int64(n) => Some(*n),
+            Bson::Int32(n) => Some(i64::from(*n)),
+            _ => None,
+        });
+        let (Some(reserved), Some(lease)) = (reserved, lease) else {
+            return Ok(false);
+        };
+        let now = store.now().await.map_err(|e| self.store_err(e))?;
+        Ok(now.timestamp_millis() < reserved.timestamp_millis().saturating_add(lease))
     }
 
     /// `Err(Expired)` if the apply's deadline has passed by the store's clock,

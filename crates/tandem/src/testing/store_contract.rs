@@ -96,6 +96,7 @@ macro_rules! __store_contract_list {
             documents_over_16_mib_are_too_large,
             malformed_requests_are_bad_requests,
             expr_now_fences_by_the_store_clock,
+            placeholders_carry_their_validity,
             array_markers,
             push_with_slice_keeps_the_newest,
             dotted_paths,
@@ -1878,6 +1879,98 @@ pub async fn expr_now_fences_by_the_store_clock<F: StoreFactory + ?Sized>(factor
     assert_eq!(
         store
             .delete_one(&ns, doc! { "_id": "B", "$expr": before(now + hour) })
+            .await
+            .unwrap(),
+        1
+    );
+}
+
+/// An insert's placeholder carries its validity, judged by the store's
+/// clock: the reservation (`$currentDate` with `$max` of the lease) keeps
+/// the longer lease; the fill's fence `now < reservedAt + leaseMillis`
+/// (`$add` of `$toLong` of a date and a number) holds for a fresh
+/// placeholder only, never without `leaseMillis`; and the filter of the
+/// expired ones matches the others.
+pub async fn placeholders_carry_their_validity<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = docs(db);
+    let reserve = |lease: i64| {
+        doc! {
+            "$currentDate": { "_tandem.reservedAt": true },
+            "$max": { "_tandem.leaseMillis": lease },
+        }
+    };
+    for (id, lease) in [("fresh", 3_600_000_i64), ("zero", 0), ("long", 3_600_000)] {
+        let out = store
+            .update_one(
+                &ns,
+                doc! { "_id": id, "_tandem.ghost": true },
+                reserve(lease),
+                crate::store::UpdateOptions::upsert(),
+            )
+            .await
+            .unwrap();
+        assert!(out.upserted, "{id}");
+    }
+    // A shorter lease does not shorten a placeholder's.
+    store
+        .update_one(
+            &ns,
+            doc! { "_id": "long", "_tandem.ghost": true },
+            reserve(1),
+            crate::store::UpdateOptions::upsert(),
+        )
+        .await
+        .unwrap();
+    let long = get(store.as_ref(), &ns, "long").await.unwrap();
+    let meta = long.get_document("_tandem").unwrap();
+    assert_eq!(meta.get_bool("ghost"), Ok(true), "{long}");
+    assert_eq!(meta.get_i64("leaseMillis"), Ok(3_600_000), "{long}");
+    assert!(meta.get_datetime("reservedAt").is_ok(), "{long}");
+    let now = store.now().await.unwrap().timestamp_millis();
+    let at = bson::DateTime::from_millis(now);
+    seed(
+        store.as_ref(),
+        &ns,
+        vec![doc! { "_id": "legacy", "_tandem": { "ghost": true, "reservedAt": at } }],
+    )
+    .await;
+    let valid = doc! {
+        "$lt": [
+            { "$toLong": "$$NOW" },
+            { "$add": [ { "$toLong": "$_tandem.reservedAt" }, "$_tandem.leaseMillis" ] },
+        ]
+    };
+    let mut valid_ids = Vec::new();
+    for id in ["fresh", "zero", "long", "legacy"] {
+        if store
+            .exists(&ns, doc! { "_id": id, "$expr": valid.clone() })
+            .await
+            .unwrap()
+        {
+            valid_ids.push(id);
+        }
+    }
+    assert_eq!(valid_ids, ["fresh", "long"]);
+    // Expired: "zero" by its own lease; "legacy" (no lease) by the cutoff.
+    let cutoff = bson::DateTime::from_millis(now + 3_600_000);
+    let mut expired: Vec<String> = store
+        .find(
+            &ns,
+            crate::document::expired_placeholders(cutoff),
+            crate::store::FindOptions::default(),
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.get_str("_id").unwrap().to_owned())
+        .collect();
+    expired.sort();
+    assert_eq!(expired, ["legacy", "zero"]);
+    let cutoff = bson::DateTime::from_millis(now - 3_600_000);
+    assert_eq!(
+        store
+            .count(&ns, crate::document::expired_placeholders(cutoff))
             .await
             .unwrap(),
         1
