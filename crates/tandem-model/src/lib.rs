@@ -502,13 +502,15 @@
 //!   ghost is invisible and harmless, so a coordinator that then gets
 //!   `Duplicate` leaves at most a ghost. The model reserves after the create.
 //! * **Ghost collection**: ghosts are never removed here (the application's
-//!   insert replaces one). The code removes a placeholder once it is older
-//!   than the lease plus the margin (`collect_placeholders`, a TTL index,
-//!   `put`), and an insert's undo (and a coordinator giving back what it
+//!   insert replaces one). The code removes a placeholder once it is no
+//!   longer a reservation, by its own fields on its store's clock
+//!   (`reservedAt + leaseMillis`: `collect_placeholders`, `put`; a TTL
+//!   index by the lease plus the margin), and an insert's undo (and a coordinator giving back what it
 //!   reserved for a transaction refused before its record) deletes any
 //!   unlocked, unmarked placeholder of its `_id`, at any age: a reservation
 //!   can land after its transaction ended and leave one that nothing fills. Removing an unlocked, unmarked ghost changes
-//!   nothing anyone sees, and an insert whose fill finds none reserves its
+//!   nothing anyone sees, and an insert whose fill finds none, or finds
+//!   one no longer a reservation (the fill is fenced by it), reserves its
 //!   `_id` again.
 //! * **Bookkeeping counters** (`_tandem.pending`, `_tandem.credit.<path>`):
 //!   the model's exclusive change requires no marker of any transaction,

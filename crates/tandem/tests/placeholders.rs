@@ -2,7 +2,9 @@
 //! with an upsert, which cannot be fenced by time, so a reservation that
 //! reaches the store after its transaction ended leaves a placeholder no
 //! transaction fills. It carries the store's time of the reservation and
-//! expires: typed reads stop counting it as in flight, `put` replaces it,
+//! the reserving coordinator's lease, and expires when the store's clock
+//! reads their sum: no fill lands on it after that without reserving it
+//! again, typed reads stop counting it as in flight, `put` replaces it,
 //! `Coordinator::collect_placeholders` (and on MongoDB a TTL index) removes it.
 
 mod common;
