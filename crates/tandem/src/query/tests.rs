@@ -630,10 +630,10 @@ fn unsupported_expressions_are_rejected() {
         assert_eq!(e.code, Some(BAD_VALUE));
         assert!(e.message.contains(name), "{f}: {}", e.message);
     };
-    rejected(doc! { "$expr": { "$add": [ "$a", 1 ] } }, "$add");
+    rejected(doc! { "$expr": { "$multiply": [ "$a", 1 ] } }, "$multiply");
     rejected(
-        doc! { "$expr": { "$lt": [ { "$add": [ "$a", 1 ] }, 5 ] } },
-        "$add",
+        doc! { "$expr": { "$lt": [ { "$multiply": [ "$a", 1 ] }, 5 ] } },
+        "$multiply",
     );
     rejected(
         doc! { "$expr": { "$lt": [ { "$toLong": "$$CLUSTER_TIME" }, 5 ] } },
@@ -662,9 +662,15 @@ fn unsupported_expressions_are_rejected() {
         doc! { "$expr": { "$eq": [ "$a.$b", 1 ] } },
         "invalid field path",
     );
-    rejected(doc! { "$or": [ { "$expr": { "$add": [ 1 ] } } ] }, "$add");
+    rejected(
+        doc! { "$or": [ { "$expr": { "$multiply": [ 1 ] } } ] },
+        "$multiply",
+    );
     // Rejected even when another clause already fails.
-    rejected(doc! { "a": 2, "$expr": { "$add": [ 1 ] } }, "$add");
+    rejected(
+        doc! { "a": 2, "$expr": { "$multiply": [ 1 ] } },
+        "$multiply",
+    );
     // `$expr` is a top-level operator only, and not allowed in `$pull`.
     rejected(doc! { "a": { "$expr": true } }, "$expr");
     let e = validate_pull_filter(&doc! { "$expr": true }).unwrap_err();
