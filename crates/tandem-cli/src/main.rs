@@ -698,6 +698,11 @@ async fn cancel(
                 "{id} has a participant in the store {store:?}, which this command does not have (it has the --uri server only); cancel it from a program that has that store (left as it was)"
             )))
         }
+        Err(TxError::Invalid(e @ tandem::ChangeError::ForeignStore { .. })) => {
+            Err(Failure::Refused(format!(
+                "{id}: {e}; give --store the URI of the database the transaction was made in (left as it was)"
+            )))
+        }
         Err(e) => Err(Failure::Incomplete(e.to_string())),
     }
 }

@@ -3,8 +3,9 @@
 //! An [`Engine`] drives one transaction that a worker owns at a given epoch:
 //! guarded state transitions of the record, and concurrent participant steps.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bson::{doc, Bson, Document};
@@ -14,8 +15,10 @@ use crate::config::{ConflictPolicy, CoordinatorConfig};
 use crate::error::{ChangeError, StepError, TxError};
 use crate::event::{EventSink, TxEvent};
 use crate::participant::{Participant, ParticipantKinds, StepContext, Stores};
-use crate::record::{TxRecord, TxState, CONFLICT_EVENT};
-use crate::store::{Namespace, Store, StoreError, StoreErrorKind};
+use crate::record::{ParticipantEntry, TxRecord, TxState, CONFLICT_EVENT};
+use crate::store::{
+    FindOneAndUpdateOptions, Namespace, ReturnDocument, Store, StoreError, StoreErrorKind,
+};
 use crate::TxId;
 
 /// Most transactions finished together in one round (by the background
@@ -160,12 +163,41 @@ impl Step {
     }
 }
 
+/// The collection, in the coordinator's database on each named store,
+/// that holds the store's identity ([`Engine::store_uid`]).
+pub(crate) const IDENTITY_COLLECTION: &str = "tandem_store";
+
+/// The `_id` of a store's identity document.
+const IDENTITY_ID: &str = "identity";
+
+/// The identities of the named stores, as read once per process
+/// ([`Engine::store_uid`]): shared by a coordinator and its recovery workers.
+#[derive(Default)]
+pub(crate) struct StoreUids {
+    cells: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<String>>>>,
+}
+
+impl StoreUids {
+    fn cell(&self, name: &str) -> Arc<tokio::sync::OnceCell<String>> {
+        let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        cells.entry(name.to_owned()).or_default().clone()
+    }
+
+    /// The identity of the store named `name`, if read already.
+    fn known(&self, name: &str) -> Option<String> {
+        let cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        cells.get(name).and_then(|cell| cell.get().cloned())
+    }
+}
+
 /// The shared machinery: stores, participant kinds, configuration, events.
 pub(crate) struct Engine {
     pub stores: Stores,
     pub kinds: ParticipantKinds,
     pub config: CoordinatorConfig,
     pub events: Option<EventSink>,
+    /// The named stores' identities, read once per process.
+    pub uids: Arc<StoreUids>,
 }
 
 impl Engine {
@@ -889,10 +921,17 @@ impl Engine {
     }
 
     /// What of `record` this engine cannot drive, if anything: a participant
-    /// kind it cannot rebuild, or a document change in a store it does not
-    /// have. A worker that claimed such a record would raise its epoch, its
+    /// kind it cannot rebuild, a document change in a store it does not
+    /// have, or one in a store that is another database here than where the
+    /// record says the change was made ([`foreign_store`](Self::foreign_store)).
+    /// A worker that claimed such a record would raise its epoch, its
     /// attempts and its back-off, fencing its owner off, and then fail to
-    /// drive it.
+    /// drive it (or, in the wrong database, find no marker and roll back a
+    /// committed transaction).
+    ///
+    /// The identities compared are those read already
+    /// ([`learn_uids`](Self::learn_uids)); one not read yet is
+    /// [`ChangeError::ForeignStore`] with `here: None`.
     pub fn cannot_drive(&self, record: &TxRecord) -> Option<ChangeError> {
         record.participants.iter().find_map(|p| {
             if !self.kinds.knows(&p.kind) {
@@ -901,12 +940,88 @@ impl Engine {
                 });
             }
             let store = p.spec.get_str("store").ok();
-            (p.kind == crate::document::KIND && store.is_some() && self.stores.get(store).is_none())
-                .then(|| ChangeError::UnknownStore {
+            if p.kind == crate::document::KIND
+                && store.is_some()
+                && self.stores.get(store).is_none()
+            {
+                return Some(ChangeError::UnknownStore {
                     participant: p.label.clone(),
                     store: store.unwrap_or_default().to_owned(),
-                })
+                });
+            }
+            self.foreign_store(p)
         })
+    }
+
+    /// Whether the store named in `entry` is, in this process, another
+    /// database than the one the entry was recorded in: its identity
+    /// ([`store_uid`](Self::store_uid)) differs from the recorded one
+    /// ([`ParticipantEntry::store_uid`]), or has not been read here. `None`
+    /// for an entry without a recorded identity (the default store, another
+    /// kind, a record of an older version) or a store this process does not
+    /// have (see [`cannot_drive`](Self::cannot_drive)).
+    pub fn foreign_store(&self, entry: &ParticipantEntry) -> Option<ChangeError> {
+        let recorded = entry.store_uid.as_deref()?;
+        let store = entry.spec.get_str("store").ok()?;
+        self.stores.get(Some(store))?;
+        let here = self.uids.known(store);
+        (here.as_deref() != Some(recorded)).then(|| ChangeError::ForeignStore {
+            participant: entry.label.clone(),
+            store: store.to_owned(),
+            recorded: recorded.to_owned(),
+            here,
+        })
+    }
+
+    /// Reads the identities of the stores that `record`'s entries recorded
+    /// one for ([`ParticipantEntry::store_uid`]), where not read already:
+    /// nothing for a record without any. The first failure is the answer
+    /// (the others are still read).
+    pub async fn learn_uids(&self, record: &TxRecord) -> Result<(), StoreError> {
+        let mut first = Ok(());
+        for p in &record.participants {
+            let Some(store) = p
+                .store_uid
+                .as_ref()
+                .and_then(|_| p.spec.get_str("store").ok())
+            else {
+                continue;
+            };
+            if self.stores.get(Some(store)).is_none() || self.uids.known(store).is_some() {
+                continue;
+            }
+            if let Err(e) = self.store_uid(store).await {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    /// The identity of the store named `name`: a random value kept in the
+    /// document `{_id: "identity", uid}` of the `tandem_store` collection
+    /// of the coordinator's database on that store, written by the first
+    /// process that asks (an upsert that only sets on insert; a duplicate
+    /// key from a race reads the winner's). Read once per process, the
+    /// first time it is needed, and kept.
+    ///
+    /// Two processes that share the records must mean the same database by
+    /// each store name: the record keeps each named-store participant's
+    /// store identity, and a process whose store under that name has
+    /// another does not drive it.
+    pub async fn store_uid(&self, name: &str) -> Result<String, StoreError> {
+        let store = self.stores.get(Some(name)).ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::BadRequest,
+                format!("unknown store {name:?}"),
+            )
+        })?;
+        let ns = Namespace::new(&self.config.database, IDENTITY_COLLECTION);
+        let cell = self.uids.cell(name);
+        cell.get_or_try_init(|| self.retry(|| read_identity(store.as_ref(), &ns)))
+            .await
+            .cloned()
     }
 
     /// Rebuilds the participants of a stored record, as its current epoch drives it.
@@ -941,6 +1056,36 @@ impl Engine {
     pub fn margin_millis(&self) -> i64 {
         i64::try_from(self.config.clock_margin.as_millis()).unwrap_or(i64::MAX)
     }
+}
+
+/// Reads a store's identity, writing it first if it has none (see
+/// [`Engine::store_uid`]).
+async fn read_identity(store: &dyn Store, ns: &Namespace) -> Result<String, StoreError> {
+    let filter = doc! { "_id": IDENTITY_ID };
+    let update = doc! { "$setOnInsert": { "uid": crate::record::new_token() } };
+    let found = match store
+        .find_one_and_update(
+            ns,
+            filter.clone(),
+            update,
+            FindOneAndUpdateOptions::returning(ReturnDocument::After).with_upsert(true),
+        )
+        .await
+    {
+        // Another process wrote it between our filter and our insert.
+        Err(e) if e.kind == StoreErrorKind::DuplicateKey => store.find_one(ns, filter).await?,
+        other => other?,
+    };
+    found
+        .as_ref()
+        .and_then(|d| d.get_str("uid").ok())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::Other,
+                format!("the store's identity in {ns} has no uid: {found:?}"),
+            )
+        })
 }
 
 /// How [`interrupted_by`] begins the message of a step that must wait

@@ -110,6 +110,27 @@ pub enum ChangeError {
         /// The store name.
         store: String,
     },
+    /// A participant's store name means another database in this process
+    /// than in the one that recorded the transaction: the store registered
+    /// here under that name has another identity
+    /// ([`ParticipantEntry::store_uid`](crate::record::ParticipantEntry::store_uid)),
+    /// or its identity could not be read (`here: None`). The record is left
+    /// for a process whose store under that name is the recorded one.
+    #[error(
+        "participant {participant} is in store {store:?} with identity {recorded}, but the store \
+         {store:?} here {}",
+        foreign_here(.here)
+    )]
+    ForeignStore {
+        /// The participant.
+        participant: String,
+        /// The store name.
+        store: String,
+        /// The store identity the record keeps.
+        recorded: String,
+        /// The identity of the store registered here under that name, if read.
+        here: Option<String>,
+    },
     /// A participant kind that no factory is registered for.
     #[error("no participant kind {kind:?} is registered")]
     UnknownKind {
@@ -130,6 +151,14 @@ pub enum ChangeError {
         /// What was wrong.
         message: String,
     },
+}
+
+/// What [`ChangeError::ForeignStore`] says of the store here.
+fn foreign_here(here: &Option<String>) -> String {
+    match here {
+        Some(here) => format!("is another database (identity {here})"),
+        None => "has an identity not read yet (the store may be down)".to_owned(),
+    }
 }
 
 /// Why one participant step (apply, compensate, clear) did not succeed.

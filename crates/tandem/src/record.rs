@@ -262,6 +262,15 @@ pub struct ParticipantEntry {
     /// a record written before such markers existed is finished as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marker: Option<String>,
+    /// For a document change in a named store: the identity of that store
+    /// as the coordinator that wrote the record had it (`storeUid`, read
+    /// from the store's `tandem_store` collection). A process whose store
+    /// under that name has another identity (another database registered
+    /// under the same name) does not drive or tidy the record, and leaves
+    /// it for one whose store is the recorded one. `None` for the default
+    /// store, other kinds, and records written before identities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_uid: Option<String>,
 }
 
 /// How a history line noting an undo's conflict begins (see [`TxRecord::conflicts`]).

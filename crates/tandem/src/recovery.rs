@@ -23,7 +23,7 @@ use futures::future::join_all;
 
 use crate::config::{PendingPolicy, RecoveryConfig};
 use crate::engine::{history, is_not_yet, Engine, Live, Step, HISTORY_KEPT, ROUND};
-use crate::error::TxError;
+use crate::error::{ChangeError, TxError};
 use crate::event::TxEvent;
 use crate::record::{TxRecord, TxState};
 
@@ -278,9 +278,11 @@ impl RecoveryWorker {
             .scan(&ns, filter, &self.recovery_at, |d| match TxRecord::from_document(d) {
                 Ok(r) if !(r.lease_expired(now) && self.past_margin(&r, now)) => None,
                 Ok(r) => match self.engine.cannot_drive(&r) {
+                    // A store identity not read yet: read after the scan.
+                    Some(ChangeError::ForeignStore { here: None, .. }) => Some(r),
                     Some(why) => {
                         undrivable += 1;
-                        tracing::warn!(target: "tandem", "cannot recover {} here: {why}", r.id);
+                        refuse_to_drive(&r.id, &why);
                         None
                     }
                     None => Some(r),
@@ -295,6 +297,25 @@ impl RecoveryWorker {
         if unreadable > 0 {
             tracing::warn!(target: "tandem", "{unreadable} unreadable transaction record(s) passed over");
         }
+        // A record naming a store by the identity it had where it was
+        // written: a store here under that name that is another database is
+        // not driven (it would find no marker, and roll back what committed).
+        // Identities are read once per process, the first time a record
+        // needs one.
+        let mut checked = Vec::with_capacity(expired.len());
+        for r in expired {
+            if let Err(e) = self.engine.learn_uids(&r).await {
+                tracing::warn!(target: "tandem", "cannot read a store's identity for {}: {e}", r.id);
+            }
+            match self.engine.cannot_drive(&r) {
+                Some(why) => {
+                    undrivable += 1;
+                    refuse_to_drive(&r.id, &why);
+                }
+                None => checked.push(r),
+            }
+        }
+        let expired = checked;
         let mut report = RecoveryReport {
             scanned,
             failed: undrivable,
@@ -801,9 +822,18 @@ impl RecoveryWorker {
             TxState::Pending | TxState::Canceling | TxState::Initial => {}
             state => return Ok(state),
         }
+        self.engine
+            .learn_uids(&record)
+            .await
+            .map_err(|source| TxError::Interrupted {
+                id: id.clone(),
+                state: Some(record.state),
+                source,
+            })?;
         if let Some(why) = self.engine.cannot_drive(&record) {
             // Not claimed: a claim would only fence its owner off, and
             // nothing here could drive it.
+            refuse_to_drive(id, &why);
             return Err(TxError::Invalid(why));
         }
         let claimed = self
@@ -978,6 +1008,18 @@ impl RecoveryWorker {
                 continue;
             }
             if let Some(live) = live {
+                // Its participants' `forget` runs only where every store
+                // name means the database the record was written in (the
+                // identities were read by `tidy_credits`); kept otherwise,
+                // for a process where it does.
+                if let Some(why) = record
+                    .participants
+                    .iter()
+                    .find_map(|p| engine.foreign_store(p))
+                {
+                    refuse_to_drive(&record.id, &why);
+                    continue;
+                }
                 if engine
                     .step_all(&live, Step::Forget)
                     .await
@@ -1132,8 +1174,18 @@ impl RecoveryWorker {
         type Group = (Vec<Bson>, Vec<String>);
         let mut credited: std::collections::BTreeMap<(Option<String>, String, String), Group> =
             std::collections::BTreeMap::new();
+        let engine = &self.engine;
         for (record, _, _) in due {
+            if let Err(e) = engine.learn_uids(record).await {
+                tracing::warn!(target: "tandem", "cannot read a store's identity for {}: {e}", record.id);
+            }
             for p in &record.participants {
+                if let Some(why) = engine.foreign_store(p) {
+                    // Another database here under that name: its documents
+                    // are not the ones the record incremented.
+                    tracing::error!(target: "tandem", "garbage collection leaves the credit sums of {}: {why}", record.id);
+                    continue;
+                }
                 if let Some((store, ns, id)) = crate::document::incremented(&p.kind, &p.spec) {
                     let (ids, records) = credited.entry((store, ns.db, ns.collection)).or_default();
                     ids.push(id);
@@ -1141,7 +1193,6 @@ impl RecoveryWorker {
                 }
             }
         }
-        let engine = &self.engine;
         let mut kept_back = std::collections::HashSet::new();
         for ((store, db, collection), (mut ids, records)) in credited {
             let ns = Namespace::new(db, collection);
@@ -1234,6 +1285,27 @@ impl Claimed {
 
 /// The cursor behind `mutex`, also after a panic while it was held (a
 /// cursor is a hint of where to read next; any value is safe).
+/// Logs why a record is left undriven here: an error for a store name that
+/// means another database here than where the record was written (the
+/// deployment is wrong: processes sharing the records must agree on what
+/// each store name means), a warning otherwise.
+fn refuse_to_drive(id: &TxId, why: &ChangeError) {
+    match why {
+        ChangeError::ForeignStore {
+            store,
+            recorded,
+            here: Some(here),
+            ..
+        } => tracing::error!(
+            target: "tandem",
+            "not driving {id}: the store {store:?} registered here (identity {here}) is not the one \
+             the transaction was made in (identity {recorded}); left for a process whose store \
+             {store:?} is that database"
+        ),
+        why => tracing::warn!(target: "tandem", "cannot recover {id} here: {why}"),
+    }
+}
+
 fn lock(mutex: &Mutex<Option<Cursor>>) -> std::sync::MutexGuard<'_, Option<Cursor>> {
     mutex
         .lock()

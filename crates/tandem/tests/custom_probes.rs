@@ -178,8 +178,9 @@ async fn run(timely: bool) -> (Result<tandem::Receipt, tandem::TxError>, TxState
         .unwrap();
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     let svc = FaultStore::new(shared.clone());
-    // Recovery's apply of A (the third operation on the "docs" store) loses its answer.
-    let docs = FaultStore::new(shared.clone()).lose_at(3);
+    // Recovery's apply of A (the fourth operation on the "docs" store, after
+    // the read of its identity) loses its answer.
+    let docs = FaultStore::new(shared.clone()).lose_at(4);
     let down = Arc::new(AtomicBool::new(false));
     let lease = Duration::from_secs(10);
     let d2 = down.clone();

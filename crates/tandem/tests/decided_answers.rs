@@ -156,7 +156,9 @@ async fn a_refusal_explains_the_cancel_better_than_a_store_failure() {
     tandem::Store::insert_one(&ledger, &accounts(), doc! { "_id": "Z", "balance": 0_i64 })
         .await
         .unwrap();
-    let down = FaultStore::new(Arc::new(ledger)).crash_after(0);
+    // Down once its identity is read (the first request of a process to a
+    // named store): the apply fails.
+    let down = FaultStore::new(Arc::new(ledger)).crash_after(1);
     let coordinator = Coordinator::builder(store.clone())
         .store("ledger", down)
         .build();
@@ -242,7 +244,9 @@ async fn a_store_failure_beside_a_wait_is_reported_failed() {
         .store("ledger", ledger.clone())
         .store(
             "down",
-            FaultStore::new(Arc::new(other.clone())).crash_after(0),
+            // Down once its identity is read (a store it cannot identify
+            // is passed over, not claimed).
+            FaultStore::new(Arc::new(other.clone())).crash_after(1),
         )
         .lease(LEASE)
         .clock_margin(Duration::ZERO)

@@ -53,7 +53,8 @@ async fn a_placeholder_left_by_a_late_reservation_expires() {
         .strategy(Strategy::TwoPhase)
         .store("docs", docs.clone())
         .build();
-    // T1: a ledger entry X and a debit of A; it stops at its fill (op 2 on "docs").
+    // T1: a ledger entry X and a debit of A; it stops at its fill (op 3 on
+    // "docs", after the read of its identity and the reservation).
     let t1 = Transaction::new()
         .change(DocumentChange::insert(ledger(), "X", doc! { "amount": 5_i64 }).in_store("docs"))
         .change(
@@ -61,7 +62,7 @@ async fn a_placeholder_left_by_a_late_reservation_expires() {
                 .inc("balance", -5_i64)
                 .require_gte("balance", 5_i64),
         );
-    let fill = docs.pause_at(2);
+    let fill = docs.pause_at(3);
     let running = coordinator.clone();
     let owner = tokio::spawn(async move { running.run(t1).await });
     fill.reached.await.unwrap();
@@ -69,16 +70,16 @@ async fn a_placeholder_left_by_a_late_reservation_expires() {
 
     // T2 inserts X too and is refused while preparing (an exclusive change
     // of a missing document); giving back its reservations, it removes X's
-    // placeholder (ops 3 to 5 on "docs").
+    // placeholder (ops 4 to 6 on "docs").
     let t2 = Transaction::new()
         .change(DocumentChange::insert(ledger(), "X", doc! { "amount": 7_i64 }).in_store("docs"))
         .change(DocumentChange::update(accounts(), "Z").set("state", "x"));
     assert!(coordinator.run(t2).await.is_err());
     assert!(get(&store, &ledger(), "X").await.is_none());
 
-    // T1's fill matches nothing (op 2), it looks (ops 6 to 8), reads the
-    // clock (op 9), and stops right before reserving X again (op 10).
-    let reserve = docs.pause_at(10);
+    // T1's fill matches nothing (op 3), it looks (ops 7 to 9), reads the
+    // clock (op 10), and stops right before reserving X again (op 11).
+    let reserve = docs.pause_at(11);
     fill.release.send(()).unwrap();
     reserve.reached.await.unwrap();
     clock.advance(lease + Duration::from_secs(3));

@@ -799,7 +799,8 @@ async fn a_credit_leaves_room_for_the_undo_of_a_pending_debit() {
         .await
         .unwrap();
     let held = FaultStore::new(Arc::new(other.clone()));
-    let pause = held.pause_at(1);
+    // After the read of its identity.
+    let pause = held.pause_at(2);
     let first = Coordinator::builder(store.clone())
         .store("other", held)
         .commit_point(CommitPoint::Done)
@@ -1540,7 +1541,9 @@ async fn a_record_recovered_in_vain_stays_bounded_and_backs_off() {
         .commit_point(CommitPoint::Done)
         .build();
     assert!(dead.run(tx).await.is_ok());
-    ledger_down.crash_now();
+    // Down once the recovering process has read its identity (a store it
+    // cannot identify is passed over, not claimed).
+    let ledger_down = ledger_down.clone().crash_after(ledger_down.ops() + 1);
     let coordinator = Coordinator::builder(store.clone())
         .store("ledger", ledger_down)
         .build();

@@ -21,6 +21,17 @@ pub struct CoordinatorBuilder {
 
 impl CoordinatorBuilder {
     /// Adds a named store that participants can live in (another database or cluster).
+    ///
+    /// A store name must mean the same database in every process that shares
+    /// the records (recovery finishes a record through the store it has
+    /// under each name the record gives). This is checked: the first
+    /// transaction that changes a document in the store reads the store's
+    /// identity (a `uid` in the `tandem_store` collection of the
+    /// coordinator's database on that store, written once by the first
+    /// process that asks), and the record keeps it
+    /// ([`ParticipantEntry::store_uid`](crate::record::ParticipantEntry::store_uid));
+    /// a process whose store under that name has another identity does not
+    /// drive, cancel or tidy the record ([`ChangeError::ForeignStore`]).
     pub fn store(mut self, name: impl Into<String>, store: impl Store) -> Self {
         self.stores.insert(name, Arc::new(store));
         self
@@ -148,6 +159,7 @@ impl CoordinatorBuilder {
                 kinds: self.kinds,
                 config: self.config,
                 events: self.events,
+                uids: Arc::default(),
             }),
             background: Arc::new(Mutex::new(Background::default())),
         }

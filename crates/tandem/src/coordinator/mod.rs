@@ -42,6 +42,7 @@ fn entry(
     spec: Document,
     before: Option<Document>,
     marker: Option<&TxId>,
+    store_uid: Option<&str>,
 ) -> Bson {
     let mut entry = doc! {
         "kind": participant.kind(),
@@ -53,6 +54,9 @@ fn entry(
     }
     if let Some(marker) = marker {
         entry.insert("marker", marker.as_str());
+    }
+    if let Some(uid) = store_uid {
+        entry.insert("storeUid", uid);
     }
     Bson::Document(entry)
 }
@@ -133,6 +137,7 @@ impl Coordinator {
                 kinds: self.engine.kinds.clone(),
                 config: engine_config,
                 events: self.engine.events.clone(),
+                uids: self.engine.uids.clone(),
             }),
             config,
         )

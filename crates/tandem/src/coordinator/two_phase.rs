@@ -74,6 +74,14 @@ impl Coordinator {
             })
             .collect();
         let own_markers = party_markers(&keys, &marker);
+        // The identity of each named store a document change is in, read
+        // before anything is written (once per process and store): the
+        // record keeps it, and a process whose store under that name is
+        // another database does not drive the record.
+        let uids = match self.store_uids(&id, &participants, &specs).await {
+            Ok(uids) => uids,
+            Err(e) => return Err(e),
+        };
         let prepare_ctx = StepContext {
             tx: &id,
             marker: &marker,
@@ -94,11 +102,12 @@ impl Coordinator {
         let mut parties = Vec::with_capacity(participants.len());
         let mut entries = Vec::with_capacity(participants.len());
         let mut refused = None;
-        for (index, (((participant, image), spec), own)) in participants
+        for (index, ((((participant, image), spec), own), uid)) in participants
             .into_iter()
             .zip(images)
             .zip(specs)
             .zip(own_markers)
+            .zip(&uids)
             .enumerate()
         {
             let before = match image {
@@ -130,6 +139,7 @@ impl Coordinator {
                     spec,
                     before.clone(),
                     own.as_ref(),
+                    uid.as_deref(),
                 )),
                 Err(e) => {
                     refused.get_or_insert(TxError::Invalid(e));
@@ -186,7 +196,7 @@ impl Coordinator {
 
         // The record is created `pending`: it holds every participant before any is
         // applied, so there is nothing an `initial` state would add but a round trip.
-        (live.deadline, live.stamps) = match self.create_record(&live, entries).await {
+        (live.deadline, live.stamps) = match self.create_record(&live, entries, &uids).await {
             Ok(written) => written,
             Err(e) => {
                 // Refused before anything of it could apply (the id is
@@ -248,6 +258,64 @@ impl Coordinator {
         }
     }
 
+    /// The identity of the named store each document change of
+    /// `participants` is in ([`Engine::store_uid`](crate::engine::Engine::store_uid)),
+    /// `None` for the others: read once per process and store, the first
+    /// time a transaction needs it. A store that cannot be read refuses the
+    /// transaction before anything of it is written (`Canceled`, with the
+    /// store error as the cause, naming the first participant in it).
+    async fn store_uids(
+        &self,
+        id: &TxId,
+        participants: &[Box<dyn Participant>],
+        specs: &[Result<Document, ChangeError>],
+    ) -> Result<Vec<Option<String>>, TxError> {
+        let names: Vec<Option<&str>> = participants
+            .iter()
+            .zip(specs)
+            .map(|(p, spec)| match spec {
+                Ok(spec) if p.kind() == crate::document::KIND => spec.get_str("store").ok(),
+                _ => None,
+            })
+            .collect();
+        let mut distinct: Vec<&str> = names.iter().flatten().copied().collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.is_empty() {
+            return Ok(vec![None; participants.len()]);
+        }
+        let engine = &self.engine;
+        let read = join_all(distinct.iter().map(|name| engine.store_uid(name))).await;
+        let mut uids = std::collections::HashMap::new();
+        for (name, uid) in distinct.into_iter().zip(read) {
+            match uid {
+                Ok(uid) => {
+                    uids.insert(name, uid);
+                }
+                Err(source) => {
+                    let index = names
+                        .iter()
+                        .position(|n| *n == Some(name))
+                        .expect("a store name read is a participant's");
+                    let participant = &participants[index];
+                    return Err(TxError::Canceled {
+                        id: id.clone(),
+                        cause: StepError::Store {
+                            participant: participant.label(),
+                            source,
+                        },
+                        participant: Some(Box::new(participant.reference(index))),
+                        undone: true,
+                    });
+                }
+            }
+        }
+        Ok(names
+            .iter()
+            .map(|name| name.and_then(|n| uids.get(n).cloned()))
+            .collect())
+    }
+
     /// Writes the record in state `pending`, with timestamps from the store's
     /// clock, and returns the deadline of its applies (the lease's start, as
     /// the store stamped it, plus the lease).
@@ -255,6 +323,7 @@ impl Coordinator {
         &self,
         live: &Live,
         entries: Vec<Bson>,
+        uids: &[Option<String>],
     ) -> Result<(bson::DateTime, Option<CreateStamps>), TxError> {
         let engine = &self.engine;
         let config = &engine.config;
@@ -317,13 +386,15 @@ impl Coordinator {
                     None => live
                         .parties
                         .iter()
-                        .map(|party| {
+                        .zip(uids)
+                        .map(|(party, uid)| {
                             let p = party.participant.as_ref();
                             Ok(entry(
                                 p,
                                 p.spec()?,
                                 party.before.clone(),
                                 party.marker.as_ref(),
+                                uid.as_deref(),
                             ))
                         })
                         .collect::<Result<Vec<_>, ChangeError>>(),
