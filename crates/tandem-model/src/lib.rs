@@ -425,6 +425,13 @@
 //!   sharing the transaction's, the second apply took the first's marker for
 //!   its own (an adversarial review;
 //!   `one_database_under_two_store_names_names_a_document_twice`).
+//! * **One meaning per store name**: the model has one `P1` and one `P2`,
+//!   the same for every worker. In the code a store name is registered per
+//!   process, and another application sharing the records could register it
+//!   as another database; the code now checks it: the record keeps each
+//!   named store's identity, and a worker whose store under that name has
+//!   another does not drive the record (found by an adversarial review;
+//!   `a_store_name_meaning_another_cluster_in_another_application`).
 //! * **Store errors other than lost answers**: a failed request either did
 //!   not land (the same as a step not taken yet, or a worker that stalls or
 //!   gives up) or may have landed (a lost answer). Retries are new attempts,
