@@ -973,24 +973,26 @@ impl Engine {
         })
     }
 
-    /// Reads the identities of the stores that `record`'s entries recorded
-    /// one for ([`ParticipantEntry::store_uid`]), where not read already:
-    /// nothing for a record without any. The first failure is the answer
-    /// (the others are still read).
-    pub async fn learn_uids(&self, record: &TxRecord) -> Result<(), StoreError> {
+    /// Reads the identities of the stores that the entries of `records`
+    /// recorded one for ([`ParticipantEntry::store_uid`]), where not read
+    /// already, each store once: nothing for records without any. The
+    /// first failure is the answer (the other stores are still read).
+    pub async fn learn_uids<'a>(
+        &self,
+        records: impl IntoIterator<Item = &'a TxRecord>,
+    ) -> Result<(), StoreError> {
+        let mut names: Vec<&str> = records
+            .into_iter()
+            .flat_map(|r| &r.participants)
+            .filter(|p| p.store_uid.is_some())
+            .filter_map(|p| p.spec.get_str("store").ok())
+            .filter(|name| self.stores.get(Some(name)).is_some() && self.uids.known(name).is_none())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
         let mut first = Ok(());
-        for p in &record.participants {
-            let Some(store) = p
-                .store_uid
-                .as_ref()
-                .and_then(|_| p.spec.get_str("store").ok())
-            else {
-                continue;
-            };
-            if self.stores.get(Some(store)).is_none() || self.uids.known(store).is_some() {
-                continue;
-            }
-            if let Err(e) = self.store_uid(store).await {
+        for name in names {
+            if let Err(e) = self.store_uid(name).await {
                 if first.is_ok() {
                     first = Err(e);
                 }

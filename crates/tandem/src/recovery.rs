@@ -302,11 +302,11 @@ impl RecoveryWorker {
         // not driven (it would find no marker, and roll back what committed).
         // Identities are read once per process, the first time a record
         // needs one.
+        if let Err(e) = self.engine.learn_uids(&expired).await {
+            tracing::warn!(target: "tandem", "cannot read a store's identity: {e}");
+        }
         let mut checked = Vec::with_capacity(expired.len());
         for r in expired {
-            if let Err(e) = self.engine.learn_uids(&r).await {
-                tracing::warn!(target: "tandem", "cannot read a store's identity for {}: {e}", r.id);
-            }
             match self.engine.cannot_drive(&r) {
                 Some(why) => {
                     undrivable += 1;
@@ -823,7 +823,7 @@ impl RecoveryWorker {
             state => return Ok(state),
         }
         self.engine
-            .learn_uids(&record)
+            .learn_uids([&record])
             .await
             .map_err(|source| TxError::Interrupted {
                 id: id.clone(),
@@ -1175,16 +1175,26 @@ impl RecoveryWorker {
         let mut credited: std::collections::BTreeMap<(Option<String>, String, String), Group> =
             std::collections::BTreeMap::new();
         let engine = &self.engine;
+        let mut kept_back = std::collections::HashSet::new();
+        if let Err(e) = engine.learn_uids(due.iter().map(|(r, _, _)| r)).await {
+            tracing::warn!(target: "tandem", "garbage collection cannot read a store's identity: {e}");
+        }
         for (record, _, _) in due {
-            if let Err(e) = engine.learn_uids(record).await {
-                tracing::warn!(target: "tandem", "cannot read a store's identity for {}: {e}", record.id);
-            }
             for p in &record.participants {
-                if let Some(why) = engine.foreign_store(p) {
+                match engine.foreign_store(p) {
+                    None => {}
+                    // Not read (the store failed): the record stays, and
+                    // the next collection tries again.
+                    Some(ChangeError::ForeignStore { here: None, .. }) => {
+                        kept_back.insert(record.id.as_str().to_owned());
+                        continue;
+                    }
                     // Another database here under that name: its documents
                     // are not the ones the record incremented.
-                    tracing::error!(target: "tandem", "garbage collection leaves the credit sums of {}: {why}", record.id);
-                    continue;
+                    Some(why) => {
+                        tracing::error!(target: "tandem", "garbage collection leaves the credit sums of {}: {why}", record.id);
+                        continue;
+                    }
                 }
                 if let Some((store, ns, id)) = crate::document::incremented(&p.kind, &p.spec) {
                     let (ids, records) = credited.entry((store, ns.db, ns.collection)).or_default();
@@ -1193,7 +1203,6 @@ impl RecoveryWorker {
                 }
             }
         }
-        let mut kept_back = std::collections::HashSet::new();
         for ((store, db, collection), (mut ids, records)) in credited {
             let ns = Namespace::new(db, collection);
             let Some(target) = engine.stores.get(store.as_deref()) else {
@@ -1283,8 +1292,6 @@ impl Claimed {
     }
 }
 
-/// The cursor behind `mutex`, also after a panic while it was held (a
-/// cursor is a hint of where to read next; any value is safe).
 /// Logs why a record is left undriven here: an error for a store name that
 /// means another database here than where the record was written (the
 /// deployment is wrong: processes sharing the records must agree on what
@@ -1306,6 +1313,8 @@ fn refuse_to_drive(id: &TxId, why: &ChangeError) {
     }
 }
 
+/// The cursor behind `mutex`, also after a panic while it was held (a
+/// cursor is a hint of where to read next; any value is safe).
 fn lock(mutex: &Mutex<Option<Cursor>>) -> std::sync::MutexGuard<'_, Option<Cursor>> {
     mutex
         .lock()
