@@ -84,6 +84,30 @@ pub(crate) fn party_markers(keys: &[Option<Vec<u8>>], marker: &TxId) -> Vec<Opti
         .collect()
 }
 
+/// Whether `party`'s document is one the transaction names more than once
+/// (through two store names of one database): a conflict there may be with
+/// the transaction's own hold, which names no one when the other change
+/// uses another marker field, and waiting would wait for nothing.
+fn named_twice(live: &Live, party: &Party) -> bool {
+    if live.parties.iter().all(|p| p.marker.is_none()) {
+        return false;
+    }
+    let key = |p: &Party| {
+        p.participant
+            .spec()
+            .ok()
+            .and_then(|spec| crate::document::document_key(p.participant.kind(), &spec))
+    };
+    let Some(own) = key(party) else {
+        return false;
+    };
+    live.parties
+        .iter()
+        .filter(|p| key(p).as_ref() == Some(&own))
+        .count()
+        > 1
+}
+
 /// A transaction as one worker drives it.
 pub(crate) struct Live {
     pub id: TxId,
@@ -473,7 +497,8 @@ impl Engine {
                 (Err(StepError::Conflict { holder, .. }), ConflictPolicy::Wait { timeout })
                     if matches!(step, Step::Apply)
                         && started.elapsed() < timeout
-                        && holder.as_str() != live.id.as_str() =>
+                        && holder.as_str() != live.id.as_str()
+                        && !named_twice(live, party) =>
                 {
                     // Never a busy loop, even under a policy without delays.
                     Some(

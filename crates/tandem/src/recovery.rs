@@ -1190,9 +1190,12 @@ impl RecoveryWorker {
                         continue;
                     }
                     // Another database here under that name: its documents
-                    // are not the ones the record incremented.
+                    // are not the ones the record incremented. The record
+                    // stays for a collection that has the right store (as
+                    // for a store this process does not have at all).
                     Some(why) => {
-                        tracing::error!(target: "tandem", "garbage collection leaves the credit sums of {}: {why}", record.id);
+                        tracing::error!(target: "tandem", "garbage collection keeps {} for a process with the right store: {why}", record.id);
+                        kept_back.insert(record.id.as_str().to_owned());
                         continue;
                     }
                 }

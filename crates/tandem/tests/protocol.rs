@@ -2513,3 +2513,45 @@ async fn a_newer_recovery_finishes_an_older_versions_missing_guard_credit() {
         audit.assert_clean();
     }
 }
+
+/// The same through another marker field: the conflict names no one
+/// ("pending under another marker field"), and the transaction still does
+/// not wait for itself.
+#[tokio::test(start_paused = true)]
+async fn wait_does_not_wait_for_its_own_hold_under_another_marker_field() {
+    use std::time::Duration;
+    let mut elapsed = Vec::new();
+    for policy in [
+        ConflictPolicy::Fail,
+        ConflictPolicy::Wait {
+            timeout: Duration::from_secs(30),
+        },
+    ] {
+        let (store, _clock, _) = bank(&["A", "B"], 1000).await;
+        let coordinator = Coordinator::builder(store.clone())
+            .store("main", store.clone())
+            .conflict(policy)
+            .build();
+        let started = tokio::time::Instant::now();
+        let result = coordinator
+            .run(
+                Transaction::new()
+                    .change(
+                        DocumentChange::update(accounts(), "A")
+                            .in_store("main")
+                            .marker("otherPending")
+                            .inc("balance", -1_i64)
+                            .require_gte("balance", 1_i64),
+                    )
+                    .change(DocumentChange::update(accounts(), "A").set("tier", "gold"))
+                    .change(DocumentChange::update(accounts(), "B").inc("balance", 1_i64)),
+            )
+            .await;
+        coordinator.drain().await;
+        elapsed.push((policy, started.elapsed(), format!("{result:?}")));
+    }
+    assert!(
+        elapsed.iter().all(|(_, e, _)| *e < Duration::from_secs(5)),
+        "{elapsed:#?}"
+    );
+}

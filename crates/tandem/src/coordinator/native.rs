@@ -154,7 +154,7 @@ impl Coordinator {
     /// under the id is told `Duplicate`, as a two-phase one is. `Ok(None)`:
     /// the record is written. `Ok(Some(state))`: another run under the id
     /// took it first (`state`, if its record could be read). `Err`: the
-    /// records store failed, and the id is still free.
+    /// records store failed, and whether the id is taken is not known.
     async fn take_refused_key(
         &self,
         id: &TxId,
@@ -174,12 +174,22 @@ impl Coordinator {
         {
             Ok(()) => Ok(None),
             Err(e) if e.kind == crate::store::StoreErrorKind::DuplicateKey => {
-                // Ours, landed by an attempt whose answer was lost; or another run's.
-                let found = engine.load(id).await.ok().flatten();
-                match found {
-                    Some(r) if r.token.is_some() && r.token == token => Ok(None),
-                    other => Ok(Some(other.map(|r| r.state))),
+                // Ours, landed by an attempt whose answer was lost, or
+                // another run's: told apart by the creation token, read as
+                // the two-phase create reads it (`exists`: on MongoDB a
+                // `linearizable` read, which a lagging snapshot cannot fool).
+                let mut ours = bson::doc! { "_id": id.as_str() };
+                if let Some(token) = &token {
+                    ours.insert("token", token.as_str());
                 }
+                if engine
+                    .retry(|| engine.records().exists(&ns, ours.clone()))
+                    .await?
+                {
+                    return Ok(None);
+                }
+                let state = engine.load(id).await.ok().flatten().map(|r| r.state);
+                Ok(Some(state))
             }
             Err(e) => Err(e),
         }
@@ -287,6 +297,20 @@ impl Coordinator {
                 state: None,
                 source,
             }),
+            // A keyed transaction whose store failed before the commit was
+            // sent (not a refusal: the store may answer the same request
+            // later): nothing was applied, and the id is left free, as a
+            // two-phase one's is when its store fails before its record is
+            // written, so a retry under the id runs it.
+            Err(NativeFailure::Aborted(StepError::Store { source, .. }))
+                if keyed && source.kind.outcome_unknown() =>
+            {
+                Err(TxError::Interrupted {
+                    id,
+                    state: None,
+                    source,
+                })
+            }
             Err(NativeFailure::Aborted(cause)) => {
                 // The store names the refusing change by its label; the
                 // index is the caller's (without the record, which a keyed
@@ -324,7 +348,7 @@ impl Coordinator {
                             id: id.clone(),
                             participant: record.clone().unwrap_or_default(),
                             error: format!(
-                                "the refusal could not be recorded, so a retry under the id runs again: {e}"
+                                "the refusal's record under the id could not be written or confirmed, so a retry under the id may run again: {e}"
                             ),
                         });
                         Err(TxError::Canceled {

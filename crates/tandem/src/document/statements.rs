@@ -187,6 +187,13 @@ impl DocumentChange {
     /// needs an integer (or decimal) field: on a double, subtracting and
     /// adding back can round, and the cancel would not restore the value.
     pub(super) fn types_kept(&self) -> Vec<(String, Bson)> {
+        // A change an earlier version recorded (its float debits shared)
+        // keeps that version's conditions, which admitted a double field.
+        let integer_or_wider: &[&str] = if self.float_debits_held_alone {
+            &["long", "decimal"]
+        } else {
+            &["long", "double", "decimal"]
+        };
         self.shared_debits()
             .filter_map(|(path, by)| {
                 let wider = |types: &[&str]| {
@@ -199,12 +206,12 @@ impl DocumentChange {
                         (
                             "$or".to_owned(),
                             Bson::Array(vec![
-                                Bson::Document(doc! { path: { "$type": ["long", "decimal"] } }),
+                                Bson::Document(doc! { path: { "$type": integer_or_wider } }),
                                 Bson::Document(doc! { path: { "$type": "int", "$gte": floor } }),
                             ]),
                         )
                     }
-                    Bson::Int64(_) => wider(&["long", "decimal"]),
+                    Bson::Int64(_) => wider(integer_or_wider),
                     Bson::Double(_) => wider(&["double", "decimal"]),
                     _ => wider(&["decimal"]),
                 })
@@ -230,9 +237,13 @@ impl DocumentChange {
                         ),
                     });
                 }
-                (Some(f @ Bson::Double(_)), Bson::Int32(_) | Bson::Int64(_)) => format!(
+                (Some(f @ Bson::Double(_)), Bson::Int32(_) | Bson::Int64(_))
+                    if self.float_debits_held_alone =>
+                {
+                    format!(
                     "stored double {f}; a cancel adds an integer debit back, which on a double can round and not restore the value: store the field as an integer (keep money in integers)"
-                ),
+                )
+                }
                 (Some(f @ Bson::Int32(_)), Bson::Int64(_))
                 | (Some(f @ (Bson::Int32(_) | Bson::Int64(_))), Bson::Double(_))
                 | (Some(f @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))), Bson::Decimal128(_)) => format!(

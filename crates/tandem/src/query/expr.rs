@@ -434,16 +434,25 @@ fn add(sum: &Bson, v: Option<&Bson>) -> Result<Bson, StoreError> {
         (Bson::DateTime(_), Bson::DateTime(_)) => {
             return Err(bad_request("only one date allowed in an $add expression").with_code(16612))
         }
-        (Bson::DateTime(d), Bson::Int32(_) | Bson::Int64(_))
-        | (Bson::Int32(_) | Bson::Int64(_), Bson::DateTime(d)) => {
-            let n = if matches!(sum, Bson::DateTime(_)) {
-                long(v)
-            } else {
-                long(sum)
+        (Bson::DateTime(d), n @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_)))
+        | (n @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_)), Bson::DateTime(d)) => {
+            // Milliseconds; a double is rounded to the nearest (as MongoDB
+            // does), and a date outside the range is an error there too.
+            let overflow = || StoreError::new(StoreErrorKind::Overflow, "date overflow in $add");
+            let millis = match n {
+                Bson::Double(x) => {
+                    let total = d.timestamp_millis() as f64 + x.round();
+                    if !total.is_finite() || total.abs() >= 9.223_372_036_854_776e18 {
+                        return Err(overflow());
+                    }
+                    total as i64
+                }
+                n => d
+                    .timestamp_millis()
+                    .checked_add(long(n))
+                    .ok_or_else(overflow)?,
             };
-            Bson::DateTime(bson::DateTime::from_millis(
-                d.timestamp_millis().saturating_add(n),
-            ))
+            Bson::DateTime(bson::DateTime::from_millis(millis))
         }
         (Bson::Decimal128(_), _) | (_, Bson::Decimal128(_)) => {
             // MongoDB adds in decimal; this store has no decimal
