@@ -73,8 +73,16 @@ async fn an_apply_whose_answer_was_lost_lands_at_most_once() {
         .commit_point(CommitPoint::Done)
         .build();
 
+    // A first transaction on the store reads its identity (an upsert, once
+    // per process), so that the write held below is the apply.
+    coordinator
+        .run(Transaction::new().change(
+            DocumentChange::insert(Namespace::new(&db, "warm_up"), "w", doc! {}).in_store("held"),
+        ))
+        .await
+        .expect("the warm-up commits");
     let started = records.now().await.unwrap();
-    // Only the account's store goes through the proxy: its first write (the
+    // Only the account's store goes through the proxy: its next write (the
     // apply) is held for a second.
     proxy.arm(1, Duration::from_secs(1));
     let receipt = coordinator
