@@ -327,7 +327,10 @@ impl Engine {
             "$currentDate": stamps,
             "$push": { "history": {
                 "$each": std::iter::once(history(to, &self.config.owner, live.epoch, "move"))
-                    .chain(notes.iter().map(|n| history(to, &self.config.owner, live.epoch, &limit(n))))
+                    .chain(notes.iter().map(|n| {
+                        let note = crate::error::clip(n.clone(), crate::error::HISTORY_TEXT_LIMIT);
+                        history(to, &self.config.owner, live.epoch, &note)
+                    }))
                     .collect::<Vec<_>>(),
                 "$slice": -HISTORY_KEPT,
             } },

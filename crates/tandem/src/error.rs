@@ -486,8 +486,19 @@ pub(crate) const QUOTE_LIMIT: usize = 256;
 /// The longest store message a step error passes on.
 pub(crate) const MESSAGE_LIMIT: usize = 1024;
 
-/// The longest error or note a record keeps.
+/// The longest error a record keeps (`lastError`).
 pub(crate) const RECORD_TEXT_LIMIT: usize = 4096;
+
+/// The longest note a line of a record's history keeps. The record keeps
+/// [`HISTORY_KEPT`](crate::engine::HISTORY_KEPT) lines, each with its
+/// owner's name (at most [`OWNER_LIMIT`] bytes, and a recovery worker's
+/// suffix): all of them, with the longest `lastError` and cancel reason,
+/// fit in the room a record leaves beside its participant entries.
+pub(crate) const HISTORY_TEXT_LIMIT: usize = 1024;
+
+/// The longest owner name a coordinator takes
+/// ([`CoordinatorBuilder::owner`](crate::CoordinatorBuilder::owner)).
+pub(crate) const OWNER_LIMIT: usize = 256;
 
 /// `text`, cut to at most `max` bytes (at a character boundary) with what
 /// was left out said: errors and record notes quote stored values, and a

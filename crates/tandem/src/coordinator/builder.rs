@@ -65,7 +65,13 @@ impl CoordinatorBuilder {
         self
     }
 
-    /// This worker's owner name.
+    /// This worker's owner name, recorded in the history of the records it
+    /// writes (a recovery worker's adds `-recovery-` and an id).
+    ///
+    /// # Panics
+    ///
+    /// [`build`](Self::build) panics on a name longer than 256 bytes: every
+    /// history line repeats it, and a record's size is bounded.
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.config.owner = owner.into();
         self
@@ -153,6 +159,12 @@ impl CoordinatorBuilder {
             self.config.lease.as_millis() >= 1,
             "the lease must be at least a millisecond (the stores' clocks count milliseconds): every step's deadline would have passed when it was sent"
         );
+        assert!(
+            self.config.owner.len() <= crate::error::OWNER_LIMIT,
+            "the owner name is {} bytes, over the {} a record's history lines may repeat",
+            self.config.owner.len(),
+            crate::error::OWNER_LIMIT
+        );
         Coordinator {
             engine: Arc::new(Engine {
                 stores: self.stores,
@@ -171,6 +183,14 @@ mod tests {
     use std::time::Duration;
 
     use crate::{Coordinator, CoordinatorConfig, MemoryStore};
+
+    #[test]
+    #[should_panic(expected = "over the 256 a record's history lines may repeat")]
+    fn a_long_owner_name_is_refused() {
+        Coordinator::builder(MemoryStore::new())
+            .owner("o".repeat(257))
+            .build();
+    }
 
     #[test]
     #[should_panic(expected = "lease must be at least a millisecond")]

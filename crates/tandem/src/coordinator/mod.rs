@@ -30,6 +30,17 @@ mod two_phase;
 /// document limit, less room for the record's other fields and history.
 const MAX_RECORD_ENTRIES_LEN: usize = 16 * 1024 * 1024 - 64 * 1024;
 
+/// The bytes the participant entries take in the record's `participants`
+/// array, the array's keys (`"0"`, `"1"`, …) included.
+fn entries_len(entries: &[Bson]) -> usize {
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| e.as_document().map(|d| (i, d)))
+        .map(|(i, d)| 2 + i.to_string().len() + crate::query::size::document_len(d))
+        .sum()
+}
+
 pub(crate) enum Item {
     Document(Box<DocumentChange>),
     Custom(Box<dyn Participant>),

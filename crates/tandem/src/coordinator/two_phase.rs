@@ -6,7 +6,7 @@ use std::time::Duration;
 use bson::{doc, Bson, Document};
 use futures::future::join_all;
 
-use super::{entry, Coordinator, Item, Receipt, Transaction, MAX_RECORD_ENTRIES_LEN};
+use super::{entries_len, entry, Coordinator, Item, Receipt, Transaction, MAX_RECORD_ENTRIES_LEN};
 use crate::change::DocumentOp;
 use crate::config::{CommitPoint, Strategy};
 use crate::engine::{history, party_markers, CreateStamps, Live, Party};
@@ -149,11 +149,7 @@ impl Coordinator {
         }
         // The record holds every change: one too large for it is refused
         // before it is written (servers disagree on how they refuse it).
-        let record_len: usize = entries
-            .iter()
-            .filter_map(Bson::as_document)
-            .map(crate::query::size::document_len)
-            .sum();
+        let record_len = entries_len(&entries);
         if refused.is_none() && record_len > MAX_RECORD_ENTRIES_LEN {
             refused = Some(TxError::Canceled {
                 id: id.clone(),
