@@ -268,8 +268,8 @@ pub enum DocumentOp {
 ///
 /// Its serde form is the spec a transaction record keeps. A change read
 /// back from one is applied, committed and undone as the version that wrote
-/// it did (a spec without `countsDebits`, `missingHeldAlone` or
-/// `floatDebitsHeldAlone` is an earlier version's), so build changes with the methods, not by deserializing.
+/// it did (a spec without `countsDebits`, `missingHeldAlone`,
+/// `floatDebitsHeldAlone` or `reservesRoom` is an earlier version's), so build changes with the methods, not by deserializing.
 ///
 /// ```
 /// use tandem::{DocumentChange, Namespace};
@@ -319,6 +319,12 @@ pub struct DocumentChange {
     /// it was applied.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) float_debits_held_alone: bool,
+    /// Whether the apply reserves, in the document's `_tandem.room`, the
+    /// bytes its clear or undo may add, and they take the reservation off:
+    /// true for every change built now, false for one read back from a
+    /// record an earlier version wrote, whose apply reserved nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) reserves_room: bool,
     /// Mistakes found while building, reported by `validate`.
     #[serde(skip)]
     errors: Vec<ChangeError>,
@@ -351,6 +357,7 @@ impl DocumentChange {
             counts_debits: true,
             missing_held_alone: true,
             float_debits_held_alone: true,
+            reserves_room: true,
             errors: Vec::new(),
             origin: Origin(None),
         }

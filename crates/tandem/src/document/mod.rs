@@ -48,6 +48,7 @@ use crate::TxId;
 pub use native::NativeCommand;
 
 mod native;
+mod room;
 mod spec;
 mod statements;
 
@@ -67,6 +68,9 @@ const CREDITS: &str = "_tandem.credit";
 /// How many transactions have a change applied to the document, under any
 /// marker field: raised by every apply, lowered by every clear and undo.
 const PENDING: &str = "_tandem.pending";
+/// The bytes the changes applied to the document have reserved for their
+/// clears and undos (see `room.rs`).
+const ROOM: &str = "_tandem.room";
 
 /// The holder named by a conflict that no transaction explains.
 const CONCURRENT_WRITE: &str = "(concurrent write)";
@@ -566,18 +570,19 @@ pub(crate) fn incremented(
     ))
 }
 
-/// Drops the credit sums of the documents `ids` where no change is
-/// pending: every sum is zero then (each statement that moves a sum moves
-/// the pending count with it), and one is kept for every path ever
-/// credited (`daily.<date>`) until the document's next exclusive change.
+/// Drops the credit sums and the room reserved of the documents `ids`
+/// where no change is pending: every sum is zero then, and so is the room
+/// (each statement that moves them moves the pending count with it), and
+/// a sum is kept for every path ever credited (`daily.<date>`) until the
+/// document's next exclusive change.
 pub(crate) fn tidy_credits(ids: &[Bson]) -> (Document, Document) {
     (
         doc! {
             "_id": { "$in": ids },
             PENDING: 0,
-            CREDITS: { "$exists": true },
+            "$or": [{ CREDITS: { "$exists": true } }, { ROOM: { "$exists": true } }],
         },
-        doc! { "$unset": { CREDITS: "" } },
+        doc! { "$unset": { CREDITS: "", ROOM: "" } },
     )
 }
 

@@ -2,7 +2,7 @@
 
 use bson::{doc, Bson, Document};
 
-use super::{insert_expr, merge_conditions, CREDITS, GHOST, LOCK};
+use super::{insert_expr, merge_conditions, CREDITS, GHOST, LOCK, ROOM};
 
 use crate::change::{DocumentChange, DocumentOp, FieldOp};
 
@@ -85,6 +85,9 @@ impl DocumentChange {
                     }
                     if let Ok(body) = update.get_document_mut("$unset") {
                         body.insert(CREDITS, "");
+                        if self.reserves_room {
+                            body.insert(ROOM, "");
+                        }
                     }
                 }
                 // An increment must leave room for the credits two-phase
@@ -94,7 +97,12 @@ impl DocumentChange {
                     FieldOp::Inc { path, by } => Some((path.as_str(), by)),
                     _ => None,
                 });
-                let (plain, exprs) = self.credit_room(incs);
+                let (plain, mut exprs) = self.credit_room(incs);
+                // And room for what two-phase transactions' clears and
+                // undos add later (`room.rs`).
+                if self.reserves_room {
+                    exprs.push(self.room_condition(super::room::update_growth(&update), 0));
+                }
                 merge_conditions(&mut filter, plain);
                 // The same debits as the two-phase strategy refuses, for the
                 // same declarations to get the same answers on either.

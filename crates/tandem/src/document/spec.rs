@@ -101,6 +101,9 @@ impl DocumentChange {
         if self.float_debits_held_alone {
             spec.insert("floatDebitsHeldAlone", true);
         }
+        if self.reserves_room {
+            spec.insert("reservesRoom", true);
+        }
         Some(spec)
     }
 }

@@ -164,8 +164,30 @@ impl DocumentChange {
         if let Some(deadline) = ctx.deadline {
             exprs.insert(0, before(deadline));
         }
+        if let Some((growth, later)) = self.apply_room(ctx) {
+            exprs.push(self.room_condition(growth, later));
+        }
         insert_expr(&mut filter, exprs);
         filter
+    }
+
+    /// What the apply of an update or a delete adds to the document at
+    /// most, and what it reserves for its clear or undo (`room.rs`);
+    /// `None` for a change an earlier version recorded, whose apply did
+    /// not check, and for an insert (its placeholder is held by nobody).
+    pub(super) fn apply_room(&self, ctx: &StepContext<'_>) -> Option<(i64, i64)> {
+        if !self.reserves_room {
+            return None;
+        }
+        let update = match &self.op {
+            DocumentOp::Update { ops } => self.apply_update(ctx, ops),
+            DocumentOp::Delete => self.delete_update(ctx),
+            DocumentOp::Insert { .. } => return None,
+        };
+        Some((
+            super::room::update_growth(&update),
+            self.later_growth(ctx.before),
+        ))
     }
 
     /// The debits applied at once to a document others share, with their
@@ -377,7 +399,7 @@ impl DocumentChange {
     }
 
     /// The increments that take effect only at commit, with their amounts.
-    fn deferred_credits(&self) -> impl Iterator<Item = (&str, &Bson)> {
+    pub(super) fn deferred_credits(&self) -> impl Iterator<Item = (&str, &Bson)> {
         self.increments_where(|op| !self.applies_early(op))
     }
 
@@ -879,6 +901,10 @@ impl DocumentChange {
             }
         }
         inc.insert(PENDING, -1);
+        let later = self.later_growth(before);
+        if later > 0 {
+            inc.insert(ROOM, -later);
+        }
         inc
     }
 
@@ -961,6 +987,10 @@ impl DocumentChange {
             late.insert(credit_path(path), negate(&back));
         }
         late.insert(PENDING, -1);
+        let later = self.later_growth(ctx.before);
+        if later > 0 {
+            late.insert(ROOM, -later);
+        }
         update.insert("$inc", late);
         update
     }
@@ -1008,13 +1038,22 @@ impl DocumentChange {
         }
         push.insert(self.marker.clone(), ctx.marker.as_str());
         inc.insert(PENDING, 1);
+        let later = self.later_growth(ctx.before);
         if self.is_exclusive() {
             set.insert(LOCK, ctx.marker.as_str());
             // No change of another transaction is pending here (the filter
             // says so), so every credit sum is zero: drop them, or a document
             // credited at ever new paths (`holds.<order>`) would keep a zero
-            // for each, for good.
+            // for each, for good. The room reserved is zero too: this
+            // change's reservation is all of it.
             unset.insert(CREDITS, "");
+            if later > 0 {
+                set.insert(ROOM, later);
+            } else if self.reserves_room {
+                unset.insert(ROOM, "");
+            }
+        } else if later > 0 {
+            inc.insert(ROOM, later);
         }
         let mut update = Document::new();
         for (op, body) in [
@@ -1147,6 +1186,18 @@ impl DocumentChange {
             return self.confirm_applied(store, ctx).await;
         }
         match explained {
+            // The document has too little room for this apply and what it
+            // reserves, with what the others have reserved.
+            Err(StepError::Conflict { holder, .. })
+                if holder == CONCURRENT_WRITE
+                    && current.as_ref().zip(self.apply_room(ctx)).is_some_and(
+                        |(current, (growth, later))| Self::lacks_room(current, growth, later),
+                    ) =>
+            {
+                Err(StepError::TooLarge {
+                    participant: self.label(),
+                })
+            }
             // Nothing in the document explains it: the deadline may have passed.
             Err(StepError::Conflict {
                 participant,
@@ -1351,6 +1402,16 @@ impl DocumentChange {
         // A debit that would change its field's type.
         if let Some(e) = self.type_not_kept(current) {
             return Err(e);
+        }
+        // Too little room for the change and what two-phase transactions
+        // have reserved here (a native transaction's filter checks it; a
+        // two-phase apply adds more, and its diagnosis checks that too).
+        if let (true, super::NativeCommand::Update { update, .. }) =
+            (self.reserves_room, self.native_command())
+        {
+            if Self::lacks_room(current, super::room::update_growth(&update), 0) {
+                return Err(StepError::TooLarge { participant });
+            }
         }
         // The before-image no longer holds: somebody wrote the document since it was read.
         Err(StepError::Conflict {

@@ -10,8 +10,11 @@ use super::validate::expr_args;
 use super::{bad_request, split_dot, total_cmp, type_name, Ctx, CONVERSION_FAILURE};
 use crate::store::{StoreError, StoreErrorKind};
 
-/// The store's clock, the one system variable `$expr` supports.
+/// The store's clock, a system variable `$expr` supports.
 pub(super) const NOW: &str = "$$NOW";
+
+/// The document itself, the other system variable `$expr` supports.
+const ROOT: &str = "ROOT";
 
 /// What a missing value compares as: MongoDB ranks missing with undefined,
 /// below null.
@@ -80,6 +83,12 @@ fn eval_in<'a>(
                 Some((name, rest)) => (name, Some(rest)),
                 None => (&s[2..], None),
             };
+            if name == ROOT && vars.and_then(|v| v.get(name)).is_none() {
+                return Ok(match rest {
+                    None => Some(Cow::Owned(Bson::Document(doc.clone()))),
+                    Some(rest) => field_path(doc, rest),
+                });
+            }
             let Some(value) = vars.and_then(|v| v.get(name)) else {
                 return Err(bad_request(format!("unsupported variable in $expr: {s}")));
             };
@@ -186,6 +195,39 @@ fn eval_expr_operator<'a>(
                 eval_in(doc, then, vars, cx)
             } else {
                 eval_in(doc, otherwise, vars, cx)
+            }
+        }
+        "$bsonSize" => {
+            let [arg] = args else {
+                return Err(bad_request(
+                    "Expression $bsonSize takes exactly 1 arguments.",
+                ));
+            };
+            // The document itself is measured where it is, not copied.
+            if matches!(arg, Bson::String(s) if s == "$$ROOT")
+                && vars.and_then(|v| v.get(ROOT)).is_none()
+            {
+                let n = super::size::document_len(doc);
+                return Ok(Some(Cow::Owned(Bson::Int32(
+                    i32::try_from(n).unwrap_or(i32::MAX),
+                ))));
+            }
+            match eval_in(doc, arg, vars, cx)?.as_deref() {
+                None | Some(Bson::Null | Bson::Undefined) => Ok(Some(Cow::Owned(Bson::Null))),
+                Some(Bson::Document(d)) => {
+                    let n = super::size::document_len(d);
+                    Ok(Some(Cow::Owned(Bson::Int32(
+                        i32::try_from(n).unwrap_or(i32::MAX),
+                    ))))
+                }
+                Some(other) => Err(StoreError::new(
+                    StoreErrorKind::BadRequest,
+                    format!(
+                        "$bsonSize requires a document input, found: {}",
+                        type_name(other)
+                    ),
+                )
+                .with_code(31393)),
             }
         }
         "$isArray" => {

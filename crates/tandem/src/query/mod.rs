@@ -53,9 +53,12 @@
 //!     and a numeric segment names a field, not an element);
 //!   - `$let: {vars: {x: expr}, in: expr}`, and its variables inside `in`,
 //!     with or without a path (`"$$x"`, `"$$x.a"`);
+//!   - `$bsonSize` of a document: its size in bytes as BSON (null for null
+//!     or missing; anything else fails, code 31393, as on MongoDB);
 //!   - the variable `"$$NOW"`, a date. [`matches()`] reads the system clock
 //!     for it, [`matches_at`] takes it from the caller, and the
 //!     [`MemoryStore`](crate::MemoryStore) reads its own clock once per call;
+//!   - the variable `"$$ROOT"`, the document itself (with or without a path);
 //!   - literals: any value other than a string starting with `$`, a document
 //!     or an array; and any value at all as `{$literal: v}`.
 //!

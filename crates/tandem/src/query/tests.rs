@@ -639,7 +639,7 @@ fn unsupported_expressions_are_rejected() {
         doc! { "$expr": { "$lt": [ { "$toLong": "$$CLUSTER_TIME" }, 5 ] } },
         "$$CLUSTER_TIME",
     );
-    rejected(doc! { "$expr": { "$eq": [ "$$ROOT", 5 ] } }, "$$ROOT");
+    rejected(doc! { "$expr": { "$eq": [ "$$CURRENT", 5 ] } }, "$$CURRENT");
     rejected(doc! { "$expr": { "$eq": [ "$$NOW.x", 5 ] } }, "$$NOW.x");
     rejected(doc! { "$expr": { "$lt": [ 1 ] } }, "$lt");
     rejected(doc! { "$expr": { "$lt": [ 1, 2, 3 ] } }, "$lt");
@@ -908,4 +908,44 @@ fn add_numbers_and_dates() {
         err(&d, doc! { "$expr": { "$add": ["$t", "$t"] } }).kind,
         StoreErrorKind::BadRequest
     );
+}
+
+/// `$$ROOT` is the document (a path under it, a field of it), and
+/// `$bsonSize` measures a document as BSON: null for null or missing, an
+/// error (31393) for anything else.
+#[test]
+fn bson_size_of_the_document_and_its_fields() {
+    let d = doc! { "a": 1, "sub": { "x": "text" }, "n": Bson::Null };
+    let at = Some(DateTime::from_millis(0));
+    let size = |v: &Document| {
+        let mut bytes = Vec::new();
+        v.to_writer(&mut bytes).unwrap();
+        bytes.len() as i64
+    };
+    let holds = |f: Document| matches_at(&d, &f, at).unwrap();
+    assert!(holds(
+        doc! { "$expr": { "$eq": [ { "$bsonSize": "$$ROOT" }, size(&d) ] } }
+    ));
+    assert!(!holds(
+        doc! { "$expr": { "$lt": [ { "$bsonSize": "$$ROOT" }, size(&d) ] } }
+    ));
+    assert!(holds(
+        doc! { "$expr": { "$eq": [ { "$bsonSize": "$sub" }, size(&doc! { "x": "text" }) ] } }
+    ));
+    assert!(holds(
+        doc! { "$expr": { "$eq": [ "$$ROOT.sub.x", "text" ] } }
+    ));
+    assert!(holds(
+        doc! { "$expr": { "$eq": [ { "$bsonSize": "$missing" }, Bson::Null ] } }
+    ));
+    assert!(holds(
+        doc! { "$expr": { "$eq": [ { "$bsonSize": "$n" }, Bson::Null ] } }
+    ));
+    let e = matches_at(
+        &d,
+        &doc! { "$expr": { "$eq": [ { "$bsonSize": "$a" }, 1 ] } },
+        at,
+    )
+    .unwrap_err();
+    assert_eq!(e.code, Some(31393), "{e}");
 }

@@ -118,11 +118,11 @@ fn validate_expr_in(expr: &Bson, bound: &[&str]) -> Result<(), StoreError> {
     match expr {
         Bson::String(s) if s.starts_with("$$") => {
             let name = s[2..].split('.').next().unwrap_or("");
-            if s == NOW || bound.contains(&name) {
+            if s == NOW || name == "ROOT" || bound.contains(&name) {
                 Ok(())
             } else {
                 Err(bad_request(format!(
-                    "unsupported variable in $expr: {s} (only $$NOW and those of an enclosing $let are supported)"
+                    "unsupported variable in $expr: {s} (only $$NOW, $$ROOT and those of an enclosing $let are supported)"
                 )))
             }
         }
@@ -171,7 +171,7 @@ fn validate_expr_in(expr: &Bson, bound: &[&str]) -> Result<(), StoreError> {
                 "$lt" | "$lte" | "$gt" | "$gte" | "$eq" | "$ne" | "$subtract" | "$ifNull" => {
                     arity(2)?
                 }
-                "$toLong" | "$isArray" => arity(1)?,
+                "$toLong" | "$isArray" | "$bsonSize" => arity(1)?,
                 "$arrayElemAt" => arity(2)?,
                 "$cond" => arity(3)?,
                 "$and" | "$or" | "$add" => {}
