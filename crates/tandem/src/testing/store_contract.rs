@@ -97,6 +97,7 @@ macro_rules! __store_contract_list {
             malformed_requests_are_bad_requests,
             expr_now_fences_by_the_store_clock,
             placeholders_carry_their_validity,
+            documents_are_measured_as_bson,
             array_markers,
             push_with_slice_keeps_the_newest,
             dotted_paths,
@@ -1883,6 +1884,48 @@ pub async fn expr_now_fences_by_the_store_clock<F: StoreFactory + ?Sized>(factor
             .unwrap(),
         1
     );
+}
+
+/// `{$bsonSize: "$$ROOT"}` in a filter's `$expr` is the document's size as
+/// BSON, to the byte (the room an apply checks, with what is reserved under
+/// `_tandem.room`, `$ifNull` of a missing one as zero), and a missing
+/// field's `$bsonSize` is null.
+pub async fn documents_are_measured_as_bson<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = docs(db);
+    let plain = doc! { "_id": "plain", "text": "x".repeat(1000), "n": 1_i64 };
+    let reserved = doc! { "_id": "reserved", "text": "y", "_tandem": { "room": 500_i64 } };
+    seed(store.as_ref(), &ns, vec![plain.clone(), reserved.clone()]).await;
+    let len = |d: &Document| {
+        let mut bytes = Vec::new();
+        d.to_writer(&mut bytes).unwrap();
+        i64::try_from(bytes.len()).unwrap()
+    };
+    let fits = |most: i64| {
+        doc! { "$lte": [
+            { "$add": [{ "$bsonSize": "$$ROOT" }, { "$ifNull": ["$_tandem.room", 0_i64] }] },
+            most,
+        ] }
+    };
+    for (d, extra) in [(&plain, 0), (&reserved, 500)] {
+        let id = d.get("_id").unwrap().clone();
+        let total = len(d) + extra;
+        for (most, expected) in [(total, true), (total - 1, false)] {
+            let found = store
+                .exists(&ns, doc! { "_id": id.clone(), "$expr": fits(most) })
+                .await
+                .unwrap();
+            assert_eq!(found, expected, "{id} within {most} (it takes {total})");
+        }
+    }
+    let missing = store
+        .exists(
+            &ns,
+            doc! { "_id": "plain", "$expr": { "$eq": [{ "$bsonSize": "$nothing" }, Bson::Null] } },
+        )
+        .await
+        .unwrap();
+    assert!(missing, "the size of a missing field is null");
 }
 
 /// An insert's placeholder carries its validity, judged by the store's
