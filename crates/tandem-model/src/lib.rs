@@ -407,6 +407,18 @@
 //!   integers; a change that holds its document alone restores it exactly).
 //!   Tested on the embedded store (`tandem/tests/compensation.rs`); the
 //!   filter's conditions on both stores by the store contract.
+//! * **Sizes**: the model's documents have no size, so no step of it is
+//!   refused as too large. In the code the apply is the only step a store
+//!   may refuse for size (a refusal like a failed guard: nothing applied),
+//!   because every apply reserves the most its clear or undo can add
+//!   (`_tandem.room`) and requires the document, all reservations, its own
+//!   growth and reservation to fit in 16 MiB; each clear or undo adds at
+//!   most what it reserved and takes it off in the same statement. So
+//!   `size + room <= 16 MiB` holds on every held document after every step,
+//!   and the clears and undos of the model cannot be refused in the code
+//!   either (writes outside tandem excepted, as for every field they
+//!   touch). Tested on the embedded store (`tandem/tests/size_limits.rs`),
+//!   the size measure on both stores by the store contract.
 //! * **Guard kinds**: the model's shared change carries a lower bound
 //!   (`A ≥ 1`). Which guards may share a document is a per-guard argument
 //!   the model leaves to the code: a shared guard must stay true while other
