@@ -27,11 +27,20 @@ pub(super) const MAX_DOCUMENT_LEN: i64 = 16 * 1024 * 1024;
 
 /// What writing one field at `path` may add besides its value: the type
 /// byte, the name and its terminator, an array index key when the field is
-/// an element, and for each parent that is missing an embedded document
-/// (its own type byte, name, length and terminator).
+/// an element, for each parent that is missing an embedded document (its
+/// own type byte, name, length and terminator), and for a numeric segment
+/// past an array's end the nulls that pad the array up to it (each a type
+/// byte, its index and a terminator).
 fn field_overhead(path: &str) -> i64 {
-    let segments = path.split('.').count() as i64;
-    path.len() as i64 + 8 * segments + 16
+    let mut overhead = len(path.len()).saturating_add(16);
+    for seg in path.split('.') {
+        overhead = overhead.saturating_add(8);
+        if let Some(i) = crate::query::array_index(seg) {
+            let each = 2 + len(crate::query::size::decimal_digits(i));
+            overhead = overhead.saturating_add(len(i).saturating_mul(each));
+        }
+    }
+    overhead
 }
 
 fn len(v: usize) -> i64 {
@@ -151,5 +160,21 @@ mod tests {
             "{before} -> {after}"
         );
         assert!(after > before);
+    }
+
+    /// A `set` past an array's end pads the array with nulls, counted too.
+    #[test]
+    fn padding_an_array_is_counted() {
+        let mut current = doc! { "_id": "x", "tags": ["a"] };
+        let update = doc! { "$set": { "tags.5000": "z" } };
+        let before = len(document_len(&current));
+        crate::query::update::apply_update(&mut current, &update, bson::DateTime::now(), false)
+            .unwrap();
+        let after = len(document_len(&current));
+        assert!(after - before > 20_000, "{before} -> {after}");
+        assert!(
+            after - before <= update_growth(&update),
+            "{before} -> {after}"
+        );
     }
 }
