@@ -572,6 +572,142 @@ async fn both_strategies_refuse_a_debit_that_would_change_the_type() {
     }
 }
 
+/// A credit of a double amount to an integer field others share makes it a
+/// double, under which an integer debit pending on the field is undone by
+/// adding a whole amount to a double, which can round. T1's debit of A
+/// (36203, an `Int64`) by 31473 is applied and T1 is held before its
+/// cancel; T2 credits A by 24.27 and commits; T1's cancel then left
+/// `36227.270000000004`, not the `36227.27` of T2 alone. T2 is now refused
+/// at its apply, and T1's cancel restores A exactly.
+#[tokio::test]
+async fn an_integer_debit_undone_after_a_concurrent_double_credit_is_exact() {
+    use tandem::CommitPoint;
+
+    let store = MemoryStore::new();
+    seed(&store, doc! { "_id": "A", "balance": 36203_i64 }).await;
+
+    // 1 the record's create, 2 A's debit, 3 the move to `canceling` (paused).
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    let pause = faulty.pause_at(3);
+    let t1 = Coordinator::builder(faulty).build();
+    let run = tokio::spawn(async move {
+        t1.run(
+            Transaction::new()
+                .change(
+                    DocumentChange::update(ns(), "A")
+                        .inc("balance", -31473_i64)
+                        .require_gte("balance", 31473_i64),
+                )
+                .change(DocumentChange::update(ns(), "no-such-doc").inc("balance", 1_i64)),
+        )
+        .await
+    });
+    pause.reached.await.unwrap();
+    let debited = read(&store, "A").await.unwrap();
+    assert_eq!(debited.get_i64("balance"), Ok(4730), "{debited:?}");
+
+    let t2 = Coordinator::builder(store.clone())
+        .commit_point(CommitPoint::Done)
+        .build()
+        .run(Transaction::new().change(DocumentChange::update(ns(), "A").inc("balance", 24.27_f64)))
+        .await;
+    match &t2 {
+        Err(TxError::Canceled {
+            cause: StepError::TypeMismatch { path, message, .. },
+            undone: true,
+            ..
+        }) => {
+            assert_eq!(path, "balance");
+            assert!(message.contains("stored long 4730"), "{message}");
+        }
+        other => panic!("the double credit of an integer applied: {other:?}"),
+    }
+
+    pause.release.send(()).unwrap();
+    let answer = run.await.unwrap();
+    assert!(
+        matches!(answer, Err(TxError::Canceled { undone: true, .. })),
+        "{answer:?}"
+    );
+    assert_unchanged(&store, "A", &doc! { "_id": "A", "balance": 36203_i64 }).await;
+}
+
+/// Both strategies refuse a shared credit of a double amount to an integer
+/// field, alike; a double, a decimal or a missing field takes it. A change
+/// that holds its document alone takes it on an integer too: its cancel
+/// restores the field from the before-image.
+#[tokio::test]
+async fn both_strategies_refuse_a_shared_double_credit_of_an_integer() {
+    for strategy in [Strategy::TwoPhase, Strategy::Native] {
+        let run = |before: Document, change: DocumentChange| async move {
+            let store = MemoryStore::new();
+            seed(&store, before).await;
+            let answer = Coordinator::builder(store.clone())
+                .strategy(strategy)
+                .commit_point(tandem::CommitPoint::Done)
+                .build()
+                .run(Transaction::new().change(change))
+                .await;
+            (answer, user_fields(read(&store, "A").await.unwrap()))
+        };
+        for n in [Bson::Int32(5), Bson::Int64(5)] {
+            let (answer, after) = run(
+                doc! { "_id": "A", "n": n.clone() },
+                DocumentChange::update(ns(), "A").inc("n", 0.5),
+            )
+            .await;
+            assert!(
+                matches!(
+                    &answer,
+                    Err(TxError::Canceled {
+                        cause: StepError::TypeMismatch { path, .. },
+                        ..
+                    }) if path == "n"
+                ),
+                "{strategy:?}: {answer:?}"
+            );
+            assert_eq!(after.get("n"), Some(&n), "{strategy:?}");
+        }
+        let (answer, after) = run(
+            doc! { "_id": "A", "n": 2.5 },
+            DocumentChange::update(ns(), "A").inc("n", 0.5),
+        )
+        .await;
+        assert!(answer.is_ok(), "{strategy:?}: {answer:?}");
+        assert_eq!(after.get("n"), Some(&Bson::Double(3.0)), "{strategy:?}");
+        let (answer, after) = run(
+            doc! { "_id": "A" },
+            DocumentChange::update(ns(), "A").inc("n", 0.5),
+        )
+        .await;
+        assert!(answer.is_ok(), "{strategy:?}: {answer:?}");
+        assert_eq!(after.get("n"), Some(&Bson::Double(0.5)), "{strategy:?}");
+        // Exclusive: the change also sets a field.
+        let (answer, after) = run(
+            doc! { "_id": "A", "n": 5_i64 },
+            DocumentChange::update(ns(), "A")
+                .inc("n", 0.5)
+                .set("status", "open"),
+        )
+        .await;
+        assert!(answer.is_ok(), "{strategy:?}: {answer:?}");
+        assert_eq!(after.get("n"), Some(&Bson::Double(5.5)), "{strategy:?}");
+    }
+}
+
+/// A canceled exclusive credit of a double to an integer field restores
+/// the integer from the before-image.
+#[tokio::test]
+async fn a_canceled_exclusive_double_credit_of_an_integer_is_restored() {
+    assert_cancel_restores(
+        doc! { "_id": "A", "n": 5_i64, "status": "a" },
+        DocumentChange::update(ns(), "A")
+            .inc("n", 0.5)
+            .set("status", "b"),
+    )
+    .await;
+}
+
 /// An exclusive increment's field removed outside tandem before the undo:
 /// left removed (adding back would bring it back as `-5`), the record
 /// canceled.

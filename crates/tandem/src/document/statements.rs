@@ -199,6 +199,26 @@ impl DocumentChange {
         self.increments_where(move |op| shared && self.applies_early(op))
     }
 
+    /// The credits of a double amount to a document others share, with
+    /// their amounts. Adding a double to an integer field makes it a double,
+    /// under which the undo of an integer debit pending on the field (which
+    /// adds the amount back) can round: they apply only where the field is
+    /// not an integer ([`types_kept`](Self::types_kept)).
+    fn shared_float_credits(&self) -> impl Iterator<Item = (&str, &Bson)> {
+        let shared = !self.is_exclusive();
+        self.increments_where(move |op| {
+            shared
+                && !self.applies_early(op)
+                && matches!(
+                    op,
+                    FieldOp::Inc {
+                        by: Bson::Double(_),
+                        ..
+                    }
+                )
+        })
+    }
+
     /// The conditions under which every [shared debit](Self::shared_debits)
     /// keeps its field's type: the field exists (an `$inc` creates a missing
     /// one, which adding the amount back would leave at zero), of a type at
@@ -208,6 +228,12 @@ impl DocumentChange {
     /// range (the store makes it 64-bit otherwise). An integer debit also
     /// needs an integer (or decimal) field: on a double, subtracting and
     /// adding back can round, and the cancel would not restore the value.
+    ///
+    /// And the conditions under which no [shared double
+    /// credit](Self::shared_float_credits) makes an integer field a double
+    /// while an integer debit may be pending on it: the field is a double,
+    /// a decimal, or missing (`$not` of the integer types, which also
+    /// admits a field no `$inc` applies to: the store refuses that one).
     pub(super) fn types_kept(&self) -> Vec<(String, Bson)> {
         // A change an earlier version recorded (its float debits shared)
         // keeps that version's conditions, which admitted a double field.
@@ -238,12 +264,32 @@ impl DocumentChange {
                     _ => wider(&["decimal"]),
                 })
             })
+            .chain(self.shared_float_credits().map(|(path, _)| {
+                (
+                    path.to_owned(),
+                    Bson::Document(doc! { "$not": { "$type": ["int", "long"] } }),
+                )
+            }))
             .collect()
     }
 
     /// Why a [shared debit](Self::shared_debits) cannot apply to `current`
-    /// without changing its field's type, if it cannot.
+    /// without changing its field's type, or a [shared double
+    /// credit](Self::shared_float_credits) without making an integer a
+    /// double, if it cannot.
     pub(super) fn type_not_kept(&self, current: &Document) -> Option<StepError> {
+        for (path, by) in self.shared_float_credits() {
+            if let Some(f @ (Bson::Int32(_) | Bson::Int64(_))) = query::lookup(current, path) {
+                return Some(StepError::TypeMismatch {
+                    participant: self.label(),
+                    path: path.to_owned(),
+                    message: format!(
+                        "stored {} {f}; adding the double {by} makes it a double, under which the cancel of an integer debit pending on the field could round: store the field as a double, or give the amount as an integer",
+                        type_name(f),
+                    ),
+                });
+            }
+        }
         for (path, by) in self.shared_debits() {
             let found = query::lookup(current, path);
             let why = match (found, by) {
