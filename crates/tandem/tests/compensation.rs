@@ -390,6 +390,69 @@ async fn an_equality_guard_through_an_array_element_is_no_before_image() {
     .await;
 }
 
+/// An equality guard on a path through an array of documents (`a.b ==
+/// "x"` on `a: [{b: "x"}]`): a query reads the path through the array, an
+/// update does not (`$unset` of `a.b` changes nothing). The guard stood for
+/// the before-image; the undo then expected `a.b` missing, which the query
+/// again read through the array as present, so it took the field for
+/// written over, and its own guarded step never matched: the cancel never
+/// finished, and the document stayed held for good, recovery included.
+/// Only a guard on a top-level field stands for the image now: below one,
+/// the image is read. The transaction is canceled with everything undone
+/// (or refused at its apply), and the document is left as it was.
+#[tokio::test]
+async fn an_unset_pinned_by_a_guard_through_an_array_cancels() {
+    let clock = Arc::new(ManualClock::default());
+    let store = MemoryStore::with_clock(clock.clone());
+    let before = doc! { "_id": "X", "a": [ { "b": "x" } ] };
+    seed(&store, before.clone()).await;
+    let coordinator = Coordinator::builder(store.clone())
+        .lease(Duration::from_secs(30))
+        .clock_margin(Duration::ZERO)
+        .build();
+    let result = tokio::time::timeout(
+        Duration::from_secs(60),
+        coordinator.run(
+            Transaction::new()
+                .change(
+                    DocumentChange::update(ns(), "X")
+                        .unset("a.b")
+                        .require_eq("a.b", "x"),
+                )
+                .change(DocumentChange::update(ns(), "no-such-doc").inc("balance", 1_i64)),
+        ),
+    )
+    .await
+    .expect("the run answers");
+    // Recovery, long after, rolls back whatever is left.
+    clock.advance(Duration::from_secs(600));
+    let report = coordinator
+        .recovery(RecoveryConfig {
+            pending: PendingPolicy::RollBack,
+            ..RecoveryConfig::default()
+        })
+        .run_once()
+        .await;
+    let after = read(&store, "X").await.unwrap();
+    assert!(
+        matches!(&result, Err(TxError::Canceled { undone: true, .. })),
+        "{result:?}\nrecovery: {report:?}\nX: {after:?}"
+    );
+    assert_eq!(user_fields(after.clone()), before, "{after:?}");
+    assert!(
+        after
+            .get_array("pendingTransactions")
+            .map_or(true, |m| m.is_empty()),
+        "X still marked: {after:?}"
+    );
+    assert!(
+        after
+            .get_document("_tandem")
+            .map_or(true, |t| t.get("lock").is_none()),
+        "X still held: {after:?}"
+    );
+}
+
 /// An increment of a missing field (a counter's first use) inside an
 /// exclusive change: the apply creates the field; the cancel must take it
 /// away again, not leave a zero.

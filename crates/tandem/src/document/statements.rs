@@ -118,12 +118,13 @@ impl DocumentChange {
     }
 
     /// The before-image, when a guard pins every imaged path exactly: the
-    /// field is missing (a top-level one), or, for a `set` or `unset`, it equals a value that
-    /// is neither null nor an array. (An equality also matches an array that
-    /// contains the value, and `null` a missing field: a guard `tags ==
-    /// "sale"` says nothing of the rest of the array, which an undo restores.
-    /// The apply then requires the field to hold that value itself: see
-    /// [`exact`].) A `push` or `pull` changes an array, which no guard pins.
+    /// field, a top-level one, is missing, or, for a `set` or `unset`, it
+    /// equals a value that is neither null nor an array ([`pins`]). (An
+    /// equality also matches an array that contains the value, and `null` a
+    /// missing field: a guard `tags == "sale"` says nothing of the rest of
+    /// the array, which an undo restores. The apply then requires the field
+    /// to hold that value itself: see [`exact`].) A `push` or `pull` changes
+    /// an array, which no guard pins.
     pub(super) fn image_from_guards(&self) -> Option<Vec<(String, Option<Bson>)>> {
         let DocumentOp::Update { ops } = &self.op else {
             return Some(Vec::new());
@@ -137,6 +138,9 @@ impl DocumentChange {
                     .iter()
                     .find(|g| g.path == path)
                     .and_then(|g| match g.op {
+                        // Only a top-level field (`pins`): below one, a
+                        // query reads the path through arrays an update
+                        // does not write through.
                         GuardOp::Eq if whole && pins(path, &g.value) => {
                             Some((path.to_owned(), Some(g.value.clone())))
                         }
@@ -373,8 +377,8 @@ impl DocumentChange {
         (plain, exprs)
     }
 
-    /// The paths whose equality guard can stand for the before-image
-    /// ([`image_from_guards`](Self::image_from_guards)): such a guard
+    /// The paths, top-level fields, whose equality guard can stand for the
+    /// before-image ([`image_from_guards`](Self::image_from_guards)): such a guard
     /// requires the field itself to hold the value, not an array holding it,
     /// with every strategy.
     pub(super) fn pinned_paths(&self) -> Vec<String> {
@@ -1467,19 +1471,19 @@ impl DocumentChange {
     }
 }
 
-/// Whether an equality guard on `value` pins what a field holds, so that it
-/// can stand for the field's before-image: [`exact`] can make it exact, and
-/// it is not a number (an equality with `5.0` also matches a stored `5` of
-/// another numeric type, which the undo would then change). Nor on a path
-/// through an array element (`a.0.b`): a query reads that through the
-/// element `a[0]` and through a field named `0` in any element, an update
-/// only through `a[0]`, so the guard may hold where the update does not
-/// write.
+/// Whether an equality guard on `value` at `path` pins what a field holds,
+/// so that it can stand for the field's before-image: [`exact`] can make it
+/// exact, and it is not a number (an equality with `5.0` also matches a
+/// stored `5` of another numeric type, which the undo would then change).
+/// Only on a top-level field, as a guard that the field is missing: below
+/// one, a query reads the path through every array on the way (`a.b`
+/// through the elements of `a: [{b: "x"}]`, `a.0.b` also through a field
+/// named `0` in any element) where an update does not write, so the guard
+/// may hold where the update changes nothing, and the undo would then
+/// expect what it never finds: the document held for good. Below the top
+/// level the image is read from the document.
 fn pins(path: &str, value: &Bson) -> bool {
-    !path
-        .split('.')
-        .skip(1)
-        .any(|seg| !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()))
+    !path.contains('.')
         && exact(value).is_some()
         && !holds_number(value)
         && type_conditions("", value).is_some()
