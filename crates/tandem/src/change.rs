@@ -454,6 +454,11 @@ impl DocumentChange {
     }
 
     /// Removes `path`.
+    ///
+    /// A cancel puts the field back as it was: a field of a sub-document by
+    /// restoring the sub-document whole, field order included; a top-level
+    /// field last among the document's fields (the document's field order
+    /// is not restored).
     pub fn unset(self, path: impl Into<String>) -> Self {
         self.push_op(FieldOp::Unset { path: path.into() })
     }

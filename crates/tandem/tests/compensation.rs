@@ -453,6 +453,63 @@ async fn an_unset_pinned_by_a_guard_through_an_array_cancels() {
     );
 }
 
+/// A canceled `unset` of a field inside a sub-document restores the
+/// sub-document as it was, field order included. The undo put the field
+/// back with a `$set`, which appends it; documents compare in field order,
+/// so an equality guard on the parent that held before the canceled
+/// transaction refused after it, for good. The image is now taken at the
+/// parent, as it is at the array for an `unset` of an array's element.
+#[tokio::test]
+async fn canceled_unset_of_a_nested_field_keeps_the_field_order() {
+    let store = MemoryStore::new();
+    let before = doc! { "_id": "X", "addr": { "zip": "1000", "city": "Brussels" } };
+    seed(&store, before.clone()).await;
+    run_and_cancel(&store, DocumentChange::update(ns(), "X").unset("addr.zip")).await;
+    assert_unchanged(&store, "X", &before).await;
+    // The same change guarded on the parent's value, which held before.
+    Coordinator::new(store.clone())
+        .run(
+            Transaction::new().change(
+                DocumentChange::update(ns(), "X")
+                    .set("status", "moved")
+                    .require_eq("addr", doc! { "zip": "1000", "city": "Brussels" }),
+            ),
+        )
+        .await
+        .expect("a guard that held before the canceled transaction holds after it");
+
+    // A field of an array's element: the element is restored whole.
+    assert_cancel_restores(
+        doc! { "_id": "Y", "items": [ { "sku": "a", "qty": 1_i64 }, { "sku": "b" } ] },
+        DocumentChange::update(ns(), "Y").unset("items.0.sku"),
+    )
+    .await;
+}
+
+/// A canceled `unset` of a top-level field puts the field back, value and
+/// type as they were, but last among the document's fields: the undo's
+/// `$set` appends it, and the document's field order is not restored (a
+/// known limit, in the Reliability chapter).
+#[tokio::test]
+async fn a_canceled_top_level_unset_puts_the_field_back_last() {
+    let store = MemoryStore::new();
+    seed(
+        &store,
+        doc! { "_id": "X", "zip": "1000", "city": "Brussels" },
+    )
+    .await;
+    run_and_cancel(&store, DocumentChange::update(ns(), "X").unset("zip")).await;
+    let after = user_fields(read(&store, "X").await.unwrap());
+    assert_eq!(
+        after,
+        doc! { "_id": "X", "city": "Brussels", "zip": "1000" }
+    );
+    assert_eq!(
+        after.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["_id", "city", "zip"]
+    );
+}
+
 /// An increment of a missing field (a counter's first use) inside an
 /// exclusive change: the apply creates the field; the cancel must take it
 /// away again, not leave a zero.

@@ -86,9 +86,13 @@ impl DocumentChange {
     /// undo of `shipping.carrier` alone would leave behind, empty), or the
     /// whole array the path indexes past its end (a `set` of `tags.3` on one
     /// element pads `tags` with nulls) or whose element an `unset` removes
-    /// (which leaves a null in its place). Not where that would overlap an
-    /// increment of the change, whose undo is its own. Images covered by
-    /// another are left out.
+    /// (which leaves a null in its place), or the sub-document whose field
+    /// an `unset` removes (a `$set` of the field alone would put it back
+    /// last, and the sub-document, compared in field order, would no longer
+    /// equal what it was). Not where that would overlap an increment of the
+    /// change, whose undo is its own. Images covered by another are left
+    /// out. A top-level field an `unset` removes is put back last among the
+    /// document's fields: the document's field order is not restored.
     pub(super) fn read_image(&self, current: &Document) -> Vec<(String, Option<Bson>)> {
         let DocumentOp::Update { ops } = &self.op else {
             return Vec::new();
@@ -1546,8 +1550,9 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
 /// Where an undo of the change at `path` restores `doc` from, when higher
 /// than `path` ([`DocumentChange::read_image`]): the first field missing on
 /// the way (unless it is the last), or the array the path indexes past its
-/// end, or, for an `unset`, the array whose element the path names. `None`:
-/// at `path` itself (also where the update fails, through a scalar).
+/// end, or, for an `unset`, the array whose element the path names or the
+/// sub-document whose field it names. `None`: at `path` itself (also where
+/// the update fails, through a scalar).
 fn image_root<'p>(doc: &Document, path: &'p str, unset: bool) -> Option<&'p str> {
     enum Node<'d> {
         Doc(&'d Document),
@@ -1592,6 +1597,11 @@ fn image_root<'p>(doc: &Document, path: &'p str, unset: bool) -> Option<&'p str>
     }
     match in_array {
         Some(array_end) if unset => Some(&path[..array_end]),
+        // A field of a sub-document: an undo's `$set` of the field would
+        // put it back last, and the sub-document, compared in field order,
+        // would no longer equal what it was. Restored whole, it keeps its
+        // order. (A top-level field is put back last: a known limit.)
+        None if unset => path.rfind('.').map(|dot| &path[..dot]),
         _ => None,
     }
 }
