@@ -498,6 +498,10 @@ impl DocumentChange {
         if let Some(before) = before {
             // The document must still be as it was read, or the image would
             // be stale: the field itself, not an array that contains it.
+            // (Compared by value: an equal value of the same type written
+            // since, a double's zero sign or a decimal's trailing zeros, is
+            // not seen, and an undo writes the value read back: a known
+            // limit.)
             for (path, value) in image_from_doc(before) {
                 let cond = match value {
                     // Null itself: not a missing field, not an array holding null.
