@@ -85,9 +85,7 @@ impl DocumentChange {
                     }
                     if let Ok(body) = update.get_document_mut("$unset") {
                         body.insert(CREDITS, "");
-                        if self.reserves_room {
-                            body.insert(ROOM, "");
-                        }
+                        body.insert(ROOM, "");
                     }
                 }
                 // An increment must leave room for the credits two-phase
@@ -100,7 +98,10 @@ impl DocumentChange {
                 let (plain, mut exprs) = self.credit_room(incs);
                 // And room for what two-phase transactions' clears and
                 // undos add later (`room.rs`).
-                if self.reserves_room {
+                // An exclusive change runs where nothing is pending, and so
+                // nothing reserved: the store's own limit is all it meets.
+                if !self.is_exclusive() {
+                    exprs.extend(self.no_padding());
                     exprs.push(self.room_condition(super::room::update_growth(&update), 0));
                 }
                 merge_conditions(&mut filter, plain);

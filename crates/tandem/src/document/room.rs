@@ -19,7 +19,7 @@
 use bson::{doc, Bson, Document};
 
 use super::{image_from_doc, ROOM};
-use crate::change::DocumentChange;
+use crate::change::{DocumentChange, DocumentOp, FieldOp};
 use crate::query::size::{document_len, value_len};
 
 /// The most a document may hold, in bytes: MongoDB's limit.
@@ -27,20 +27,16 @@ pub(super) const MAX_DOCUMENT_LEN: i64 = 16 * 1024 * 1024;
 
 /// What writing one field at `path` may add besides its value: the type
 /// byte, the name and its terminator, an array index key when the field is
-/// an element, for each parent that is missing an embedded document (its
-/// own type byte, name, length and terminator), and for a numeric segment
-/// past an array's end the nulls that pad the array up to it (each a type
-/// byte, its index and a terminator).
+/// an element, and for each parent that is missing an embedded document
+/// (its own type byte, name, length and terminator). Not the nulls that pad
+/// an array written past its end: an exclusive change's size is worked out
+/// from its before-image (`image_sizes`), and a shared increment may not
+/// pad ([`DocumentChange::no_padding`]).
 fn field_overhead(path: &str) -> i64 {
-    let mut overhead = len(path.len()).saturating_add(16);
-    for seg in path.split('.') {
-        overhead = overhead.saturating_add(8);
-        if let Some(i) = crate::query::array_index(seg) {
-            let each = 2 + len(crate::query::size::decimal_digits(i));
-            overhead = overhead.saturating_add(len(i).saturating_mul(each));
-        }
-    }
-    overhead
+    let segments = len(path.split('.').count());
+    len(path.len())
+        .saturating_add(segments.saturating_mul(8))
+        .saturating_add(16)
 }
 
 fn len(v: usize) -> i64 {
@@ -48,9 +44,9 @@ fn len(v: usize) -> i64 {
 }
 
 /// The most an update document `update` can add to a document it applies
-/// to: for every field it sets, increments or pushes, the field's
-/// overhead and the value (a `$pull`, `$unset` or `$currentDate` adds
-/// nothing beyond what is counted).
+/// to, arrays it indexes past their end aside: for every field it sets,
+/// increments or pushes, the field's overhead and the value (a `$pull`,
+/// `$unset` or `$currentDate` adds nothing beyond what is counted).
 pub(super) fn update_growth(update: &Document) -> i64 {
     let mut growth = 0_i64;
     for (op, body) in update {
@@ -80,33 +76,177 @@ pub(super) fn update_growth(update: &Document) -> i64 {
     growth
 }
 
+/// The conditions under which an increment of `path` pads no array (see
+/// [`DocumentChange::no_padding`]).
+fn no_padding_of(path: &str) -> Vec<Document> {
+    let mut conds = Vec::new();
+    let mut start = 0;
+    for (k, seg) in path.split('.').enumerate() {
+        let at = start;
+        start += seg.len() + 1;
+        let Some(i) = crate::query::array_index(seg).filter(|&i| k > 0 && i > 0) else {
+            continue;
+        };
+        let parent = super::statements::field_expr(&path[..at - 1]);
+        conds.push(match i32::try_from(i - 1) {
+            Ok(before) => doc! { "$cond": [
+                { "$isArray": parent.clone() },
+                { "$gte": [{ "$arrayElemAt": [parent, before] }, Bson::Null] },
+                true,
+            ] },
+            // Past any array a document can hold: only a field.
+            Err(_) => doc! { "$cond": [{ "$isArray": parent }, false, true] },
+        });
+    }
+    conds
+}
+
 impl DocumentChange {
+    /// For a change that holds its document alone: the size of the fields
+    /// it changes as the before-image `before` has them, and as its apply
+    /// leaves them, worked out by applying the change to the image. The
+    /// apply's filter pins the image, so the apply adds at most the
+    /// difference one way and the undo the other (a padded array, a field
+    /// shrunk and restored: exactly). `None` for a shared change (nothing
+    /// imaged), or when the change cannot be applied to the image (the
+    /// store refuses it too).
+    fn image_sizes(&self, before: Option<&Document>) -> Option<(i64, i64)> {
+        let DocumentOp::Update { ops } = &self.op else {
+            return None;
+        };
+        if !self.is_exclusive() {
+            return None;
+        }
+        let mut set = Document::new();
+        for (path, value) in before.map(image_from_doc).unwrap_or_default() {
+            if let Some(v) = value {
+                set.insert(path, v);
+            }
+        }
+        let now = bson::DateTime::from_millis(0);
+        let mut image = Document::new();
+        if !set.is_empty() {
+            crate::query::update::apply_update(&mut image, &doc! { "$set": set }, now, false)
+                .ok()?;
+        }
+        let mut user = Document::new();
+        for op in ops {
+            let (name, value) = match op {
+                FieldOp::Set { value, .. } => ("$set", value.clone()),
+                FieldOp::Unset { .. } => ("$unset", Bson::String(String::new())),
+                FieldOp::Inc { by, .. } => ("$inc", by.clone()),
+                FieldOp::Push { value, .. } => ("$push", value.clone()),
+                FieldOp::Pull { value, .. } => ("$pull", super::statements::pull_condition(value)),
+            };
+            if !user.contains_key(name) {
+                user.insert(name, Document::new());
+            }
+            if let Ok(body) = user.get_document_mut(name) {
+                body.insert(op.path(), value);
+            }
+        }
+        let mut applied = image.clone();
+        if !user.is_empty() {
+            crate::query::update::apply_update(&mut applied, &user, now, false).ok()?;
+        }
+        Some((len(document_len(&image)), len(document_len(&applied))))
+    }
+
+    /// What the apply `update` adds to the document at most: tandem's own
+    /// fields and a shared change's increments by [`update_growth`], and
+    /// the fields an exclusive change writes by how much larger they are
+    /// than their before-image `before`, worked out (`image_sizes`):
+    /// negative where the apply shrinks them, so that the apply's filter,
+    /// which adds what the undo reserves, asks for the room the document
+    /// has now and no more.
+    pub(super) fn apply_growth(&self, update: &Document, before: Option<&Document>) -> i64 {
+        let (Some((image, applied)), DocumentOp::Update { ops }) =
+            (self.image_sizes(before), &self.op)
+        else {
+            return update_growth(update);
+        };
+        // The update without the change's own fields: what tandem adds.
+        let mut own = update.clone();
+        for (_, body) in own.iter_mut() {
+            if let Bson::Document(body) = body {
+                for op in ops {
+                    body.remove(op.path());
+                }
+            }
+        }
+        update_growth(&own).saturating_add(applied - image)
+    }
+
     /// The most this change's clear or undo (only one runs) can add to the
     /// document as its apply left it; zero for a change read back from a
     /// record an earlier version wrote, whose apply reserved nothing.
     ///
-    /// The clear lands the deferred credits (each at most a new 64-bit
-    /// field); the undo sets the before-image `before` back (each field at
-    /// most its value). Both take the marker away and leave the rest of
-    /// tandem's fields as they are, which adds nothing.
+    /// A shared change's clear lands its deferred credits (each at most a
+    /// new 64-bit field: an increment never pads an array, see
+    /// [`no_padding`](Self::no_padding)), and its undo only adds debits
+    /// back. An exclusive change's undo restores the before-image, as
+    /// much as the apply took away (`image_sizes`); its clear adds
+    /// nothing. Both take the marker away and leave the rest of tandem's
+    /// fields as they are, which adds nothing.
     pub(super) fn later_growth(&self, before: Option<&Document>) -> i64 {
         if !self.reserves_room {
             return 0;
         }
-        let clear = self
-            .deferred_credits()
+        if let Some((image, applied)) = self.image_sizes(before) {
+            return (image - applied).max(0);
+        }
+        if self.is_exclusive() {
+            // Not worked out: every field of the image, whole.
+            return before
+                .map(image_from_doc)
+                .unwrap_or_default()
+                .iter()
+                .map(|(path, value)| match value {
+                    Some(v) => field_overhead(path).saturating_add(len(value_len(v))),
+                    None => 0,
+                })
+                .fold(0_i64, i64::saturating_add);
+        }
+        self.deferred_credits()
             .map(|(path, _)| field_overhead(path).saturating_add(16))
-            .fold(0_i64, i64::saturating_add);
-        let undo = before
-            .map(image_from_doc)
-            .unwrap_or_default()
-            .iter()
-            .map(|(path, value)| match value {
-                Some(v) => field_overhead(path).saturating_add(len(value_len(v))),
-                None => 0,
+            .fold(0_i64, i64::saturating_add)
+    }
+
+    /// The conditions under which no increment of a shared change pads an
+    /// array (an exclusive change's padding is worked out from its image):
+    /// where its path has a numeric segment `i > 0` past the first
+    /// (`items.3.qty`, `byUser.1234`), the value before that segment is no
+    /// array, or an array with an element at `i - 1` (`$arrayElemAt` finds
+    /// something there, `null` included). An `$inc` past an array's end
+    /// pads it with nulls, as many as the index says, which no bound on
+    /// the apply's growth could cover.
+    pub(super) fn no_padding(&self) -> Vec<Document> {
+        self.padded_increments().flat_map(no_padding_of).collect()
+    }
+
+    /// The path of an increment of this shared change that would pad an
+    /// array of `current` ([`no_padding`](Self::no_padding) refuses it).
+    pub(super) fn pads_an_array(&self, current: &Document) -> Option<String> {
+        self.padded_increments()
+            .find(|path| {
+                let conds = no_padding_of(path);
+                !conds.is_empty()
+                    && !crate::query::matches(current, &doc! { "$expr": { "$and": conds } })
+                        .unwrap_or(true)
             })
-            .fold(0_i64, i64::saturating_add);
-        clear.max(undo)
+            .map(str::to_owned)
+    }
+
+    /// The paths of the increments of a shared change.
+    fn padded_increments(&self) -> impl Iterator<Item = &str> {
+        let ops: &[FieldOp] = match &self.op {
+            DocumentOp::Update { ops } if !self.is_exclusive() => ops,
+            _ => &[],
+        };
+        ops.iter().filter_map(|op| match op {
+            FieldOp::Inc { path, .. } => Some(path.as_str()),
+            _ => None,
+        })
     }
 
     /// The condition of an apply that adds at most `growth` and reserves
@@ -160,21 +300,5 @@ mod tests {
             "{before} -> {after}"
         );
         assert!(after > before);
-    }
-
-    /// A `set` past an array's end pads the array with nulls, counted too.
-    #[test]
-    fn padding_an_array_is_counted() {
-        let mut current = doc! { "_id": "x", "tags": ["a"] };
-        let update = doc! { "$set": { "tags.5000": "z" } };
-        let before = len(document_len(&current));
-        crate::query::update::apply_update(&mut current, &update, bson::DateTime::now(), false)
-            .unwrap();
-        let after = len(document_len(&current));
-        assert!(after - before > 20_000, "{before} -> {after}");
-        assert!(
-            after - before <= update_growth(&update),
-            "{before} -> {after}"
-        );
     }
 }

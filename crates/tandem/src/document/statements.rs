@@ -173,6 +173,7 @@ impl DocumentChange {
             exprs.insert(0, before(deadline));
         }
         if let Some((growth, later)) = self.apply_room(ctx) {
+            exprs.extend(self.no_padding());
             exprs.push(self.room_condition(growth, later));
         }
         insert_expr(&mut filter, exprs);
@@ -180,20 +181,18 @@ impl DocumentChange {
     }
 
     /// What the apply of an update or a delete adds to the document at
-    /// most, and what it reserves for its clear or undo (`room.rs`);
-    /// `None` for a change an earlier version recorded, whose apply did
-    /// not check, and for an insert (its placeholder is held by nobody).
+    /// most, and what it reserves for its clear or undo (`room.rs`; a
+    /// change an earlier version recorded reserves nothing, but respects
+    /// what others reserved); `None` for an insert (its placeholder is
+    /// held by nobody).
     pub(super) fn apply_room(&self, ctx: &StepContext<'_>) -> Option<(i64, i64)> {
-        if !self.reserves_room {
-            return None;
-        }
         let update = match &self.op {
             DocumentOp::Update { ops } => self.apply_update(ctx, ops),
             DocumentOp::Delete => self.delete_update(ctx),
             DocumentOp::Insert { .. } => return None,
         };
         Some((
-            super::room::update_growth(&update),
+            self.apply_growth(&update, ctx.before),
             self.later_growth(ctx.before),
         ))
     }
@@ -1464,8 +1463,15 @@ impl DocumentChange {
         // Too little room for the change and what two-phase transactions
         // have reserved here (a native transaction's filter checks it; a
         // two-phase apply adds more, and its diagnosis checks that too).
-        if let (true, super::NativeCommand::Update { update, .. }) =
-            (self.reserves_room, self.native_command())
+        if let Some(path) = self.pads_an_array(current) {
+            return Err(StepError::TypeMismatch {
+                participant,
+                path,
+                message: "an increment past an array's end, on a document others share, would pad the array with nulls, as many as the index says: credit an element that exists, or a field of a document".into(),
+            });
+        }
+        if let (false, super::NativeCommand::Update { update, .. }) =
+            (self.is_exclusive(), self.native_command())
         {
             if Self::lacks_room(current, super::room::update_growth(&update), 0) {
                 return Err(StepError::TooLarge { participant });
@@ -1615,7 +1621,7 @@ fn image_root<'p>(doc: &Document, path: &'p str, unset: bool) -> Option<&'p str>
 /// (`$arrayElemAt`) and a field of a document. (A field path such as
 /// `"$items.0.tags"` would read the field `0` of each element instead, and
 /// never equal the image: the apply would be refused for good.)
-fn field_expr(path: &str) -> Bson {
+pub(super) fn field_expr(path: &str) -> Bson {
     let segments: Vec<&str> = path.split('.').collect();
     // An index as the document was read by (`query::lookup`).
     let index = |seg: &str| crate::query::array_index(seg).and_then(|i| i32::try_from(i).ok());

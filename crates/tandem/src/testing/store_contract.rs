@@ -98,6 +98,7 @@ macro_rules! __store_contract_list {
             expr_now_fences_by_the_store_clock,
             placeholders_carry_their_validity,
             documents_are_measured_as_bson,
+            missing_elements_rank_below_null,
             array_markers,
             push_with_slice_keeps_the_newest,
             dotted_paths,
@@ -1926,6 +1927,38 @@ pub async fn documents_are_measured_as_bson<F: StoreFactory + ?Sized>(factory: &
         .await
         .unwrap();
     assert!(missing, "the size of a missing field is null");
+}
+
+/// `$arrayElemAt` past an array's end is missing, which ranks below `null`
+/// in `$expr`, while a `null` element is not missing: what tells a shared
+/// increment that would pad an array from one of an element that exists.
+pub async fn missing_elements_rank_below_null<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = docs(db);
+    seed(
+        store.as_ref(),
+        &ns,
+        vec![doc! { "_id": "a", "items": [1_i32, Bson::Null], "map": { "5": 1_i32 } }],
+    )
+    .await;
+    let present = |path: &str, i: i32| {
+        doc! { "_id": "a", "$expr": { "$cond": [
+            { "$isArray": format!("${path}") },
+            { "$gte": [{ "$arrayElemAt": [format!("${path}"), i] }, Bson::Null] },
+            true,
+        ] } }
+    };
+    let mut found = Vec::new();
+    for (path, i) in [
+        ("items", 0),
+        ("items", 1),
+        ("items", 2),
+        ("map", 9),
+        ("none", 3),
+    ] {
+        found.push(store.exists(&ns, present(path, i)).await.unwrap());
+    }
+    assert_eq!(found, [true, true, false, true, true]);
 }
 
 /// An insert's placeholder carries its validity, judged by the store's
