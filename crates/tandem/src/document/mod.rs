@@ -709,13 +709,21 @@ fn credit_ceiling(by: &Bson) -> Option<Bson> {
     }
 }
 
-/// The zero a deferred credit adds at its apply, only so that the store
-/// checks the field's type there rather than at commit: an `Int32` zero,
-/// which leaves an `Int32`, `Int64` or `Double` field of its own type (a
-/// `0.0` turned an integer balance into a double, which rounds above 2^53,
-/// and an `Int64` zero widened an `Int32`, both kept after a cancel).
-fn type_check_zero() -> Bson {
-    Bson::Int32(0)
+/// The zero a deferred credit of `by` adds at its apply, only so that the
+/// store checks the field's type there rather than at commit: an `Int32`
+/// zero, which leaves an `Int32`, `Int64` or `Double` field of its own
+/// type (a `0.0` turned an integer balance into a double, which rounds
+/// above 2^53, and an `Int64` zero widened an `Int32`, both kept after a
+/// cancel). For a double amount, a `0.0`: such a credit applies only to a
+/// double, a decimal or a missing field, and a missing one must be a
+/// double from the apply on, or an integer debit could apply to it (and
+/// its cancel round, once the credit lands) and a second double credit be
+/// refused.
+fn type_check_zero(by: &Bson) -> Bson {
+    match by {
+        Bson::Double(_) => Bson::Double(0.0),
+        _ => Bson::Int32(0),
+    }
 }
 
 fn negate(by: &Bson) -> Bson {

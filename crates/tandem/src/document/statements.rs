@@ -430,7 +430,7 @@ impl DocumentChange {
     }
 
     /// The increments of this change that `keep` keeps, with their amounts.
-    fn increments_where<'a>(
+    pub(super) fn increments_where<'a>(
         &'a self,
         keep: impl Fn(&FieldOp) -> bool + 'a,
     ) -> impl Iterator<Item = (&'a str, &'a Bson)> + 'a {
@@ -1082,7 +1082,7 @@ impl DocumentChange {
                     } else {
                         // Adds zero now: the store still checks the field's
                         // type, so a credit can never fail later, at commit.
-                        inc.insert(path.clone(), type_check_zero());
+                        inc.insert(path.clone(), type_check_zero(by));
                     }
                 }
                 FieldOp::Push { path, value } => {
@@ -1557,6 +1557,10 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
     walk(path, value, false, &mut out).then_some(out)
 }
 
+/// The largest sub-document an `unset` of one of its fields images whole
+/// (to keep its field order): a larger one is imaged at the field.
+const WHOLE_IMAGE_LIMIT: usize = 16 * 1024;
+
 /// Where an undo of the change at `path` restores `doc` from, when higher
 /// than `path` ([`DocumentChange::read_image`]): the first field missing on
 /// the way (unless it is the last), or the array the path indexes past its
@@ -1581,6 +1585,8 @@ fn image_root<'p>(doc: &Document, path: &'p str, unset: bool) -> Option<&'p str>
     // element of an array, where that array's path ends.
     let mut end = 0;
     let mut in_array: Option<usize> = None;
+    // The size of the sub-document the last segment was found in.
+    let mut parent_len = 0;
     for seg in path.split('.') {
         let start = if end == 0 { 0 } else { end + 1 };
         let seg_end = start + seg.len();
@@ -1590,6 +1596,9 @@ fn image_root<'p>(doc: &Document, path: &'p str, unset: bool) -> Option<&'p str>
                 None => return (!last).then(|| &path[..seg_end]),
                 Some(v) => {
                     in_array = None;
+                    if last {
+                        parent_len = crate::query::size::document_len(d);
+                    }
                     node_of(v)
                 }
             },
@@ -1610,8 +1619,10 @@ fn image_root<'p>(doc: &Document, path: &'p str, unset: bool) -> Option<&'p str>
         // A field of a sub-document: an undo's `$set` of the field would
         // put it back last, and the sub-document, compared in field order,
         // would no longer equal what it was. Restored whole, it keeps its
-        // order. (A top-level field is put back last: a known limit.)
-        None if unset => path.rfind('.').map(|dot| &path[..dot]),
+        // order. (A top-level field is put back last, and so is a field of
+        // a sub-document larger than `WHOLE_IMAGE_LIMIT`, whose image the
+        // record and the apply's filter would carry whole: a known limit.)
+        None if unset && parent_len <= WHOLE_IMAGE_LIMIT => path.rfind('.').map(|dot| &path[..dot]),
         _ => None,
     }
 }
