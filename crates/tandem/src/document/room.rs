@@ -124,6 +124,11 @@ impl DocumentChange {
         let mut set = Document::new();
         for (path, value) in before.map(image_from_doc).unwrap_or_default() {
             if let Some(v) = value {
+                // Not pinned byte for byte: the stored value may differ in
+                // size from the image (equal, of other numeric types).
+                if !super::statements::pins_bytes(&path, &v) {
+                    return None;
+                }
                 set.insert(path, v);
             }
         }

@@ -513,12 +513,18 @@ impl DocumentChange {
                     }
                     Some(v) => {
                         match exact(&v) {
-                            Some(only) => conds.push((format!("{path}.0"), Bson::Document(only))),
+                            // Below an array's element (`a.0.b`), a query
+                            // also reads a field `0` of any element: the
+                            // element itself must equal the image, which an
+                            // aggregation expression reads alone.
+                            Some(only) if !through_element(&path) => {
+                                conds.push((format!("{path}.0"), Bson::Document(only)))
+                            }
                             // An array, or a document with a field `0`:
                             // the field itself must equal it, which an
                             // aggregation expression compares (a query's
                             // equality also matches an array holding it).
-                            None => whole.push(
+                            _ => whole.push(
                                 doc! { "$eq": [field_expr(&path), { "$literal": v.clone() }] },
                             ),
                         }
@@ -1678,6 +1684,26 @@ const DBREF_KEYS: [&str; 3] = ["$ref", "$id", "$db"];
 /// value of another type at such a leaf unseen.
 /// At most [`LEAF_TYPES_KEPT`] of them: a field of many numbers would
 /// otherwise make the apply's filter several times the document's size.
+/// Whether a query reads `path` through more than the field it names: a
+/// numeric segment past the first (`a.0.b`) also names a field `0` of
+/// every element of an array `a`.
+pub(super) fn through_element(path: &str) -> bool {
+    path.split('.')
+        .skip(1)
+        .any(|seg| seg.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether the apply's filter pins the before-image `value` at `path`
+/// byte for byte: not through an element ([`through_element`]), and every
+/// number and string in it typed by a condition ([`leaf_types`] keeps
+/// [`LEAF_TYPES_KEPT`], and names no key a path cannot). Where it does not,
+/// an equal value of another type (a `5` for a `5.0`) may stand there, of
+/// another size.
+pub(super) fn pins_bytes(path: &str, value: &Bson) -> bool {
+    !through_element(path)
+        && type_conditions(path, value).is_some_and(|c| c.len() <= LEAF_TYPES_KEPT)
+}
+
 fn leaf_types(path: &str, value: &Bson) -> Vec<(String, Bson)> {
     let mut out = Vec::new();
     collect_leaf_types(path, value, false, &mut out);
