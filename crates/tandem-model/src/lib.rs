@@ -417,8 +417,14 @@
 //!   `size + room <= 16 MiB` holds on every held document after every step,
 //!   and the clears and undos of the model cannot be refused in the code
 //!   either (writes outside tandem excepted, as for every field they
-//!   touch). Tested on the embedded store (`tandem/tests/size_limits.rs`),
-//!   the size measure on both stores by the store contract.
+//!   touch). What an exclusive change adds or its undo restores is worked
+//!   out from its before-image where the apply's filter pins the image
+//!   byte for byte, and bounded by the whole image where it pins it by
+//!   value only; a shared increment may not pad an array; a change an
+//!   earlier version recorded reserves nothing but checks the room. Tested
+//!   on the embedded store (`tandem/tests/size_limits.rs`, `room.rs`,
+//!   `shared_types.rs`, `stale_images.rs`), the size measure on both stores
+//!   by the store contract.
 //! * **Guard kinds**: the model's shared change carries a lower bound
 //!   (`A ≥ 1`). Which guards may share a document is a per-guard argument
 //!   the model leaves to the code: a shared guard must stay true while other
