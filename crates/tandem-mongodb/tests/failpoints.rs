@@ -84,13 +84,23 @@ impl Fixture {
             .expect("turn the failpoint off");
     }
 
+    /// The counter. A read is sent again after a transient failure: a
+    /// failpoint's `writeConcernError` of code 91 ("shutdown in progress")
+    /// makes the driver clear its connection pool, which fails the reads
+    /// in flight at that moment too.
     async fn n(&self) -> i64 {
-        let doc = self
-            .store
-            .find_one(&self.ns(), doc! { "_id": "counter" })
-            .await
-            .unwrap()
-            .expect("counter document");
+        let mut attempts = 0;
+        let doc = loop {
+            match self
+                .store
+                .find_one(&self.ns(), doc! { "_id": "counter" })
+                .await
+            {
+                Ok(doc) => break doc.expect("counter document"),
+                Err(e) if e.kind == StoreErrorKind::Transient && attempts < 20 => attempts += 1,
+                Err(e) => panic!("read the counter: {e:?}"),
+            }
+        };
         match doc.get("n") {
             Some(bson::Bson::Int32(n)) => i64::from(*n),
             Some(bson::Bson::Int64(n)) => *n,
