@@ -419,8 +419,8 @@
 //!   either (writes outside tandem excepted, as for every field they
 //!   touch). What an exclusive change adds or its undo restores is worked
 //!   out from its before-image where the apply's filter pins the image
-//!   byte for byte, and bounded by the whole image where it pins it by
-//!   value only; a shared increment may not pad an array; a change an
+//!   byte for byte, and with twelve bytes a number more where it pins it
+//!   by value only (an equal number of another type); a shared increment may not pad an array; a change an
 //!   earlier version recorded reserves nothing but checks the room. Tested
 //!   on the embedded store (`tandem/tests/size_limits.rs`, `room.rs`,
 //!   `shared_types.rs`, `stale_images.rs`), the size measure on both stores

@@ -7,9 +7,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bson::{doc, Document};
+use bson::{doc, Bson, Document};
 use tandem::testing::{MemoryFactory, StoreFactory};
-use tandem::{CommitPoint, Coordinator, DocumentChange, Namespace, Store, Strategy, Transaction};
+use tandem::{
+    CommitPoint, Coordinator, DocumentChange, Namespace, StepError, Store, Strategy, Transaction,
+    TxError,
+};
 
 const DB: &str = "shop";
 const LEASE: Duration = Duration::from_secs(30);
@@ -379,4 +382,165 @@ async fn a_shared_increment_past_an_arrays_end_is_refused() {
             ]
         );
     }
+}
+
+/// An event log of 9 MiB (small documents, over 256 leaves, so its image
+/// is pinned by value only): appending one event needs room for the event,
+/// and for what equal numbers of other types could add, not for the whole
+/// log again (9 + 9 > 16 MiB was refused `TooLarge`).
+#[tokio::test]
+async fn pushing_to_a_large_log_is_not_refused() {
+    let store = tandem::MemoryStore::new();
+    let n = 9 * MIB / 1040;
+    let v = "x".repeat(1000);
+    let events: Vec<Bson> = (0..n)
+        .map(|i| Bson::Document(doc! { "k": i as i64, "v": v.clone() }))
+        .collect();
+    store
+        .insert_one(
+            &Namespace::new(DB, "logs"),
+            doc! { "_id": "L", "events": events },
+        )
+        .await
+        .unwrap();
+    let size = bson_len(
+        &store
+            .find_one(&Namespace::new(DB, "logs"), doc! { "_id": "L" })
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    assert!(size > 8 * MIB + MIB / 2 && size < 12 * MIB, "{size}");
+    let c = Coordinator::builder(store.clone())
+        .database(DB)
+        .commit_point(CommitPoint::Done)
+        .build();
+    let r = c
+        .run(
+            Transaction::new().change(
+                DocumentChange::update(Namespace::new(DB, "logs"), "L")
+                    .push("events", doc! { "k": -1_i64, "v": "new" }),
+            ),
+        )
+        .await;
+    assert!(r.is_ok(), "{r:?}");
+}
+
+async fn pending_credit(factory: &MemoryFactory, long: &str, n: u64) -> Option<Arc<dyn Store>> {
+    let store = factory.fresh().await;
+    store
+        .insert_one(&accounts(), doc! { "_id": "A", "balance": 100_i64 })
+        .await
+        .unwrap();
+    store
+        .insert_one(
+            &accounts(),
+            doc! { "_id": "B", long: 0_i64, "small": 0_i64, "pad": "" },
+        )
+        .await
+        .unwrap();
+    let tx = Transaction::with_id("t1")
+        .change(
+            DocumentChange::update(accounts(), "A")
+                .inc("balance", -10_i64)
+                .require_gte("balance", 10_i64),
+        )
+        .change(DocumentChange::update(accounts(), "B").inc(long, 10_i64));
+    let c = Coordinator::builder_shared(Arc::new(FaultStore::new(store.clone()).crash_after(n)))
+        .database(DB)
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .build();
+    let _ = c.run(tx).await;
+    let rec = store
+        .find_one(&records(), doc! { "_id": "t1" })
+        .await
+        .unwrap()
+        .map(|d| TxRecord::from_document(d).unwrap().state);
+    let b = store
+        .find_one(&accounts(), doc! { "_id": "B" })
+        .await
+        .unwrap()
+        .unwrap();
+    let marked = b
+        .get_array("pendingTransactions")
+        .is_ok_and(|m| !m.is_empty());
+    (rec == Some(TxState::Pending) && marked).then_some(store)
+}
+
+/// A credit that would fit but for the room a pending credit reserved
+/// (and gives back at its clear, its field already there: the document
+/// does not grow) is a conflict with that transaction, not `TooLarge`
+/// (which `ConflictPolicy::Wait` would not wait out): once it finishes,
+/// the same credit lands.
+#[tokio::test]
+async fn room_reserved_by_a_pending_credit_is_a_conflict_not_too_large() {
+    reserved_room_case(Strategy::TwoPhase).await;
+}
+
+/// The same for a credit run natively beside the pending two-phase one.
+#[tokio::test]
+async fn room_reserved_by_a_pending_credit_is_a_conflict_not_too_large_natively() {
+    reserved_room_case(Strategy::Native).await;
+}
+
+async fn reserved_room_case(strategy: Strategy) {
+    let factory = MemoryFactory::new();
+    let long = format!("bonus_{}", "f".repeat(3000));
+    let mut found = None;
+    for n in 1..30 {
+        if let Some(store) = pending_credit(&factory, &long, n).await {
+            found = Some(store);
+            break;
+        }
+    }
+    let store = found.expect("a crash point leaving t1 applied to B");
+    let b = store
+        .find_one(&accounts(), doc! { "_id": "B" })
+        .await
+        .unwrap()
+        .unwrap();
+    let room = b.get_document("_tandem").unwrap().get_i64("room").unwrap();
+    assert!(room > 3000, "{room}");
+    // Leave half of t1's reservation free beside it.
+    let free = 16;
+    let pad = 16 * MIB - bson_len(&b) - room as usize - free;
+    store
+        .update_one(
+            &accounts(),
+            doc! { "_id": "B" },
+            doc! { "$set": { "pad": "p".repeat(pad) } },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let c = Coordinator::builder_shared(store.clone())
+        .database(DB)
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .commit_point(CommitPoint::Done)
+        .strategy(strategy)
+        .build();
+    let credit =
+        || Transaction::new().change(DocumentChange::update(accounts(), "B").inc("small", 1_i64));
+    let r = c.run(credit()).await;
+    let cause = match &r {
+        Err(TxError::Canceled { cause, .. }) => Some(cause.clone()),
+        _ => None,
+    };
+    // t1 finishes (rolled forward: its credit lands in its room).
+    factory.pass(store.as_ref(), Duration::from_secs(300)).await;
+    let _ = c
+        .recovery(RecoveryConfig {
+            pending: PendingPolicy::RollForward,
+            ..RecoveryConfig::default()
+        })
+        .run_once()
+        .await;
+    let again = c.run(credit()).await;
+    assert!(again.is_ok(), "after t1: {again:?}");
+    assert!(
+        matches!(cause, Some(StepError::Conflict { .. })),
+        "while t1 held its room: {r:?}"
+    );
 }

@@ -392,8 +392,9 @@ async fn applied_t1(factory: &MemoryFactory, pad: usize) -> (u64, usize) {
 
 /// A transfer whose credit is pending on `B` has reserved room there for
 /// the field its clear creates. A second transfer that would fit in `B`
-/// only by taking that room is refused at its apply (`TooLarge`, nothing
-/// of it applied), two-phase or native; the first then finishes, its
+/// only by taking that room is refused at its apply (a `Conflict` with
+/// the first, over when the first finishes; nothing of it applied),
+/// two-phase or native; the first then finishes, its
 /// credit landed. (Without the reservation the second applied and its
 /// credit landed, and the first's clear was refused for good: its credit
 /// never landed, though `A` had paid.)
@@ -433,7 +434,7 @@ async fn a_pending_credit_keeps_its_room_against_later_transactions() {
             matches!(
                 &second,
                 Err(TxError::Canceled {
-                    cause: StepError::TooLarge { .. },
+                    cause: StepError::Conflict { .. },
                     undone: true,
                     ..
                 })

@@ -80,6 +80,29 @@ pub(super) fn update_growth(update: &Document) -> i64 {
     growth
 }
 
+/// Whether a document has room for an apply
+/// ([`DocumentChange::room_for`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Room {
+    /// It fits, with what the others reserved.
+    Fits,
+    /// It fits, but not with what the changes pending there reserved for
+    /// their clears and undos: a conflict, over once they finish.
+    Reserved,
+    /// It does not fit, whatever the others do.
+    TooLarge,
+}
+
+/// How many numbers `v` holds, itself included.
+fn numbers(v: &Bson) -> i64 {
+    match v {
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => 1,
+        Bson::Array(a) => a.iter().map(numbers).fold(0, i64::saturating_add),
+        Bson::Document(d) => d.values().map(numbers).fold(0, i64::saturating_add),
+        _ => 0,
+    }
+}
+
 /// The conditions under which an increment of `path` pads no array (see
 /// [`DocumentChange::no_padding`]).
 fn no_padding_of(path: &str) -> Vec<Document> {
@@ -114,7 +137,7 @@ impl DocumentChange {
     /// shrunk and restored: exactly). `None` for a shared change (nothing
     /// imaged), or when the change cannot be applied to the image (the
     /// store refuses it too).
-    fn image_sizes(&self, before: Option<&Document>) -> Option<(i64, i64)> {
+    fn image_sizes(&self, before: Option<&Document>) -> Option<(i64, i64, i64)> {
         let DocumentOp::Update { ops } = &self.op else {
             return None;
         };
@@ -122,12 +145,14 @@ impl DocumentChange {
             return None;
         }
         let mut set = Document::new();
+        let mut slack = 0_i64;
         for (path, value) in before.map(image_from_doc).unwrap_or_default() {
             if let Some(v) = value {
-                // Not pinned byte for byte: the stored value may differ in
-                // size from the image (equal, of other numeric types).
+                // Pinned by value only: an equal value of other numeric
+                // types may stand there (an `Int32` for a `Decimal128`,
+                // twelve bytes apart at most), the rest as in the image.
                 if !super::statements::pins_bytes(&path, &v) {
-                    return None;
+                    slack = slack.saturating_add(numbers(&v).saturating_mul(12));
                 }
                 set.insert(path, v);
             }
@@ -158,7 +183,11 @@ impl DocumentChange {
         if !user.is_empty() {
             crate::query::update::apply_update(&mut applied, &user, now, false).ok()?;
         }
-        Some((len(document_len(&image)), len(document_len(&applied))))
+        Some((
+            len(document_len(&image)),
+            len(document_len(&applied)),
+            slack,
+        ))
     }
 
     /// What the apply `update` adds to the document at most: tandem's own
@@ -169,7 +198,7 @@ impl DocumentChange {
     /// which adds what the undo reserves, asks for the room the document
     /// has now and no more.
     pub(super) fn apply_growth(&self, update: &Document, before: Option<&Document>) -> i64 {
-        let (Some((image, applied)), DocumentOp::Update { ops }) =
+        let (Some((image, applied, slack)), DocumentOp::Update { ops }) =
             (self.image_sizes(before), &self.op)
         else {
             return update_growth(update);
@@ -183,7 +212,9 @@ impl DocumentChange {
                 }
             }
         }
-        update_growth(&own).saturating_add(applied - image)
+        update_growth(&own)
+            .saturating_add(applied - image)
+            .saturating_add(slack)
     }
 
     /// The most this change's clear or undo (only one runs) can add to the
@@ -207,8 +238,8 @@ impl DocumentChange {
         if !self.reserves_room {
             return 0;
         }
-        if let Some((image, applied)) = self.image_sizes(before) {
-            return (image - applied).max(0);
+        if let Some((image, applied, slack)) = self.image_sizes(before) {
+            return (image - applied).max(0).saturating_add(slack);
         }
         if self.is_exclusive() {
             // Not worked out: every field of the image, whole.
@@ -286,17 +317,22 @@ impl DocumentChange {
     /// Whether the document `current` has too little room for an apply that
     /// adds at most `growth` and reserves `later` (what
     /// [`room_condition`](Self::room_condition) refuses).
-    pub(super) fn lacks_room(current: &Document, growth: i64, later: i64) -> bool {
+    pub(super) fn room_for(current: &Document, growth: i64, later: i64) -> Room {
         let reserved = match crate::query::lookup(current, ROOM) {
             Some(Bson::Int64(n)) => *n,
             Some(Bson::Int32(n)) => i64::from(*n),
             _ => 0,
         };
-        len(document_len(current))
-            .saturating_add(reserved)
+        let alone = len(document_len(current))
             .saturating_add(growth)
-            .saturating_add(later)
-            > MAX_DOCUMENT_LEN
+            .saturating_add(later);
+        if alone > MAX_DOCUMENT_LEN {
+            Room::TooLarge
+        } else if alone.saturating_add(reserved) > MAX_DOCUMENT_LEN {
+            Room::Reserved
+        } else {
+            Room::Fits
+        }
     }
 }
 

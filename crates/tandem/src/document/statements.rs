@@ -6,6 +6,7 @@ use bson::{doc, Bson, Document};
 
 use crate::change::overlaps;
 
+use super::room::Room;
 use super::*;
 
 impl DocumentChange {
@@ -1250,16 +1251,24 @@ impl DocumentChange {
         }
         match explained {
             // The document has too little room for this apply and what it
-            // reserves, with what the others have reserved.
+            // reserves: for good (`TooLarge`), or while the changes pending
+            // there keep what they reserved (a conflict, which ends).
             Err(StepError::Conflict { holder, .. })
                 if holder == CONCURRENT_WRITE
                     && current.as_ref().zip(self.apply_room(ctx)).is_some_and(
-                        |(current, (growth, later))| Self::lacks_room(current, growth, later),
+                        |(current, (growth, later))| {
+                            Self::room_for(current, growth, later) != Room::Fits
+                        },
                     ) =>
             {
-                Err(StepError::TooLarge {
-                    participant: self.label(),
-                })
+                let (Some(current), Some((growth, later))) =
+                    (current.as_ref(), self.apply_room(ctx))
+                else {
+                    return Err(StepError::TooLarge {
+                        participant: self.label(),
+                    });
+                };
+                Err(self.room_refusal(current, Self::room_for(current, growth, later)))
             }
             // Nothing in the document explains it: the deadline may have passed.
             Err(StepError::Conflict {
@@ -1479,8 +1488,9 @@ impl DocumentChange {
         if let (false, super::NativeCommand::Update { update, .. }) =
             (self.is_exclusive(), self.native_command())
         {
-            if Self::lacks_room(current, super::room::update_growth(&update), 0) {
-                return Err(StepError::TooLarge { participant });
+            let room = Self::room_for(current, super::room::update_growth(&update), 0);
+            if room != Room::Fits {
+                return Err(self.room_refusal(current, room));
             }
         }
         // The before-image no longer holds: somebody wrote the document since it was read.
@@ -1684,6 +1694,29 @@ const DBREF_KEYS: [&str; 3] = ["$ref", "$id", "$db"];
 /// value of another type at such a leaf unseen.
 /// At most [`LEAF_TYPES_KEPT`] of them: a field of many numbers would
 /// otherwise make the apply's filter several times the document's size.
+impl DocumentChange {
+    /// The refusal of an apply without room (`room` not
+    /// [`Room::Fits`]): `TooLarge` when the change does not fit whatever
+    /// the others do; otherwise a conflict with the changes pending on the
+    /// document, whose reservations it would need, named by the first
+    /// marker there.
+    fn room_refusal(&self, current: &Document, room: Room) -> StepError {
+        if room == Room::TooLarge {
+            return StepError::TooLarge {
+                participant: self.label(),
+            };
+        }
+        let holder = match query::lookup(current, &self.marker) {
+            Some(Bson::Array(markers)) if !markers.is_empty() => holder_text(&markers[0]),
+            _ => "(room reserved by the changes pending on the document)".to_owned(),
+        };
+        StepError::Conflict {
+            participant: self.label(),
+            holder,
+        }
+    }
+}
+
 /// Whether a query reads `path` through more than the field it names: a
 /// numeric segment past the first (`a.0.b`) also names a field `0` of
 /// every element of an array `a`.
