@@ -103,6 +103,16 @@ fn plan_change(index: usize, change: &DocumentChange, default_db: &str) -> Plann
                         forward.push(format!("add {} to {path}", value(by)));
                         undo.push(format!("add {} to {path}", negated(by)));
                     }
+                    FieldOp::Inc {
+                        path,
+                        by: by @ Bson::Double(_),
+                    } => {
+                        forward.push(format!(
+                            "check that {path} is a double, a decimal or missing (on an integer, a debit pending there could not be undone exactly once this credit lands)"
+                        ));
+                        at_commit.push(format!("add {} to {path}", value(by)));
+                        undo.push(format!("nothing for {path}: the credit never landed"));
+                    }
                     FieldOp::Inc { path, by } => {
                         forward.push(format!(
                             "check that {} more fits in {path} with the credits pending on it",
@@ -120,9 +130,15 @@ fn plan_change(index: usize, change: &DocumentChange, default_db: &str) -> Plann
                     }
                     FieldOp::Unset { path } => {
                         forward.push(format!("unset {path}"));
-                        undo.push(format!(
-                            "restore {path} from the before-image, if it is still unset"
-                        ));
+                        undo.push(match path.rsplit_once('.') {
+                            // `image_root`: the sub-document, up to 16 KiB, whole.
+                            Some((parent, _)) => format!(
+                                "restore {parent} (the sub-document holding {path}, up to 16 KiB; else {path} alone) from the before-image, field order kept, if {path} is still unset"
+                            ),
+                            None => format!(
+                                "restore {path} from the before-image, if it is still unset"
+                            ),
+                        });
                     }
                     FieldOp::Push { path, value: v } => {
                         forward.push(format!("push {} to {path}", value(v)));

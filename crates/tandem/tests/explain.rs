@@ -80,3 +80,33 @@ async fn a_plan_names_the_default_database() {
     let plan = tx.explain();
     assert_eq!(plan.participants[0].label, "tandem.accounts/A");
 }
+
+/// A plan tells the conditions a change meets that its declaration does
+/// not show: a shared double credit needs a double, a decimal or a missing
+/// field; an `unset` of a field of a sub-document restores the
+/// sub-document whole (up to 16 KiB), field order kept.
+#[tokio::test]
+async fn a_plan_tells_the_type_rule_and_the_sub_document_restored() {
+    let accounts = Namespace::new("bank", "accounts");
+    let plan = tandem::Transaction::new()
+        .change(DocumentChange::update(accounts.clone(), "A").inc("balance", 2.5_f64))
+        .change(DocumentChange::update(accounts.clone(), "B").unset("shipping.note"))
+        .change(DocumentChange::update(accounts, "C").unset("note"))
+        .explain();
+    let credit = &plan.participants[0];
+    assert!(
+        credit.forward[0].contains("a double, a decimal or missing"),
+        "{plan}"
+    );
+    assert_eq!(credit.at_commit, ["add 2.5 to balance"]);
+    let nested = &plan.participants[1];
+    assert!(
+        nested.undo[0].starts_with("restore shipping (the sub-document holding shipping.note"),
+        "{plan}"
+    );
+    let top = &plan.participants[2];
+    assert_eq!(
+        top.undo,
+        ["restore note from the before-image, if it is still unset"]
+    );
+}
