@@ -36,6 +36,28 @@ pub enum NativeCommand {
     },
 }
 
+/// The field operations `ops` as one update document, each under its
+/// operator, as they take effect all at once.
+pub(super) fn ops_update(ops: &[FieldOp]) -> Document {
+    let mut update = Document::new();
+    for op in ops {
+        let (name, value) = match op {
+            FieldOp::Set { value, .. } => ("$set", value.clone()),
+            FieldOp::Unset { .. } => ("$unset", Bson::String(String::new())),
+            FieldOp::Inc { by, .. } => ("$inc", by.clone()),
+            FieldOp::Push { value, .. } => ("$push", value.clone()),
+            FieldOp::Pull { value, .. } => ("$pull", super::statements::pull_condition(value)),
+        };
+        if !update.contains_key(name) {
+            update.insert(name, Document::new());
+        }
+        if let Ok(body) = update.get_document_mut(name) {
+            body.insert(op.path(), value);
+        }
+    }
+    update
+}
+
 impl DocumentChange {
     /// The command that makes this change inside a native transaction.
     pub fn native_command(&self) -> NativeCommand {
@@ -56,24 +78,7 @@ impl DocumentChange {
                 filter: self.guarded_filter(None),
             },
             DocumentOp::Update { ops } => {
-                let mut update = Document::new();
-                for op in ops {
-                    let (name, value) = match op {
-                        FieldOp::Set { value, .. } => ("$set", value.clone()),
-                        FieldOp::Unset { .. } => ("$unset", Bson::String(String::new())),
-                        FieldOp::Inc { by, .. } => ("$inc", by.clone()),
-                        FieldOp::Push { value, .. } => ("$push", value.clone()),
-                        FieldOp::Pull { value, .. } => {
-                            ("$pull", super::statements::pull_condition(value))
-                        }
-                    };
-                    if !update.contains_key(name) {
-                        update.insert(name, Document::new());
-                    }
-                    if let Ok(body) = update.get_document_mut(name) {
-                        body.insert(op.path(), value);
-                    }
-                }
+                let mut update = ops_update(ops);
                 if self.is_exclusive() {
                     // As a two-phase exclusive apply: its filter says that no
                     // change is pending here, so every credit sum is zero;

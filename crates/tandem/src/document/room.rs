@@ -163,22 +163,7 @@ impl DocumentChange {
             crate::query::update::apply_update(&mut image, &doc! { "$set": set }, now, false)
                 .ok()?;
         }
-        let mut user = Document::new();
-        for op in ops {
-            let (name, value) = match op {
-                FieldOp::Set { value, .. } => ("$set", value.clone()),
-                FieldOp::Unset { .. } => ("$unset", Bson::String(String::new())),
-                FieldOp::Inc { by, .. } => ("$inc", by.clone()),
-                FieldOp::Push { value, .. } => ("$push", value.clone()),
-                FieldOp::Pull { value, .. } => ("$pull", super::statements::pull_condition(value)),
-            };
-            if !user.contains_key(name) {
-                user.insert(name, Document::new());
-            }
-            if let Ok(body) = user.get_document_mut(name) {
-                body.insert(op.path(), value);
-            }
-        }
+        let user = super::native::ops_update(ops);
         let mut applied = image.clone();
         if !user.is_empty() {
             crate::query::update::apply_update(&mut applied, &user, now, false).ok()?;
