@@ -64,7 +64,8 @@ pub enum Check {
     Unreadable,
     /// Every record is `done` or `canceled`.
     InFlight,
-    /// No document keeps an entry in its marker array, or a pending count.
+    /// No document keeps an entry in its marker array, a pending count, or
+    /// room reserved for a clear or an undo.
     Marker,
     /// No document keeps a `_tandem.lock` (or a `_tandem.deleting` flag).
     Lock,
@@ -430,6 +431,14 @@ fn check_leftovers(report: &mut Report, fate: &Fate<'_>, what: &str, doc: &Docum
         report.add(
             Check::Marker,
             format!("{what}/{id} counts {pending} pending transaction(s)"),
+        );
+    }
+    // Every clear and undo gives back the room its apply reserved.
+    let room = integer(meta.and_then(|m| m.get("room"))).unwrap_or(0);
+    if room != 0 {
+        report.add(
+            Check::Marker,
+            format!("{what}/{id} keeps {room} bytes of room reserved (_tandem.room)"),
         );
     }
 }

@@ -2465,12 +2465,16 @@ async fn a_newer_recovery_finishes_an_older_versions_missing_guard_credit() {
             Err(e) => e.id().cloned().expect("an id"),
         };
         // The record and B as the earlier version wrote them: no
-        // `missingHeldAlone` in the spec; the credit deferred, not held.
+        // `missingHeldAlone` in the spec; the credit deferred, not held;
+        // and (older still) no room reserved for the clear.
         store
             .update_one(
                 &records(),
                 doc! { "_id": id.as_str() },
-                doc! { "$unset": { "participants.1.spec.missingHeldAlone": "" } },
+                doc! { "$unset": {
+                    "participants.1.spec.missingHeldAlone": "",
+                    "participants.1.spec.reservesRoom": "",
+                } },
                 tandem::store::UpdateOptions::default(),
             )
             .await

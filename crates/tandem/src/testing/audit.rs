@@ -58,7 +58,8 @@ fn as_f64(b: &Bson) -> Option<f64> {
 ///
 /// * every record in `records_ns` is `done` or `canceled`;
 /// * no document of `documents` has a marker entry (in any marker field the
-///   records name) or a `_tandem.lock`;
+///   records name), a pending count, room reserved for a clear or an undo
+///   (`_tandem.room`), or a `_tandem.lock`;
 /// * every numeric field in `initial` equals its initial value plus the
 ///   increments of the `done` transactions, so nothing was applied twice, lost,
 ///   or left uncompensated.
@@ -139,6 +140,15 @@ pub async fn audit(
                 result
                     .violations
                     .push(format!("{ns}/{id} counts {n} pending transaction(s)"));
+            }
+            // Every clear and undo gives back what its apply reserved: a
+            // reservation left over would hold room nobody uses, for ever.
+            if let Some(n) = query::lookup(&doc, &format!("{META_FIELD}.room"))
+                .filter(|n| !matches!(n, Bson::Int32(0) | Bson::Int64(0)))
+            {
+                result
+                    .violations
+                    .push(format!("{ns}/{id} keeps {n} bytes of room reserved"));
             }
             if let Some(lock) = query::lookup(&doc, &format!("{META_FIELD}.lock")) {
                 result
