@@ -199,6 +199,7 @@ impl From<StoreError> for Failure {
         match e.kind {
             StoreErrorKind::Unavailable
             | StoreErrorKind::Unauthorized
+            | StoreErrorKind::Unsupported
             | StoreErrorKind::BadRequest => Failure::Connect(e.message),
             _ => Failure::Incomplete(e.message),
         }

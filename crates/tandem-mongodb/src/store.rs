@@ -335,6 +335,33 @@ fn outcome(result: mongodb::results::UpdateResult) -> UpdateOutcome {
     }
 }
 
+/// The oldest wire version tandem's steps run on: MongoDB 4.4, the first
+/// with `$bsonSize` (the room every apply reserves for its clear or undo is
+/// checked with it; `$$NOW`, for the deadlines, came in 4.2).
+pub(crate) const MIN_WIRE_VERSION: i64 = 9;
+
+/// Refuses a server older than [`MIN_WIRE_VERSION`] by the `maxWireVersion`
+/// of its `hello` reply (a reply without one is let through: the steps
+/// themselves then say what they lack).
+pub(crate) fn check_version(reply: &Document) -> Result<(), StoreError> {
+    let version = match reply.get("maxWireVersion") {
+        Some(bson::Bson::Int32(v)) => i64::from(*v),
+        Some(bson::Bson::Int64(v)) => *v,
+        _ => return Ok(()),
+    };
+    if version >= MIN_WIRE_VERSION {
+        return Ok(());
+    }
+    Err(StoreError::new(
+        StoreErrorKind::Unsupported,
+        format!(
+            "the server speaks wire version {version}, older than MongoDB 4.4 (wire version \
+             {MIN_WIRE_VERSION}): tandem's steps need `$bsonSize` (4.4) and `$$NOW` (4.2); \
+             nothing was written"
+        ),
+    ))
+}
+
 fn server_time(reply: &Document) -> Option<bson::DateTime> {
     if let Ok(t) = reply.get_datetime("localTime") {
         return Some(*t);
@@ -375,6 +402,7 @@ impl Store for MongoStore {
                 async move { db.run_command(doc! { "hello": 1 }).await }
             })
             .await?;
+        check_version(&reply)?;
         server_time(&reply).ok_or_else(|| {
             StoreError::new(
                 StoreErrorKind::Other,
@@ -726,5 +754,27 @@ mod tests {
             "{:?}",
             coll.selection_criteria()
         );
+    }
+
+    /// A server older than MongoDB 4.4 is refused by its `hello` reply, with
+    /// a kind that says nothing was written; 4.4 and later (and a reply that
+    /// does not say) pass.
+    #[test]
+    fn servers_older_than_4_4_are_refused_by_their_hello() {
+        for (reply, refused) in [
+            (doc! { "maxWireVersion": 8 }, true),
+            (doc! { "maxWireVersion": 8_i64 }, true),
+            (doc! { "maxWireVersion": 9 }, false),
+            (doc! { "maxWireVersion": 27 }, false),
+            (doc! { "ok": 1.0 }, false),
+        ] {
+            let checked = check_version(&reply);
+            assert_eq!(checked.is_err(), refused, "{reply}: {checked:?}");
+            if let Err(e) = checked {
+                assert_eq!(e.kind, StoreErrorKind::Unsupported);
+                assert!(!e.kind.outcome_unknown(), "nothing was written");
+                assert!(e.message.contains("MongoDB 4.4"), "{e}");
+            }
+        }
     }
 }

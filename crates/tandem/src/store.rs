@@ -193,6 +193,9 @@ pub enum StoreErrorKind {
     /// The document has a transaction in flight, and the request leaves such
     /// documents alone (e.g. [`Coordinator::put`](crate::Coordinator::put)).
     InFlight,
+    /// The store lacks a feature the protocol needs (a MongoDB server older
+    /// than 4.4), found before anything was written.
+    Unsupported,
     /// Anything else.
     Other,
 }
@@ -206,7 +209,7 @@ impl StoreErrorKind {
     /// Whether a write that failed so may still have landed, or may still
     /// land later (its request may be in flight): every kind but the store's
     /// definite refusals (duplicate key, type mismatch, too large, overflow,
-    /// bad request, unauthorized), which answer for the whole request.
+    /// bad request, unauthorized, unsupported), which answer for the whole request.
     pub fn outcome_unknown(self) -> bool {
         !matches!(
             self,
@@ -217,6 +220,7 @@ impl StoreErrorKind {
                 | StoreErrorKind::Overflow
                 | StoreErrorKind::BadRequest
                 | StoreErrorKind::Unauthorized
+                | StoreErrorKind::Unsupported
         )
     }
 }
