@@ -29,6 +29,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 const OP_MSG: i32 = 2013;
 
+/// Held by each case while it uses the server's `failCommand` failpoint.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The `host:port` of a single-host URI, or `None` for a list of hosts.
 fn single_host(uri: &str) -> Option<String> {
     let rest = uri.strip_prefix("mongodb://")?;
@@ -138,14 +141,20 @@ async fn connection(
     }
 }
 
-#[tokio::test]
-async fn a_native_commit_the_driver_sent_again_is_never_run_again() {
-    let Some(uri) = common::mongodb_uri() else {
-        return;
-    };
+/// Runs `change` (built on the namespace) natively through the proxy, on a
+/// store whose client has retryable writes on, starting from `n` = `start`:
+/// the first commit lands and its answer is lost; the driver's second is
+/// answered `TransientTransactionError`. Returns the answer and `n` after.
+async fn run_with_the_commit_sent_again(
+    start: i64,
+    change: impl FnOnce(Namespace) -> DocumentChange,
+) -> Option<(Result<tandem::Receipt, TxError>, i64)> {
+    // The failpoint is the server's own: one case at a time.
+    let _serial = SERIAL.lock().await;
+    let uri = common::mongodb_uri()?;
     let Some(host) = single_host(&uri) else {
         println!("skipped: the proxy needs a single-host MONGODB_URI");
-        return;
+        return None;
     };
     let proxy = CommitAnswerLoser::start(host).await;
     let app_name = common::unique_name("commit_again");
@@ -163,7 +172,7 @@ async fn a_native_commit_the_driver_sent_again_is_never_run_again() {
         .expect("connect through the proxy");
     let ns = Namespace::new(&db, "docs");
     store
-        .insert_one(&ns, doc! { "_id": "counter", "n": 0_i64 })
+        .insert_one(&ns, doc! { "_id": "counter", "n": start })
         .await
         .unwrap();
     // The first commit runs; the second (the driver's own) is answered
@@ -194,10 +203,7 @@ async fn a_native_commit_the_driver_sent_again_is_never_run_again() {
         })
         .build();
     let answer = coordinator
-        .run(
-            Transaction::new()
-                .change(DocumentChange::update(ns.clone(), "counter").inc("n", 1_i64)),
-        )
+        .run(Transaction::new().change(change(ns.clone())))
         .await;
     admin
         .database("admin")
@@ -207,7 +213,7 @@ async fn a_native_commit_the_driver_sent_again_is_never_run_again() {
     assert_eq!(
         proxy.lost.load(Ordering::SeqCst),
         1,
-        "a commit's answer was lost"
+        "a commit's answer was lost: {answer:?}"
     );
     let n = admin
         .database(&db)
@@ -219,9 +225,42 @@ async fn a_native_commit_the_driver_sent_again_is_never_run_again() {
         .get_i64("n")
         .unwrap();
     admin.database(&db).drop().await.unwrap();
+    Some((answer, n))
+}
+
+/// An increment: it lands twice, answered `Ok`.
+#[tokio::test]
+async fn a_native_commit_the_driver_sent_again_is_never_run_again() {
+    let Some((answer, n)) = run_with_the_commit_sent_again(0, |ns| {
+        DocumentChange::update(ns, "counter").inc("n", 1_i64)
+    })
+    .await
+    else {
+        return;
+    };
     assert_eq!(n, 1, "one increment asked, answered {answer:?}");
     assert!(
         matches!(answer, Ok(_) | Err(TxError::Interrupted { .. })),
         "{answer:?}"
+    );
+}
+
+/// A guarded debit of the whole balance: run again, its guard refuses, and
+/// the caller is told `Canceled` (nothing applied) for a debit that landed.
+#[tokio::test]
+async fn a_native_debit_whose_commit_landed_is_never_answered_canceled() {
+    let Some((answer, n)) = run_with_the_commit_sent_again(1, |ns| {
+        DocumentChange::update(ns, "counter")
+            .inc("n", -1_i64)
+            .require_gte("n", 1_i64)
+    })
+    .await
+    else {
+        return;
+    };
+    assert_eq!(n, 0, "the debit landed once");
+    assert!(
+        matches!(answer, Ok(_) | Err(TxError::Interrupted { .. })),
+        "the debit landed, answered {answer:?}"
     );
 }
