@@ -349,7 +349,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "Commands/tx: counted on the wire by the driver's command monitoring (in parentheses: `MongoStore::metrics()`, which counts what tandem's two-phase steps send; the native strategy's session commands bypass it). \
+            "Commands/tx: counted on the wire by the driver's command monitoring (in parentheses: `MongoStore::metrics()`, which counts what tandem sends, the native strategy's session commands included, but not the driver's own second attempt of a command). \
 Round trips/tx: commands sent while no other command of the client was in flight, for one transfer run alone until the call returned (in parentheses: `Receipt::round_trips`). \
 Client CPU: user+system time of the client process (`getrusage`) over the sequential batches, background finishing included, divided by the transfers.\n"
         );

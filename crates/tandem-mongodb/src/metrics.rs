@@ -33,6 +33,13 @@ pub enum Command {
     Find,
     /// `createIndexes`.
     CreateIndexes,
+    /// `commitTransaction` of a native transaction (each attempt the store
+    /// sends; the driver's own second attempt is not seen).
+    CommitTransaction,
+    /// `abortTransaction` of a native transaction that was refused or failed.
+    AbortTransaction,
+    /// `killSessions`, ending the session of a native commit left in doubt.
+    KillSessions,
 }
 
 impl Command {
@@ -52,6 +59,9 @@ impl Command {
             Command::FindOne => "find_one",
             Command::Find => "find",
             Command::CreateIndexes => "ensure_index",
+            Command::CommitTransaction => "commit_transaction",
+            Command::AbortTransaction => "abort_transaction",
+            Command::KillSessions => "kill_sessions",
         }
     }
 }
@@ -67,8 +77,11 @@ impl fmt::Display for Command {
 /// Every command sent counts once, whether it succeeded or not (the store
 /// never repeats a command; the coordinator's repeats are commands of their
 /// own; the driver's own retries, on a client with retryable writes or
-/// reads on, are not seen and not counted). Clones of a store share their
-/// counters.
+/// reads on, and its second attempt of a `commitTransaction`, are not seen
+/// and not counted). A native transaction's commands count as the store's
+/// own do: its `insert`s, `update`s, `delete`s and `find`s under their
+/// kinds, and its `commitTransaction`, `abortTransaction` and
+/// `killSessions`. Clones of a store share their counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CommandCounts {
@@ -98,6 +111,12 @@ pub struct CommandCounts {
     pub find: u64,
     /// `createIndexes` commands of `ensure_index`.
     pub create_indexes: u64,
+    /// `commitTransaction` commands of native transactions.
+    pub commit_transaction: u64,
+    /// `abortTransaction` commands of native transactions.
+    pub abort_transaction: u64,
+    /// `killSessions` commands ending native commits left in doubt.
+    pub kill_sessions: u64,
     /// All commands above.
     pub total: u64,
     /// Write statements sent: one per write command, and one per statement
@@ -125,6 +144,9 @@ impl CommandCounts {
             Command::FindOne => self.find_one,
             Command::Find => self.find,
             Command::CreateIndexes => self.create_indexes,
+            Command::CommitTransaction => self.commit_transaction,
+            Command::AbortTransaction => self.abort_transaction,
+            Command::KillSessions => self.kill_sessions,
         }
     }
 }
@@ -144,6 +166,9 @@ pub(crate) struct Counters {
     find_one: AtomicU64,
     find: AtomicU64,
     create_indexes: AtomicU64,
+    commit_transaction: AtomicU64,
+    abort_transaction: AtomicU64,
+    kill_sessions: AtomicU64,
     total: AtomicU64,
     write_statements: AtomicU64,
     failures: AtomicU64,
@@ -165,6 +190,9 @@ impl Counters {
             Command::FindOne => &self.find_one,
             Command::Find => &self.find,
             Command::CreateIndexes => &self.create_indexes,
+            Command::CommitTransaction => &self.commit_transaction,
+            Command::AbortTransaction => &self.abort_transaction,
+            Command::KillSessions => &self.kill_sessions,
         }
     }
 
@@ -211,6 +239,9 @@ impl Counters {
             find_one: get(&self.find_one),
             find: get(&self.find),
             create_indexes: get(&self.create_indexes),
+            commit_transaction: get(&self.commit_transaction),
+            abort_transaction: get(&self.abort_transaction),
+            kill_sessions: get(&self.kill_sessions),
             total: get(&self.total),
             write_statements: get(&self.write_statements),
             failures: get(&self.failures),

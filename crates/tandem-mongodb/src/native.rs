@@ -21,6 +21,7 @@ use tandem::store::{StoreError, StoreErrorKind};
 use tandem::{DocumentChange, NativeCommand, NativeFailure, RetryPolicy, StepError};
 
 use crate::error::map_driver_error;
+use crate::metrics::{Command, Counters};
 
 /// The MongoDB code of `MaxTimeMSExpired`, which is never retried.
 const MAX_TIME_MS_EXPIRED: i32 = 50;
@@ -48,6 +49,21 @@ fn code_of(e: &DriverError) -> Option<i32> {
     }
 }
 
+/// Sends one driver command of a native transaction, counted in the
+/// store's metrics as the store's own commands are (a failure too).
+async fn counted<T>(
+    counters: &Counters,
+    command: Command,
+    op: impl std::future::IntoFuture<Output = Result<T, DriverError>>,
+) -> Result<T, DriverError> {
+    counters.sent(command);
+    let result = op.await;
+    if result.is_err() {
+        counters.failed();
+    }
+    result
+}
+
 fn retryable(e: &DriverError, label: &str) -> bool {
     e.contains_label(label) && code_of(e) != Some(MAX_TIME_MS_EXPIRED)
 }
@@ -61,6 +77,7 @@ fn retryable(e: &DriverError, label: &str) -> bool {
 /// resent one does not say what became of the first.
 pub(crate) async fn run(
     client: &Client,
+    counters: &Counters,
     retry: RetryPolicy,
     secrets: &[String],
     changes: &[DocumentChange],
@@ -94,14 +111,24 @@ pub(crate) async fn run(
             .with_options(txn_options.clone())
             .await
             .map_err(|e| failed(&e))?;
-        match body(client, &mut session, changes).await {
+        match body(client, counters, &mut session, changes).await {
             Ok(()) => {}
             Err(Stop::Refused(refusal)) => {
-                let _ = session.abort_transaction().await;
+                let _ = counted(
+                    counters,
+                    Command::AbortTransaction,
+                    session.abort_transaction(),
+                )
+                .await;
                 return Err(NativeFailure::Aborted(refusal));
             }
             Err(Stop::Driver(e)) => {
-                let _ = session.abort_transaction().await;
+                let _ = counted(
+                    counters,
+                    Command::AbortTransaction,
+                    session.abort_transaction(),
+                )
+                .await;
                 if retryable(&e, TRANSIENT_TRANSACTION_ERROR) {
                     if let Some(d) = retry.next_delay(attempt, started.elapsed()) {
                         tokio::time::sleep(d).await;
@@ -111,38 +138,43 @@ pub(crate) async fn run(
                 return Err(failed(&e));
             }
         }
-        // Once a commit's outcome was unknown, it may have landed: the
-        // transaction is never run again (its guards need not refuse a
-        // second debit), whatever a later attempt of the commit answers.
-        let mut commit_in_doubt = false;
+        // A failed commit may have landed, whatever the error says: the
+        // driver sends `commitTransaction` a second time on its own after a
+        // retryable error (whatever `retryWrites` says; the transactions
+        // specification asks it to), and the error it returns is then the
+        // second copy's, which says nothing of the first. So a failed
+        // commit is never followed by running the transaction again (its
+        // guards need not refuse a second debit, nor an increment anything):
+        // it is sent again while its error says its result is unknown, and
+        // is in doubt otherwise.
         loop {
-            match session.commit_transaction().await {
+            match counted(
+                counters,
+                Command::CommitTransaction,
+                session.commit_transaction(),
+            )
+            .await
+            {
                 Ok(()) => return Ok(()),
                 Err(e)
                     if retryable(&e, UNKNOWN_TRANSACTION_COMMIT_RESULT)
                         && retry.next_delay(attempt, started.elapsed()).is_some() =>
                 {
-                    commit_in_doubt = true;
                     attempt += 1;
                     tokio::time::sleep(retry.jittered_backoff(attempt - 1)).await;
-                }
-                Err(e)
-                    if !commit_in_doubt
-                        && retryable(&e, TRANSIENT_TRANSACTION_ERROR)
-                        && retry.next_delay(attempt, started.elapsed()).is_some() =>
-                {
-                    tokio::time::sleep(retry.jittered_backoff(attempt)).await;
-                    continue 'transaction;
                 }
                 Err(e) => {
                     // The commit's outcome is unknown and will not be retried: end the
                     // session on the server so a transaction still open there is aborted
                     // now rather than holding its locks until its lifetime runs out.
                     let lsid = session.id().clone();
-                    let _ = client
-                        .database("admin")
-                        .run_command(doc! { "killSessions": [lsid] })
-                        .await;
+                    let admin = client.database("admin");
+                    let _ = counted(
+                        counters,
+                        Command::KillSessions,
+                        admin.run_command(doc! { "killSessions": [lsid] }),
+                    )
+                    .await;
                     return Err(NativeFailure::InDoubt(map_driver_error(&e, secrets)));
                 }
             }
@@ -153,6 +185,7 @@ pub(crate) async fn run(
 /// The changes, one command each, inside the session's transaction.
 async fn body(
     client: &Client,
+    counters: &Counters,
     session: &mut ClientSession,
     changes: &[DocumentChange],
 ) -> Result<(), Stop> {
@@ -164,19 +197,21 @@ async fn body(
         let matched = match change.native_command() {
             NativeCommand::Insert { doc, placeholder } => {
                 // A placeholder of the `_id` is taken over.
-                if let Err(e) = coll.delete_one(placeholder).session(&mut *session).await {
+                let taken = coll.delete_one(placeholder).session(&mut *session);
+                if let Err(e) = counted(counters, Command::DeleteOne, taken).await {
                     return Err(refusal_or_driver(change, e));
                 }
-                match coll.insert_one(doc).session(&mut *session).await {
+                let insert = coll.insert_one(doc).session(&mut *session);
+                match counted(counters, Command::InsertOne, insert).await {
                     Ok(_) => true,
                     Err(e) if code_of(&e) == Some(11000) => {
                         // The error aborted the transaction on the server:
                         // what holds the `_id` is read outside it, and
                         // explained (held by a transaction: a conflict).
-                        let current = coll
+                        let read = coll
                             .find_one(doc! { "_id": change.id.clone() })
-                            .selection_criteria(crate::store::primary())
-                            .await?;
+                            .selection_criteria(crate::store::primary());
+                        let current = counted(counters, Command::FindOne, read).await?;
                         let refusal = change.explain(current.as_ref(), None).err().unwrap_or(
                             StepError::AlreadyExists {
                                 participant: change.label(),
@@ -188,23 +223,25 @@ async fn body(
                 }
             }
             NativeCommand::Update { filter, update } => {
-                match coll.update_one(filter, update).session(&mut *session).await {
+                let update = coll.update_one(filter, update).session(&mut *session);
+                match counted(counters, Command::UpdateOne, update).await {
                     Ok(r) => r.matched_count == 1,
                     Err(e) => return Err(refusal_or_driver(change, e)),
                 }
             }
             NativeCommand::Delete { filter } => {
-                match coll.delete_one(filter).session(&mut *session).await {
+                let delete = coll.delete_one(filter).session(&mut *session);
+                match counted(counters, Command::DeleteOne, delete).await {
                     Ok(r) => r.deleted_count == 1,
                     Err(e) => return Err(refusal_or_driver(change, e)),
                 }
             }
         };
         if !matched {
-            let current = coll
+            let read = coll
                 .find_one(doc! { "_id": change.id.clone() })
-                .session(&mut *session)
-                .await?;
+                .session(&mut *session);
+            let current = counted(counters, Command::FindOne, read).await?;
             let refusal = change
                 .explain(current.as_ref(), None)
                 .err()

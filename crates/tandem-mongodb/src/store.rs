@@ -723,7 +723,15 @@ impl tandem::NativeTransactions for MongoStore {
         changes: &[DocumentChange],
         retry: tandem::RetryPolicy,
     ) -> Result<(), tandem::NativeFailure> {
-        crate::native::run(&self.inner.client, retry, &self.inner.secrets, changes).await
+        let inner = &self.inner;
+        crate::native::run(
+            &inner.client,
+            &inner.counters,
+            retry,
+            &inner.secrets,
+            changes,
+        )
+        .await
     }
 }
 

@@ -1,11 +1,11 @@
 //! A native commit the driver sends again on its own.
 //!
-//! A client with retryable writes on (the driver's default, kept by
-//! `MongoStore::new`, or asked for with `retryWrites=true`) repeats a
-//! `commitTransaction` whose answer was lost, unseen by the store. When
+//! The driver repeats a `commitTransaction` that failed with a retryable
+//! error (here: its answer lost) once, unseen by the store, whatever
+//! `retryWrites` says (the transactions specification asks it to). When
 //! that second copy is answered `TransientTransactionError`, the answer says
 //! nothing of the first copy, which may have committed: the transaction must
-//! not be run again.
+//! not be run again. Each case runs with `retryWrites` true and false.
 //!
 //! Between the store and the server sits a small proxy that lets the first
 //! `commitTransaction` reach the server and throws its answer away (closing
@@ -147,6 +147,7 @@ async fn connection(
 /// answered `TransientTransactionError`. Returns the answer and `n` after.
 async fn run_with_the_commit_sent_again(
     start: i64,
+    retry_writes: bool,
     change: impl FnOnce(Namespace) -> DocumentChange,
 ) -> Option<(Result<tandem::Receipt, TxError>, i64)> {
     // The failpoint is the server's own: one case at a time.
@@ -165,7 +166,7 @@ async fn run_with_the_commit_sent_again(
         .app_name(app_name.clone())
         .server_selection_timeout(Duration::from_secs(10))
         .connect(&format!(
-            "mongodb://127.0.0.1:{}/?directConnection=true&retryWrites=true&heartbeatFrequencyMS=500&serverMonitoringMode=poll",
+            "mongodb://127.0.0.1:{}/?directConnection=true&retryWrites={retry_writes}&heartbeatFrequencyMS=500&serverMonitoringMode=poll",
             proxy.port
         ))
         .await
@@ -231,36 +232,43 @@ async fn run_with_the_commit_sent_again(
 /// An increment: it lands twice, answered `Ok`.
 #[tokio::test]
 async fn a_native_commit_the_driver_sent_again_is_never_run_again() {
-    let Some((answer, n)) = run_with_the_commit_sent_again(0, |ns| {
-        DocumentChange::update(ns, "counter").inc("n", 1_i64)
-    })
-    .await
-    else {
-        return;
-    };
-    assert_eq!(n, 1, "one increment asked, answered {answer:?}");
-    assert!(
-        matches!(answer, Ok(_) | Err(TxError::Interrupted { .. })),
-        "{answer:?}"
-    );
+    for retry_writes in [true, false] {
+        let Some((answer, n)) = run_with_the_commit_sent_again(0, retry_writes, |ns| {
+            DocumentChange::update(ns, "counter").inc("n", 1_i64)
+        })
+        .await
+        else {
+            return;
+        };
+        assert_eq!(
+            n, 1,
+            "retryWrites={retry_writes}: one increment asked, answered {answer:?}"
+        );
+        assert!(
+            matches!(answer, Ok(_) | Err(TxError::Interrupted { .. })),
+            "retryWrites={retry_writes}: {answer:?}"
+        );
+    }
 }
 
 /// A guarded debit of the whole balance: run again, its guard refuses, and
 /// the caller is told `Canceled` (nothing applied) for a debit that landed.
 #[tokio::test]
 async fn a_native_debit_whose_commit_landed_is_never_answered_canceled() {
-    let Some((answer, n)) = run_with_the_commit_sent_again(1, |ns| {
-        DocumentChange::update(ns, "counter")
-            .inc("n", -1_i64)
-            .require_gte("n", 1_i64)
-    })
-    .await
-    else {
-        return;
-    };
-    assert_eq!(n, 0, "the debit landed once");
-    assert!(
-        matches!(answer, Ok(_) | Err(TxError::Interrupted { .. })),
-        "the debit landed, answered {answer:?}"
-    );
+    for retry_writes in [true, false] {
+        let Some((answer, n)) = run_with_the_commit_sent_again(1, retry_writes, |ns| {
+            DocumentChange::update(ns, "counter")
+                .inc("n", -1_i64)
+                .require_gte("n", 1_i64)
+        })
+        .await
+        else {
+            return;
+        };
+        assert_eq!(n, 0, "retryWrites={retry_writes}: the debit landed once");
+        assert!(
+            matches!(answer, Ok(_) | Err(TxError::Interrupted { .. })),
+            "retryWrites={retry_writes}: the debit landed, answered {answer:?}"
+        );
+    }
 }

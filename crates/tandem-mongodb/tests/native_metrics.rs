@@ -35,12 +35,20 @@ async fn a_native_transaction_is_counted() {
         .await
         .expect("the transfer commits");
     let after = t.store.metrics();
-    // Two `update`s and a `commitTransaction` were sent.
-    assert!(after.total - before.total >= 3, "{before:?} -> {after:?}");
-    assert!(
-        after.write_statements - before.write_statements >= 2,
+    // Two `update`s and a `commitTransaction` were sent, and nothing else.
+    assert_eq!(after.update_one - before.update_one, 2, "{after:?}");
+    assert_eq!(
+        after.commit_transaction - before.commit_transaction,
+        1,
+        "{after:?}"
+    );
+    assert_eq!(after.total - before.total, 3, "{before:?} -> {after:?}");
+    assert_eq!(
+        after.write_statements - before.write_statements,
+        2,
         "{before:?} -> {after:?}"
     );
-    coordinator.shutdown().await;
+    assert_eq!(after.failures, before.failures);
     t.drop().await;
+    coordinator.shutdown().await;
 }
