@@ -489,10 +489,13 @@
 //!   ghost), as the model's application insert does. Those conditions are
 //!   tested on the embedded store (`tests/native.rs`,
 //!   `native_respects_documents_held_by_two_phase_transactions`), not
-//!   explored here. A native commit whose outcome is unknown is never
-//!   followed by a second run of the transaction, whatever its repeat is
-//!   answered (`tandem-mongodb/tests/failpoints.rs`): the same rule as the
-//!   model's lost answers, whose doubt no later answer clears.
+//!   explored here. A native commit that failed is never followed by a
+//!   second run of the transaction, whatever its repeat is answered
+//!   (`tandem-mongodb/tests/failpoints.rs`), nor whatever its own error says
+//!   (the driver repeats a failed commit once on its own and returns the
+//!   repeat's error: `tandem-mongodb/tests/native_commit_retry.rs`): the
+//!   same rule as the model's lost answers, whose doubt no later answer
+//!   clears.
 //! * **Canceling on doubt alone**: the model's coordinator cancels only
 //!   after a definite refusal, and gives up when it only lacks answers. The
 //!   code also cancels after an apply whose outcome is unknown (a store error
