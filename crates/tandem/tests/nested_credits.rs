@@ -1,0 +1,158 @@
+//! Credits to a field and to a field under it, pending at once on one
+//! document: whichever lands second finds the other's field of the wrong
+//! shape. A two-phase credit of `a.b` is refused while one of `a` is
+//! pending (its sum, `_tandem.credit.a`, is a number, under which the sum of
+//! `a.b` cannot be kept); a native credit keeps no sum, and must be refused
+//! the same way, or the pending credit of `a`, committed, can never land.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::{doc, Bson};
+use common::*;
+use tandem::testing::FaultStore;
+use tandem::{
+    CommitPoint, Coordinator, DocumentChange, MemoryStore, Namespace, RecoveryConfig, Store,
+    Strategy, Transaction, TxError, TxState,
+};
+
+const LEASE: Duration = Duration::from_secs(1);
+
+fn stats() -> Namespace {
+    Namespace::new("app", "stats")
+}
+
+fn two_phase(store: Arc<dyn Store>) -> Coordinator {
+    Coordinator::builder_shared(store)
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .commit_point(CommitPoint::Done)
+        .build()
+}
+
+fn credit(path: &str, by: impl Into<Bson>) -> Transaction {
+    Transaction::new().change(DocumentChange::update(stats(), "X").inc(path, by.into()))
+}
+
+/// Runs a two-phase credit of `pending` held before its clear, then
+/// `other` under `strategy`; returns the answer of `other`, the pending
+/// one's receipt state, and the document after recovery had its turn.
+async fn nested(
+    pending: &str,
+    other: &str,
+    strategy: Strategy,
+) -> (Result<tandem::Receipt, TxError>, TxState, bson::Document) {
+    nested_by(pending, other, Bson::Int64(7), strategy).await
+}
+
+async fn nested_by(
+    pending: &str,
+    other: &str,
+    by: Bson,
+    strategy: Strategy,
+) -> (Result<tandem::Receipt, TxError>, TxState, bson::Document) {
+    let (store, clock, _) = bank(&[], 0).await;
+    store
+        .insert_one(&stats(), doc! { "_id": "X", "n": 1_i64 })
+        .await
+        .unwrap();
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    // 1 the create, 2 the apply; 3, the clear, waits.
+    let faulty = FaultStore::new(shared.clone());
+    let pause = faulty.pause_at(3);
+    let slow = two_phase(Arc::new(faulty));
+    let first = credit(pending, 5_i64);
+    let run = tokio::spawn(async move { slow.run(first).await });
+    pause.reached.await.unwrap();
+    let x = get(&store, &stats(), "X").await.unwrap();
+    assert_eq!(
+        x.get_array("pendingTransactions").map(Vec::len),
+        Ok(1),
+        "the credit of {pending} is applied, not cleared: {x}"
+    );
+
+    let coordinator = two_phase(shared.clone());
+    let answer = coordinator.run(credit(other, by).strategy(strategy)).await;
+
+    pause.release.send(()).unwrap();
+    let receipt = run.await.unwrap().unwrap();
+    clock.advance(LEASE * 3);
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    let _ = worker.run_once().await;
+    coordinator.drain().await;
+    let x = get(&store, &stats(), "X").await.unwrap();
+    (answer, receipt.state, x)
+}
+
+#[tokio::test]
+async fn a_two_phase_credit_under_a_pending_credit_is_refused() {
+    let (answer, state, x) = nested("a", "a.b", Strategy::TwoPhase).await;
+    assert!(matches!(answer, Err(TxError::Canceled { .. })), "{answer:?}");
+    assert_eq!(state, TxState::Done);
+    assert_eq!(x.get("a"), Some(&Bson::Int64(5)), "{x}");
+}
+
+#[tokio::test]
+async fn a_native_credit_under_a_pending_credit_is_refused() {
+    let (answer, state, x) = nested("a", "a.b", Strategy::Native).await;
+    assert!(
+        matches!(answer, Err(TxError::Canceled { .. })),
+        "the native credit of a.b must not land under the pending credit of a: {answer:?}; {x}"
+    );
+    assert_eq!(state, TxState::Done, "{x}");
+    assert_eq!(x.get("a"), Some(&Bson::Int64(5)), "{x}");
+}
+
+#[tokio::test]
+async fn a_native_credit_over_a_pending_credit_is_refused() {
+    let (answer, state, x) = nested("a.b", "a", Strategy::Native).await;
+    assert!(
+        matches!(answer, Err(TxError::Canceled { .. })),
+        "the native credit of a must not land over the pending credit of a.b: {answer:?}; {x}"
+    );
+    assert_eq!(state, TxState::Done, "{x}");
+    assert_eq!(x.get_document("a").ok().and_then(|a| a.get_i64("b").ok()), Some(5), "{x}");
+}
+
+/// A double credit keeps no sum (it cannot overflow): at its apply it adds
+/// `0.0`, which creates `a.x` and with it `a` as a document, under which the
+/// pending credit of `a`, committed, can never land.
+#[tokio::test]
+async fn a_two_phase_double_credit_under_a_pending_credit_is_refused() {
+    let (answer, state, x) = nested_by("a", "a.x", Bson::Double(1.5), Strategy::TwoPhase).await;
+    assert!(
+        matches!(answer, Err(TxError::Canceled { .. })),
+        "the credit of a.x must not apply under the pending credit of a: {answer:?}; {x}"
+    );
+    assert_eq!(state, TxState::Done, "{x}");
+    assert_eq!(x.get("a"), Some(&Bson::Int64(5)), "{x}");
+}
+
+/// A credit to a path with a numeric segment keeps no sum either, and adds
+/// zero at its apply, creating `a` as `{"0": 0}`.
+#[tokio::test]
+async fn a_two_phase_credit_of_a_numbered_field_under_a_pending_credit_is_refused() {
+    let (answer, state, x) = nested_by("a", "a.0", Bson::Int64(7), Strategy::TwoPhase).await;
+    assert!(
+        matches!(answer, Err(TxError::Canceled { .. })),
+        "the credit of a.0 must not apply under the pending credit of a: {answer:?}; {x}"
+    );
+    assert_eq!(state, TxState::Done, "{x}");
+    assert_eq!(x.get("a"), Some(&Bson::Int64(5)), "{x}");
+}
+
+/// A native double credit keeps no sum and is checked for no room: `a`
+/// becomes `1.5` over the pending credit of `a.b`, which, committed, can
+/// never land.
+#[tokio::test]
+async fn a_native_double_credit_over_a_pending_credit_is_refused() {
+    let (answer, state, x) = nested_by("a.b", "a", Bson::Double(1.5), Strategy::Native).await;
+    assert!(
+        matches!(answer, Err(TxError::Canceled { .. })),
+        "the native credit of a must not land over the pending credit of a.b: {answer:?}; {x}"
+    );
+    assert_eq!(state, TxState::Done, "{x}");
+    assert_eq!(x.get_document("a").ok().and_then(|a| a.get_i64("b").ok()), Some(5), "{x}");
+}
