@@ -407,6 +407,17 @@
 //!   integers; a change that holds its document alone restores it exactly).
 //!   Tested on the embedded store (`tandem/tests/compensation.rs`); the
 //!   filter's conditions on both stores by the store contract.
+//! * **Shapes**: the model's fields are flat numbers. In the code a field
+//!   has a path, and a credit deferred to its clear can land only where
+//!   every parent of its field is missing or a document; a credit landing
+//!   on a related path (`a` and `a.b`) changes that. Every shared increment
+//!   requires its field's parents to be missing or documents, and no
+//!   credit pending on a parent or below the field (the pending sums in
+//!   `_tandem.credit` say so); no exclusive change applies where anything
+//!   is pending. So what a pending credit needs to land holds until its
+//!   clear (writes outside tandem excepted), and its clear is the model's.
+//!   Tested on both stores (`tandem/tests/nested_credits.rs`, the safety
+//!   scenario `credits_keep_each_others_shapes`).
 //! * **Sizes**: the model's documents have no size, so no step of it is
 //!   refused as too large. In the code the apply is the only step a store
 //!   may refuse for size (a refusal like a failed guard: nothing applied),

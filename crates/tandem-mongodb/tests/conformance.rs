@@ -1152,6 +1152,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn credits_keep_each_others_shapes() {
+        let Some(f) = factory("s_credit_shapes").await else {
+            return;
+        };
+        safety::credits_keep_each_others_shapes(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn credits_at_new_paths_leave_nothing() {
         let Some(f) = factory("s_credit_paths").await else {
             return;

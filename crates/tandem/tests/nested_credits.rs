@@ -1,9 +1,12 @@
 //! Credits to a field and to a field under it, pending at once on one
 //! document: whichever lands second finds the other's field of the wrong
-//! shape. A two-phase credit of `a.b` is refused while one of `a` is
-//! pending (its sum, `_tandem.credit.a`, is a number, under which the sum of
-//! `a.b` cannot be kept); a native credit keeps no sum, and must be refused
-//! the same way, or the pending credit of `a`, committed, can never land.
+//! shape, and a committed credit could never land (its record `applied`
+//! for good, the debit that paid for it taken). An increment of either
+//! strategy is refused, as a conflict with the pending credit, while a
+//! credit is pending on a parent of its field or below it; and a credit
+//! under a parent that is no document (where no `$inc` can create its
+//! field) is refused at its apply, not left to fail at its clear. Each
+//! test failed on the code before the fix.
 
 mod common;
 
@@ -12,9 +15,10 @@ use std::time::Duration;
 
 use bson::{doc, Bson};
 use common::*;
+use tandem::testing::audit;
 use tandem::testing::FaultStore;
 use tandem::{
-    CommitPoint, Coordinator, DocumentChange, MemoryStore, Namespace, RecoveryConfig, Store,
+    CommitPoint, Coordinator, DocumentChange, Namespace, RecoveryConfig, StepError, Store,
     Strategy, Transaction, TxError, TxState,
 };
 
@@ -89,7 +93,7 @@ async fn nested_by(
 #[tokio::test]
 async fn a_two_phase_credit_under_a_pending_credit_is_refused() {
     let (answer, state, x) = nested("a", "a.b", Strategy::TwoPhase).await;
-    assert!(matches!(answer, Err(TxError::Canceled { .. })), "{answer:?}");
+    assert!(is_conflict(&answer), "{answer:?}");
     assert_eq!(state, TxState::Done);
     assert_eq!(x.get("a"), Some(&Bson::Int64(5)), "{x}");
 }
@@ -98,7 +102,7 @@ async fn a_two_phase_credit_under_a_pending_credit_is_refused() {
 async fn a_native_credit_under_a_pending_credit_is_refused() {
     let (answer, state, x) = nested("a", "a.b", Strategy::Native).await;
     assert!(
-        matches!(answer, Err(TxError::Canceled { .. })),
+        is_conflict(&answer),
         "the native credit of a.b must not land under the pending credit of a: {answer:?}; {x}"
     );
     assert_eq!(state, TxState::Done, "{x}");
@@ -109,11 +113,15 @@ async fn a_native_credit_under_a_pending_credit_is_refused() {
 async fn a_native_credit_over_a_pending_credit_is_refused() {
     let (answer, state, x) = nested("a.b", "a", Strategy::Native).await;
     assert!(
-        matches!(answer, Err(TxError::Canceled { .. })),
+        is_conflict(&answer),
         "the native credit of a must not land over the pending credit of a.b: {answer:?}; {x}"
     );
     assert_eq!(state, TxState::Done, "{x}");
-    assert_eq!(x.get_document("a").ok().and_then(|a| a.get_i64("b").ok()), Some(5), "{x}");
+    assert_eq!(
+        x.get_document("a").ok().and_then(|a| a.get_i64("b").ok()),
+        Some(5),
+        "{x}"
+    );
 }
 
 /// A double credit keeps no sum (it cannot overflow): at its apply it adds
@@ -123,7 +131,7 @@ async fn a_native_credit_over_a_pending_credit_is_refused() {
 async fn a_two_phase_double_credit_under_a_pending_credit_is_refused() {
     let (answer, state, x) = nested_by("a", "a.x", Bson::Double(1.5), Strategy::TwoPhase).await;
     assert!(
-        matches!(answer, Err(TxError::Canceled { .. })),
+        is_conflict(&answer),
         "the credit of a.x must not apply under the pending credit of a: {answer:?}; {x}"
     );
     assert_eq!(state, TxState::Done, "{x}");
@@ -136,7 +144,7 @@ async fn a_two_phase_double_credit_under_a_pending_credit_is_refused() {
 async fn a_two_phase_credit_of_a_numbered_field_under_a_pending_credit_is_refused() {
     let (answer, state, x) = nested_by("a", "a.0", Bson::Int64(7), Strategy::TwoPhase).await;
     assert!(
-        matches!(answer, Err(TxError::Canceled { .. })),
+        is_conflict(&answer),
         "the credit of a.0 must not apply under the pending credit of a: {answer:?}; {x}"
     );
     assert_eq!(state, TxState::Done, "{x}");
@@ -150,9 +158,71 @@ async fn a_two_phase_credit_of_a_numbered_field_under_a_pending_credit_is_refuse
 async fn a_native_double_credit_over_a_pending_credit_is_refused() {
     let (answer, state, x) = nested_by("a.b", "a", Bson::Double(1.5), Strategy::Native).await;
     assert!(
-        matches!(answer, Err(TxError::Canceled { .. })),
+        is_conflict(&answer),
         "the native credit of a must not land over the pending credit of a.b: {answer:?}; {x}"
     );
     assert_eq!(state, TxState::Done, "{x}");
-    assert_eq!(x.get_document("a").ok().and_then(|a| a.get_i64("b").ok()), Some(5), "{x}");
+    assert_eq!(
+        x.get_document("a").ok().and_then(|a| a.get_i64("b").ok()),
+        Some(5),
+        "{x}"
+    );
+}
+
+/// A refusal as a conflict with the transaction whose credit is pending
+/// (so `ConflictPolicy::Wait` waits it out), nothing applied.
+fn is_conflict(answer: &Result<tandem::Receipt, TxError>) -> bool {
+    matches!(
+        answer,
+        Err(TxError::Canceled {
+            cause: StepError::Conflict { .. },
+            undone: true,
+            ..
+        })
+    )
+}
+
+/// A credit of `a.b` where `a` is a number, a string, an array, null or a
+/// boolean: no `$inc` can create `b` there. The apply only checked `a.b`
+/// itself (missing, so admitted), the transaction committed, and its clear
+/// was refused for good: the record stayed `applied` with its marker on
+/// the document. Now refused at the apply, by either strategy, with
+/// nothing left behind.
+#[tokio::test]
+async fn a_credit_under_a_field_that_is_no_document_is_refused() {
+    for parent in [
+        Bson::Int64(5),
+        Bson::String("s".into()),
+        Bson::Array(vec![Bson::Int64(1)]),
+        Bson::Null,
+        Bson::Boolean(true),
+    ] {
+        for strategy in [Strategy::TwoPhase, Strategy::Native] {
+            let (store, _clock, _) = bank(&[], 0).await;
+            let seeded = doc! { "_id": "X", "a": parent.clone() };
+            store.insert_one(&stats(), seeded.clone()).await.unwrap();
+            let coordinator = two_phase(Arc::new(store.clone()));
+            let answer = coordinator
+                .run(credit("a.b", 7_i64).strategy(strategy))
+                .await;
+            coordinator.drain().await;
+            assert!(
+                matches!(
+                    &answer,
+                    Err(TxError::Canceled {
+                        cause: StepError::TypeMismatch { .. },
+                        undone: true,
+                        ..
+                    })
+                ),
+                "{strategy:?}, a = {parent}: {answer:?}"
+            );
+            let x = get(&store, &stats(), "X").await.unwrap();
+            assert_eq!(x.get("a"), Some(&parent), "{strategy:?}: {x}");
+            let report = audit(&store, &records(), &[(stats(), seeded)])
+                .await
+                .unwrap();
+            report.assert_clean();
+        }
+    }
 }

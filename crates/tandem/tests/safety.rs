@@ -219,3 +219,8 @@ async fn guards_on_unusual_numbers_decide_alike() {
 async fn credits_at_new_paths_leave_nothing() {
     safety::credits_at_new_paths_leave_nothing(&MemoryFactory::new(), "bank", 200).await;
 }
+
+#[tokio::test]
+async fn credits_keep_each_others_shapes() {
+    safety::credits_keep_each_others_shapes(&MemoryFactory::new(), "bank").await;
+}

@@ -113,6 +113,7 @@ impl DocumentChange {
                 // The same debits as the two-phase strategy refuses, for the
                 // same declarations to get the same answers on either.
                 merge_conditions(&mut filter, self.types_kept());
+                merge_conditions(&mut filter, self.shapes_kept());
                 insert_expr(&mut filter, exprs);
                 NativeCommand::Update { filter, update }
             }

@@ -170,6 +170,7 @@ impl DocumentChange {
         let (plain, mut exprs) = self.credit_room(self.deferred_credits());
         merge_conditions(&mut filter, plain);
         merge_conditions(&mut filter, self.types_kept());
+        merge_conditions(&mut filter, self.shapes_kept());
         if let Some(deadline) = ctx.deadline {
             exprs.insert(0, before(deadline));
         }
@@ -279,6 +280,99 @@ impl DocumentChange {
                 )
             }))
             .collect()
+    }
+
+    /// The conditions under which every increment of a change that shares
+    /// its document can still land when its turn comes, whatever other
+    /// increments pending on the document land first: a credit deferred to
+    /// the commit must find its field where an `$inc` can write it, and no
+    /// increment may change the shape that a credit pending on a related
+    /// path needs.
+    ///
+    /// * Each parent of the field (`a` and `a.b` of `a.b.c`) is missing or
+    ///   a document: under a number, a string or an array the `$inc`
+    ///   cannot create the field, and a committed credit could never land.
+    ///   (Not for a path through an array's element, `a.0`: such an
+    ///   increment adds zero at its apply, where the store checks it.)
+    /// * No credit is pending on a parent (its sum, `_tandem.credit.a`, is
+    ///   a number) nor below the field (`_tandem.credit.a.b` a document):
+    ///   landing first, one of the two makes the other's field a number
+    ///   under which, or a document on which, it cannot land. The credits
+    ///   counted in those sums keep them, and every increment checks them
+    ///   (a credit of a double, and a native increment, keep none).
+    pub(super) fn shapes_kept(&self) -> Vec<(String, Bson)> {
+        if self.is_exclusive() {
+            return Vec::new();
+        }
+        let mut conds: Vec<(String, Bson)> = Vec::new();
+        let mut add = |path: String, cond: Document| {
+            if !conds.iter().any(|(p, _)| *p == path) {
+                conds.push((path, Bson::Document(cond)));
+            }
+        };
+        for (path, _) in self.increments() {
+            let through_array = path.split('.').any(|seg| query::array_index(seg).is_some());
+            for parent in parents(path) {
+                if !through_array {
+                    let kinds: Vec<Bson> = NOT_A_PARENT.iter().map(|t| Bson::from(*t)).collect();
+                    add(parent.to_owned(), doc! { "$not": { "$type": kinds } });
+                }
+                add(credit_path(parent), doc! { "$not": { "$type": "number" } });
+            }
+            add(credit_path(path), doc! { "$not": { "$type": "object" } });
+        }
+        conds
+    }
+
+    /// Why an increment of this change could not land, or would keep a
+    /// credit pending on a related path from landing, on `current` (what
+    /// [`shapes_kept`](Self::shapes_kept) refuses), if so.
+    pub(super) fn shape_not_kept(&self, current: &Document) -> Option<StepError> {
+        if self.is_exclusive() {
+            return None;
+        }
+        let holder = || {
+            query::lookup(current, &self.marker).and_then(|m| match m {
+                Bson::Array(list) => list.first().map(holder_text),
+                _ => None,
+            })
+        };
+        for (path, _) in self.increments() {
+            let through_array = path.split('.').any(|seg| query::array_index(seg).is_some());
+            for parent in parents(path) {
+                let found = query::lookup(current, parent);
+                if let (false, Some(v)) = (through_array, found) {
+                    if !matches!(v, Bson::Document(_)) {
+                        return Some(StepError::TypeMismatch {
+                            participant: self.label(),
+                            path: path.to_owned(),
+                            message: format!(
+                                "{parent} holds {} {}: an increment of {path} cannot create its field under it",
+                                type_name(v),
+                                clip(v.to_string(), QUOTE_LIMIT)
+                            ),
+                        });
+                    }
+                }
+                if let Some(
+                    Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_),
+                ) = query::lookup(current, &credit_path(parent))
+                {
+                    return Some(StepError::Conflict {
+                        participant: self.label(),
+                        holder: holder()
+                            .unwrap_or_else(|| format!("(a credit of {parent} pending)")),
+                    });
+                }
+            }
+            if let Some(Bson::Document(_)) = query::lookup(current, &credit_path(path)) {
+                return Some(StepError::Conflict {
+                    participant: self.label(),
+                    holder: holder().unwrap_or_else(|| format!("(credits below {path} pending)")),
+                });
+            }
+        }
+        None
     }
 
     /// Why a [shared debit](Self::shared_debits) cannot apply to `current`
@@ -1471,6 +1565,11 @@ impl DocumentChange {
                 });
             }
         }
+        // An increment that could not land, or would keep a credit pending
+        // on a related path from landing.
+        if let Some(e) = self.shape_not_kept(current) {
+            return Err(e);
+        }
         // A debit that would change its field's type.
         if let Some(e) = self.type_not_kept(current) {
             return Err(e);
@@ -1576,6 +1675,36 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
 /// The largest sub-document an `unset` of one of its fields images whole
 /// (to keep its field order): a larger one is imaged at the field.
 const WHOLE_IMAGE_LIMIT: usize = 16 * 1024;
+
+/// Every type a field's parent may not have for an `$inc` to create the
+/// field under it: all but a document.
+const NOT_A_PARENT: [&str; 20] = [
+    "double",
+    "string",
+    "array",
+    "binData",
+    "undefined",
+    "objectId",
+    "bool",
+    "date",
+    "null",
+    "regex",
+    "dbPointer",
+    "javascript",
+    "symbol",
+    "javascriptWithScope",
+    "int",
+    "timestamp",
+    "long",
+    "decimal",
+    "minKey",
+    "maxKey",
+];
+
+/// The parents of `path`: `a` and `a.b` of `a.b.c`, none of `a`.
+fn parents(path: &str) -> impl Iterator<Item = &str> {
+    path.match_indices('.').map(move |(i, _)| &path[..i])
+}
 
 /// Where an undo of the change at `path` restores `doc` from, when higher
 /// than `path` ([`DocumentChange::read_image`]): the first field missing on

@@ -17,9 +17,9 @@ use bson::{doc, Bson, Document};
 
 use super::{FaultStore, StoreFactory};
 use crate::change::{DocumentChange, DEFAULT_MARKER};
-use crate::config::{CommitPoint, PendingPolicy, RecoveryConfig};
+use crate::config::{CommitPoint, PendingPolicy, RecoveryConfig, Strategy};
 use crate::coordinator::{Coordinator, Transaction};
-use crate::error::{ChangeError, TxError};
+use crate::error::{ChangeError, StepError, TxError};
 use crate::record::TxState;
 use crate::store::{Namespace, Store, StoreErrorKind};
 use crate::RecoveryWorker;
@@ -2024,4 +2024,73 @@ pub async fn an_insert_meeting_a_held_delete_is_a_conflict<F: StoreFactory + ?Si
         covered,
         "no operation found the document held by the delete"
     );
+}
+
+/// Credits keep each other's shapes, with either strategy: a credit of
+/// `a.b` where `a` is a number is refused at its apply (no `$inc` could
+/// create `b` there, and the committed credit would never land), a
+/// `TypeMismatch` that leaves the document as it was; and while a credit
+/// of `a` is pending on a document (applied, its clear held back), a credit
+/// of `a.b` is refused as a conflict with it (landing first, it would make
+/// `a` a document, under which the pending credit could never land), which
+/// then commits.
+pub async fn credits_keep_each_others_shapes<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    let scalar = doc! { "_id": "S", "a": 5_i64 };
+    seed(store.as_ref(), &ns, scalar.clone()).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "X", "n": 1_i64 }).await;
+    let credit = |id: &str, path: &str, strategy: Strategy| {
+        Transaction::new()
+            .change(DocumentChange::update(ns.clone(), id).inc(path, 7_i64))
+            .strategy(strategy)
+    };
+    let plain = coordinator(store.clone(), db, factory.lease());
+    for strategy in [Strategy::TwoPhase, Strategy::Native] {
+        let answer = plain.run(credit("S", "a.b", strategy)).await;
+        assert!(
+            matches!(
+                &answer,
+                Err(TxError::Canceled {
+                    cause: StepError::TypeMismatch { .. },
+                    undone: true,
+                    ..
+                })
+            ),
+            "{strategy:?}: a credit of a.b where a is a number: {answer:?}"
+        );
+    }
+    plain.drain().await;
+    let s = get(store.as_ref(), &ns, "S").await.expect("S");
+    assert_eq!(s, scalar, "nothing written");
+
+    // The credit of `a`: the record's create, the apply; the clear waits.
+    let faulty = FaultStore::new(store.clone());
+    let pause = faulty.pause_at(3);
+    let slow = coordinator(faulty, db, factory.lease());
+    let pending = credit("X", "a", Strategy::TwoPhase);
+    let held = tokio::spawn(async move { slow.run(pending).await });
+    pause.reached.await.expect("the clear is reached");
+    for strategy in [Strategy::TwoPhase, Strategy::Native] {
+        let answer = plain.run(credit("X", "a.b", strategy)).await;
+        assert!(
+            matches!(
+                &answer,
+                Err(TxError::Canceled {
+                    cause: StepError::Conflict { .. },
+                    undone: true,
+                    ..
+                })
+            ),
+            "{strategy:?}: a credit of a.b while one of a is pending: {answer:?}"
+        );
+    }
+    pause.release.send(()).expect("release the clear");
+    let receipt = held
+        .await
+        .expect("the held credit's task")
+        .expect("the credit of a");
+    assert_eq!(receipt.state, TxState::Done);
+    let x = get(store.as_ref(), &ns, "X").await.expect("X");
+    assert_eq!(x.get("a"), Some(&Bson::Int64(7)), "{x}");
 }
