@@ -5,24 +5,39 @@
 //! at the smallest age allowed, coordinators paused past their lease, lost
 //! requests, lost answers and crashes, a records store and a participant
 //! store with clocks that disagree and step back within the margin. Each run
-//! ends with recovery to quiescence and checks balances against the ledger,
-//! markers, record states and the answers given. `TANDEM_STRESS_SEED` and
-//! `TANDEM_STRESS_RUNS` pick the runs (50 of each scenario by default).
+//! ends with recovery to quiescence and checks record states, balances
+//! (against the ledger, or by `audit` and their total), markers and the
+//! answers given.
+//!
+//! One harness ([`run`]) drives three scenarios ([`Scenario`]): `stress`
+//! (plain transfers), `stress_gc` (transfers with a ledger entry, paused
+//! coordinators, garbage collection) and `stress_skew` (`stress_gc` with the
+//! accounts and ledger in a second store whose clock is skewed).
+//! `TANDEM_STRESS_SEED` and `TANDEM_STRESS_RUNS` pick the runs (50 of each
+//! scenario by default); `TANDEM_STRESS_SHOW` prints, for each run with a
+//! ledger, its entries and the answers.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bson::doc;
-use tandem::testing::{audit, FaultStore};
+use bson::{doc, Bson, Document};
+use tandem::testing::{audit, FaultStore, Pause};
 use tandem::{
-    CommitPoint, ConflictPolicy, Coordinator, DocumentChange, ManualClock, MemoryStore, Namespace,
-    PendingPolicy, RecoveryConfig, Store, Transaction, TxId, TxState,
+    CommitPoint, ConflictPolicy, Coordinator, CoordinatorBuilder, DocumentChange, ManualClock,
+    MemoryStore, Namespace, PendingPolicy, RecoveryConfig, Store, Transaction, TxId, TxState,
 };
+use tokio::task::JoinHandle;
 
-/// What one coordinator's task answered: its transaction number and the
-/// state it was answered with, or the error's text; `None` if it never ran.
+/// What one task answered: a coordinator's number and the state its
+/// transaction was answered with, or the error's text; `None` for the tasks
+/// that run no transaction.
 type Answer = Option<(u64, Result<TxState, String>)>;
 
+/// Answers ok, canceled and other; transfers that took effect and that did not.
+type Tally = [u32; 5];
+
+/// The next number of the xorshift sequence `seed` holds.
 fn rng(seed: &mut u64) -> u64 {
     *seed ^= *seed << 13;
     *seed ^= *seed >> 7;
@@ -36,835 +51,489 @@ fn accounts() -> Namespace {
 fn records() -> Namespace {
     Namespace::new("bank", "transactions")
 }
-
-const NAMES: [&str; 4] = ["A", "B", "C", "M"];
-
-fn tx(kind: u64, from: &str, to: &str, amount: i64, n: u64) -> Transaction {
-    let t = Transaction::with_id(format!("t{n}"));
-    let debit = DocumentChange::update(accounts(), from)
-        .inc("balance", -amount)
-        .require_gte("balance", amount);
-    let credit = match kind % 3 {
-        0 => DocumentChange::update(accounts(), to).inc("balance", amount),
-        1 => DocumentChange::update(accounts(), to)
-            .inc("balance", amount)
-            .set("last", format!("p{n}")),
-        _ => DocumentChange::update(accounts(), to)
-            .inc("balance", amount)
-            .inc("count", 1_i64),
-    };
-    t.change(debit).change(credit)
+fn ledger() -> Namespace {
+    Namespace::new("bank", "ledger")
 }
 
-async fn one(seed0: u64) {
-    let mut seed = seed0 | 1;
-    let clock = Arc::new(ManualClock::new(bson::DateTime::from_millis(
-        1_700_000_000_000,
-    )));
-    let mem = MemoryStore::with_clock(clock.clone());
-    let store: Arc<dyn Store> = Arc::new(mem.clone());
-    let mut seeded = Vec::new();
-    for name in NAMES {
-        let d = doc! { "_id": name, "balance": 100_i64, "count": 0_i64, "last": "none", "pendingTransactions": [] };
-        store.insert_one(&accounts(), d.clone()).await.unwrap();
-        seeded.push((accounts(), d));
-    }
-    let lease = Duration::from_secs(1);
-    let margin = Duration::from_millis(100);
-    let mut tasks = Vec::new();
-    let ids: Arc<std::sync::Mutex<Vec<TxId>>> = Arc::default();
-    for i in 0..6u64 {
-        let mut faulty = FaultStore::new(store.clone()).with_yields(rng(&mut seed));
-        match rng(&mut seed) % 5 {
-            0 => faulty = faulty.crash_after(rng(&mut seed) % 12),
-            1 => faulty = faulty.lose_at(1 + rng(&mut seed) % 10),
-            2 => faulty = faulty.lose_answer_at(1 + rng(&mut seed) % 10),
-            _ => {}
+const NAMES: [&str; 4] = ["A", "B", "C", "M"];
+/// Every account's balance before a run.
+const OPENING: i64 = 100;
+/// The records store's clock at the start (the second store's is skewed from it).
+const START_MS: i64 = 1_700_000_000_000;
+const LEASE: Duration = Duration::from_secs(1);
+const MARGIN: Duration = Duration::from_millis(100);
+
+/// What a scenario's transactions are, and so how its runs are checked.
+#[derive(Clone, Copy, PartialEq)]
+enum Transfers {
+    /// Debit and credit, transaction `t{i}` for coordinator `i`; the operator
+    /// cancels by number; checked by `audit` and the total of the balances.
+    Plain,
+    /// Debit, credit and ledger entry `L{i}`, a third of the transactions
+    /// keyed `k{i % 3}` (so keys repeat) and the rest with fresh ids; the
+    /// operator cancels records it lists; checked against the ledger.
+    Ledger,
+}
+
+/// The faults a coordinator may get: one draw out of `odds` picks a crash
+/// after fewer than `crash` requests, one a lost request and one a lost
+/// answer within the first `lose`; the others pick none.
+#[derive(Clone, Copy)]
+struct Faults {
+    odds: u64,
+    crash: u64,
+    lose: u64,
+}
+
+/// One scenario: everything its runs do differently.
+#[derive(Clone, Copy)]
+struct Scenario {
+    transfers: Transfers,
+    /// Accounts and ledger live in a second store, `p`, whose clock starts up
+    /// to 5 s off the records store's; both clocks step back now and then.
+    two_stores: bool,
+    /// How many coordinators run a transfer each.
+    coordinators: u64,
+    faults: Faults,
+    /// A third of the coordinators pause at a request while a worker moves
+    /// past their lease and recovers around them.
+    pauses: bool,
+    /// The recovery workers' idempotency windows are 1 to 5 s, and half of
+    /// them collect garbage at the smallest age each round.
+    gc: bool,
+}
+
+/// `stress`.
+const PLAIN: Scenario = Scenario {
+    transfers: Transfers::Plain,
+    two_stores: false,
+    coordinators: 6,
+    faults: Faults {
+        odds: 5,
+        crash: 12,
+        lose: 10,
+    },
+    pauses: false,
+    gc: false,
+};
+
+/// `stress_gc`.
+const GC: Scenario = Scenario {
+    transfers: Transfers::Ledger,
+    two_stores: false,
+    coordinators: 8,
+    faults: Faults {
+        odds: 6,
+        crash: 14,
+        lose: 12,
+    },
+    pauses: true,
+    gc: true,
+};
+
+/// `stress_skew`.
+const SKEW: Scenario = Scenario {
+    two_stores: true,
+    ..GC
+};
+
+/// The stores and clocks of one run.
+#[derive(Clone)]
+struct Bank {
+    /// The records store; with one store, also the accounts' and ledger's.
+    records: Arc<dyn Store>,
+    /// The records store's clock.
+    clock: Arc<ManualClock>,
+    /// With two stores: the store `p`, holding accounts and ledger, and its clock.
+    p: Option<(Arc<dyn Store>, Arc<ManualClock>)>,
+}
+
+impl Bank {
+    /// Opens the stores (drawing the second clock's skew from `seed`) and
+    /// seeds the accounts; returns the bank and the seeded documents.
+    async fn open(two_stores: bool, seed: &mut u64) -> (Bank, Vec<(Namespace, Document)>) {
+        let clock = Arc::new(ManualClock::new(bson::DateTime::from_millis(START_MS)));
+        let records: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(clock.clone()));
+        let p = two_stores.then(|| {
+            let skew = (rng(seed) % 10_000) as i64 - 5_000;
+            let pclock = Arc::new(ManualClock::new(bson::DateTime::from_millis(
+                START_MS + skew,
+            )));
+            let p: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(pclock.clone()));
+            (p, pclock)
+        });
+        let bank = Bank { records, clock, p };
+        let mut seeded = Vec::new();
+        for name in NAMES {
+            let d = doc! { "_id": name, "balance": OPENING, "count": 0_i64, "last": "none", "pendingTransactions": [] };
+            bank.accounts()
+                .insert_one(&accounts(), d.clone())
+                .await
+                .unwrap();
+            seeded.push((accounts(), d));
         }
-        let mut b = Coordinator::builder(faulty)
-            .database("bank")
-            .lease(lease)
-            .clock_margin(margin)
-            .early_commit(rng(&mut seed) % 3 != 0)
-            .commit_point(if rng(&mut seed) % 2 == 0 {
-                CommitPoint::Done
-            } else {
-                CommitPoint::Applied
-            })
-            .retry(tandem::RetryPolicy::default());
-        if rng(&mut seed) % 2 == 0 {
-            b = b.conflict(ConflictPolicy::Wait {
-                timeout: Duration::from_millis(50 + rng(&mut seed) % 2000),
-            });
-        }
-        let c = b.build();
-        let from = NAMES[(rng(&mut seed) % 4) as usize];
-        let mut to = NAMES[(rng(&mut seed) % 4) as usize];
-        if to == from {
-            to = if from == "A" { "B" } else { "A" };
-        }
-        let amount = 1 + (rng(&mut seed) % 60) as i64;
-        let t = tx(rng(&mut seed), from, to, amount, i);
-        let ids = ids.clone();
-        tasks.push(tokio::spawn(async move {
-            let id = TxId::new(format!("t{i}")).unwrap();
-            ids.lock().unwrap().push(id.clone());
-            let r = c.run(t).await;
-            c.drain().await;
-            (id, Some(r.map(|r| r.state).map_err(|e| format!("{e:?}"))))
-        }));
+        (bank, seeded)
     }
-    for r in 0..2u64 {
-        let faulty = FaultStore::new(store.clone()).with_yields(rng(&mut seed));
-        let faulty = match rng(&mut seed) % 4 {
-            0 => faulty.lose_answer_at(1 + rng(&mut seed) % 20),
-            1 => faulty.lose_at(1 + rng(&mut seed) % 20),
-            _ => faulty,
-        };
-        let forward = rng(&mut seed) % 2 == 0;
-        let worker = Coordinator::builder(faulty)
-            .database("bank")
-            .owner(format!("rec{r}"))
-            .lease(lease)
-            .clock_margin(margin)
-            .build()
-            .recovery(RecoveryConfig {
-                pending: if forward {
-                    PendingPolicy::RollForward
-                } else {
-                    PendingPolicy::RollBack
-                },
-                batch: 1 + (rng(&mut seed) % 3) as usize,
-                ..RecoveryConfig::default()
-            });
-        let rounds = rng(&mut seed) % 8;
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..rounds {
-                let _ = worker.run_once().await;
-                tokio::task::yield_now().await;
-            }
-            (TxId::new("none").unwrap(), None)
-        }));
+
+    /// The store holding accounts and ledger.
+    fn accounts(&self) -> &Arc<dyn Store> {
+        self.p.as_ref().map_or(&self.records, |(p, _)| p)
     }
-    // Operator cancels.
-    {
-        let faulty = FaultStore::new(store.clone()).with_yields(rng(&mut seed));
-        let op = Coordinator::builder(faulty)
-            .database("bank")
-            .owner("cli")
-            .lease(lease)
-            .clock_margin(margin)
+
+    /// The records store behind a [`FaultStore`] that yields as `yields` says.
+    fn faulty(&self, yields: u64) -> FaultStore {
+        FaultStore::new(self.records.clone()).with_yields(yields)
+    }
+
+    /// A coordinator on `records` (the records store, perhaps behind faults)
+    /// with the bank's other store, database, lease and clock margin.
+    fn builder(&self, records: Arc<dyn Store>) -> CoordinatorBuilder {
+        let mut b = Coordinator::builder_shared(records);
+        if let Some((p, _)) = &self.p {
+            b = b.store_shared("p", p.clone());
+        }
+        b.database("bank").lease(LEASE).clock_margin(MARGIN)
+    }
+
+    /// Moves every clock forward by `by`.
+    fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+        if let Some((_, pclock)) = &self.p {
+            pclock.advance(by);
+        }
+    }
+
+    /// Recovery to quiescence: twenty rounds, 30 s apart.
+    async fn quiesce(&self) {
+        let worker = self
+            .builder(self.records.clone())
             .build()
             .recovery(RecoveryConfig::default());
-        let picks: Vec<u64> = (0..4).map(|_| rng(&mut seed) % 6).collect();
-        let waits: Vec<u64> = (0..4).map(|_| rng(&mut seed) % 30).collect();
-        tasks.push(tokio::spawn(async move {
-            for (p, w) in picks.into_iter().zip(waits) {
-                for _ in 0..w {
-                    tokio::task::yield_now().await;
-                }
-                let id = TxId::new(format!("t{p}")).unwrap();
-                let _ = op.cancel(&id, "operator").await;
-            }
-            (TxId::new("none").unwrap(), None)
-        }));
-    }
-    // The clock moves on while everything runs.
-    {
-        let clock = clock.clone();
-        let steps = rng(&mut seed) % 40;
-        let by = 50 + rng(&mut seed) % 400;
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..steps {
-                for _ in 0..3 {
-                    tokio::task::yield_now().await;
-                }
-                clock.advance(Duration::from_millis(by));
-            }
-            (TxId::new("none").unwrap(), None)
-        }));
-    }
-    let mut answers = Vec::new();
-    for t in tasks {
-        let (id, a) = t.await.unwrap();
-        if let Some(a) = a {
-            answers.push((id, a));
+        for _ in 0..20 {
+            self.advance(Duration::from_secs(30));
+            let _ = worker.run_once().await;
         }
     }
-    // Quiescence.
-    let worker = Coordinator::builder_shared(store.clone())
-        .database("bank")
-        .lease(lease)
-        .clock_margin(margin)
+}
+
+/// Rolling pending records forward, or back.
+fn pending(forward: bool) -> PendingPolicy {
+    if forward {
+        PendingPolicy::RollForward
+    } else {
+        PendingPolicy::RollBack
+    }
+}
+
+/// Lets the other tasks run, `n` times.
+async fn yields(n: u64) {
+    for _ in 0..n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Draws coordinator `i`'s transfer: from one account to another, 1 to 60,
+/// the credit also setting `last` or counting in `count` for two kinds in
+/// three; with a ledger, also an entry `L{i}`.
+fn transfer(s: &Scenario, i: u64, seed: &mut u64) -> Transaction {
+    let from = NAMES[(rng(seed) % 4) as usize];
+    let mut to = NAMES[(rng(seed) % 4) as usize];
+    if to == from {
+        to = if from == "A" { "B" } else { "A" };
+    }
+    let amount = 1 + (rng(seed) % 60) as i64;
+    let t = match s.transfers {
+        Transfers::Plain => Transaction::with_id(format!("t{i}")),
+        Transfers::Ledger if rng(seed) % 3 == 0 => Transaction::with_id(format!("k{}", i % 3)),
+        Transfers::Ledger => Transaction::new(),
+    };
+    let kind = rng(seed);
+    let place = |c: DocumentChange| if s.two_stores { c.in_store("p") } else { c };
+    let debit = place(DocumentChange::update(accounts(), from))
+        .inc("balance", -amount)
+        .require_gte("balance", amount);
+    let credit = place(DocumentChange::update(accounts(), to)).inc("balance", amount);
+    let credit = match kind % 3 {
+        0 => credit,
+        1 => credit.set("last", format!("p{i}")),
+        _ => credit.inc("count", 1_i64),
+    };
+    let t = t.change(debit).change(credit);
+    match s.transfers {
+        Transfers::Plain => t,
+        Transfers::Ledger => t.change(place(DocumentChange::insert(
+            ledger(),
+            format!("L{i}"),
+            doc! { "from": from, "to": to, "amount": amount },
+        ))),
+    }
+}
+
+/// Spawns coordinator `i`, on a records store with the scenario's faults,
+/// with early or late commit, either commit point and sometimes
+/// `ConflictPolicy::Wait`, running its transfer; and, if it pauses, the task
+/// that recovers around it ([`pauser`]).
+fn coordinator(s: &Scenario, bank: &Bank, i: u64, seed: &mut u64) -> Vec<JoinHandle<Answer>> {
+    let mut faulty = bank.faulty(rng(seed));
+    match rng(seed) % s.faults.odds {
+        0 => faulty = faulty.crash_after(rng(seed) % s.faults.crash),
+        1 => faulty = faulty.lose_at(1 + rng(seed) % s.faults.lose),
+        2 => faulty = faulty.lose_answer_at(1 + rng(seed) % s.faults.lose),
+        _ => {}
+    }
+    let pause = (s.pauses && rng(seed) % 3 == 0).then(|| faulty.pause_at(1 + rng(seed) % 10));
+    let mut b = bank
+        .builder(Arc::new(faulty))
+        .early_commit(rng(seed) % 3 != 0)
+        .commit_point(if rng(seed) % 2 == 0 {
+            CommitPoint::Done
+        } else {
+            CommitPoint::Applied
+        });
+    if rng(seed) % 2 == 0 {
+        b = b.conflict(ConflictPolicy::Wait {
+            timeout: Duration::from_millis(50 + rng(seed) % 2000),
+        });
+    }
+    let c = b.build();
+    let t = transfer(s, i, seed);
+    let mut tasks = vec![tokio::spawn(async move {
+        let r = c.run(t).await;
+        c.drain().await;
+        Some((i, r.map(|r| r.state).map_err(|e| format!("{e:?}"))))
+    })];
+    if let Some(pause) = pause {
+        tasks.push(pauser(bank, pause, seed));
+    }
+    tasks
+}
+
+/// Waits for a coordinator to reach its pause, moves the clocks past its
+/// lease, and runs a worker (rolling forward or back) 0 to 2 times, each
+/// followed by another lease and garbage collection at the smallest age;
+/// then lets the coordinator go on.
+fn pauser(bank: &Bank, pause: Pause, seed: &mut u64) -> JoinHandle<Answer> {
+    let forward = rng(seed) % 2 == 0;
+    let wait = rng(seed) % 3;
+    let bank = bank.clone();
+    tokio::spawn(async move {
+        if pause.reached.await.is_err() {
+            return None;
+        }
+        bank.advance(LEASE * 3);
+        let worker = bank
+            .builder(bank.records.clone())
+            .owner("pauser")
+            .build()
+            .recovery(RecoveryConfig {
+                pending: pending(forward),
+                ..RecoveryConfig::default()
+            });
+        for _ in 0..wait {
+            let _ = worker.run_once().await;
+            bank.advance(LEASE * 3);
+            let _ = worker.collect_garbage(LEASE + MARGIN).await;
+        }
+        let _ = pause.release.send(());
+        None
+    })
+}
+
+/// Spawns recovery worker `r`, on a records store that may lose a request or
+/// an answer: up to 7 rounds rolling forward or back in batches of 1 to 3
+/// (with `gc`, collecting garbage too in half the workers).
+fn recovery(s: &Scenario, bank: &Bank, r: u64, seed: &mut u64) -> JoinHandle<Answer> {
+    let faulty = bank.faulty(rng(seed));
+    let faulty = match rng(seed) % 4 {
+        0 => faulty.lose_answer_at(1 + rng(seed) % 20),
+        1 => faulty.lose_at(1 + rng(seed) % 20),
+        _ => faulty,
+    };
+    let forward = rng(seed) % 2 == 0;
+    let mut config = RecoveryConfig {
+        pending: pending(forward),
+        batch: 1 + (rng(seed) % 3) as usize,
+        ..RecoveryConfig::default()
+    };
+    if s.gc {
+        config.idempotency_window = Duration::from_secs(1 + rng(seed) % 5);
+    }
+    let worker = bank
+        .builder(Arc::new(faulty))
+        .owner(format!("rec{r}"))
+        .build()
+        .recovery(config);
+    let rounds = rng(seed) % 8;
+    let gc = s.gc && rng(seed) % 2 == 0;
+    tokio::spawn(async move {
+        for _ in 0..rounds {
+            let _ = worker.run_once().await;
+            if gc {
+                let _ = worker.collect_garbage(LEASE + MARGIN).await;
+            }
+            tokio::task::yield_now().await;
+        }
+        None
+    })
+}
+
+/// Spawns the operator: four cancels, each after 0 to 29 yields. With plain
+/// transfers it cancels coordinators' transactions by number; with a ledger,
+/// a record picked among those it lists at the time.
+fn operator(s: &Scenario, bank: &Bank, seed: &mut u64) -> JoinHandle<Answer> {
+    let op = bank
+        .builder(Arc::new(bank.faulty(rng(seed))))
+        .owner("cli")
         .build()
         .recovery(RecoveryConfig::default());
-    for _ in 0..20 {
-        clock.advance(Duration::from_secs(30));
-        let _ = worker.run_once().await;
-    }
-    let a = audit(store.as_ref(), &records(), &seeded).await.unwrap();
+    let waits = |seed: &mut u64| (0..4).map(|_| rng(seed) % 30).collect::<Vec<u64>>();
+    let (numbers, waits, pick) = match s.transfers {
+        Transfers::Plain => {
+            let numbers: Vec<u64> = (0..4).map(|_| rng(seed) % s.coordinators).collect();
+            (numbers, waits(seed), 0)
+        }
+        Transfers::Ledger => {
+            let waits = waits(seed);
+            (Vec::new(), waits, rng(seed))
+        }
+    };
+    let records_store = bank.records.clone();
+    tokio::spawn(async move {
+        for (k, w) in waits.into_iter().enumerate() {
+            yields(w).await;
+            let id = match numbers.get(k) {
+                Some(n) => TxId::new(format!("t{n}")).unwrap(),
+                None => {
+                    let recs = find_all(records_store.as_ref(), records()).await;
+                    if recs.is_empty() {
+                        continue;
+                    }
+                    let r = &recs[(pick as usize) % recs.len()];
+                    TxId::new(r.get_str("_id").unwrap()).unwrap()
+                }
+            };
+            let _ = op.cancel(&id, "operator").await;
+        }
+        None
+    })
+}
+
+/// Spawns the task that moves the clocks on while everything runs: up to 39
+/// steps, 3 yields apart, of 50 to 449 ms. With two stores, the second clock
+/// takes steps of its own size, and a clock whose step is a multiple of 3
+/// steps back by up to 100 ms after each.
+fn ticker(bank: &Bank, seed: &mut u64) -> JoinHandle<Answer> {
+    let steps = rng(seed) % 40;
+    let by = 50 + rng(seed) % 400;
+    let p = bank
+        .p
+        .as_ref()
+        .map(|(_, pclock)| (pclock.clone(), 50 + rng(seed) % 400));
+    let clock = bank.clock.clone();
+    tokio::spawn(async move {
+        let step = |clock: &ManualClock, by: u64, back: bool| {
+            clock.advance(Duration::from_millis(by));
+            if back && by % 3 == 0 {
+                clock.rewind(Duration::from_millis(by.min(100)));
+            }
+        };
+        for _ in 0..steps {
+            yields(3).await;
+            step(&clock, by, p.is_some());
+            if let Some((pclock, pby)) = &p {
+                step(pclock, *pby, true);
+            }
+        }
+        None
+    })
+}
+
+/// Every document of `ns` in `store`.
+async fn find_all(store: &dyn Store, ns: Namespace) -> Vec<Document> {
+    store.find(&ns, doc! {}, Default::default()).await.unwrap()
+}
+
+/// Whether a document still carries a marker: a `pendingTransactions` entry
+/// or a `_tandem.lock`, and with `count` a `_tandem.pending` other than 0.
+fn marked(d: &Document, count: bool) -> bool {
+    d.get_array("pendingTransactions")
+        .map(|a| !a.is_empty())
+        .unwrap_or(false)
+        || d.get_document("_tandem").ok().is_some_and(|m| {
+            m.get("lock").is_some_and(|l| *l != Bson::Null)
+                || (count
+                    && m.get("pending")
+                        .is_some_and(|p| p.as_i64().or(p.as_i32().map(i64::from)) != Some(0)))
+        })
+}
+
+/// The checks of plain transfers: `audit` finds nothing wrong, and no
+/// balance is negative and they add up. Returns, for each coordinator,
+/// whether its transaction is done.
+async fn check_plain(
+    s: &Scenario,
+    bank: &Bank,
+    seeded: &[(Namespace, Document)],
+    seed0: u64,
+) -> Vec<bool> {
+    let store = bank.accounts();
+    let a = audit(store.as_ref(), &records(), seeded).await.unwrap();
     if !a.violations.is_empty() {
-        let docs = store
-            .find(&accounts(), doc! {}, Default::default())
-            .await
-            .unwrap();
+        let docs = find_all(store.as_ref(), accounts()).await;
         panic!(
             "seed {seed0}: {:?}\n{docs:#?}\n{:#?}",
             a.violations, a.records
         );
     }
-    for r in &a.records {
-        assert!(matches!(r.state, TxState::Done | TxState::Canceled));
-    }
-    for (id, answer) in &answers {
-        let rec = a.records.iter().find(|r| &r.id == id);
-        let state = rec.map(|r| r.state);
-        match answer {
-            Ok(_) => assert_eq!(
-                state,
-                Some(TxState::Done),
-                "seed {seed0}: {id} answered committed: {rec:#?}"
-            ),
-            Err(e) if e.starts_with("Canceled") => assert!(
-                state != Some(TxState::Done),
-                "seed {seed0}: {id} answered {e} but is done: {rec:#?}"
-            ),
-            Err(_) => {}
-        }
-        STATS.with(|s| {
-            let mut s = s.borrow_mut();
-            match (answer, state) {
-                (Ok(_), _) => s.0 += 1,
-                (Err(e), _) if e.starts_with("Canceled") => s.1 += 1,
-                _ => s.2 += 1,
-            }
-            match state {
-                Some(TxState::Done) => s.3 += 1,
-                _ => s.4 += 1,
-            }
-        });
-    }
     let mut total = 0;
-    for d in store
-        .find(&accounts(), doc! {}, Default::default())
-        .await
-        .unwrap()
-    {
+    for d in find_all(store.as_ref(), accounts()).await {
         let b = d.get_i64("balance").unwrap();
         assert!(b >= 0, "seed {seed0}: negative {d:?}");
         total += b;
     }
-    assert_eq!(total, 400, "seed {seed0}");
+    assert_eq!(total, OPENING * NAMES.len() as i64, "seed {seed0}");
+    (0..s.coordinators)
+        .map(|i| {
+            let id = TxId::new(format!("t{i}")).unwrap();
+            a.records
+                .iter()
+                .any(|r| r.id == id && r.state == TxState::Done)
+        })
+        .collect()
 }
 
-thread_local! {
-    static STATS: std::cell::RefCell<(u32, u32, u32, u32, u32)> = Default::default();
-}
-
-#[test]
-fn stress() {
-    let start: u64 = std::env::var("TANDEM_STRESS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
-    let n: u64 = std::env::var("TANDEM_STRESS_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(50);
-    for s in start..start + n {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        rt.block_on(one(s.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
-    }
-    STATS.with(|s| {
-        eprintln!(
-            "ok/canceled/other answers, done/not records: {:?}",
-            s.borrow()
-        )
-    });
-}
-
-fn ledger() -> Namespace {
-    Namespace::new("bank", "ledger")
-}
-
-fn tx2(kind: u64, from: &str, to: &str, amount: i64, n: u64, keyed: bool) -> Transaction {
-    let t = if keyed {
-        Transaction::with_id(format!("k{}", n % 3))
-    } else {
-        Transaction::new()
-    };
-    let debit = DocumentChange::update(accounts(), from)
-        .inc("balance", -amount)
-        .require_gte("balance", amount);
-    let credit = match kind % 3 {
-        0 => DocumentChange::update(accounts(), to).inc("balance", amount),
-        1 => DocumentChange::update(accounts(), to)
-            .inc("balance", amount)
-            .set("last", format!("p{n}")),
-        _ => DocumentChange::update(accounts(), to)
-            .inc("balance", amount)
-            .inc("count", 1_i64),
-    };
-    let entry = DocumentChange::insert(
-        ledger(),
-        format!("L{n}"),
-        doc! { "from": from, "to": to, "amount": amount },
-    );
-    t.change(debit).change(credit).change(entry)
-}
-
-async fn two(seed0: u64) {
-    let mut seed = seed0 | 1;
-    let clock = Arc::new(ManualClock::new(bson::DateTime::from_millis(
-        1_700_000_000_000,
-    )));
-    let mem = MemoryStore::with_clock(clock.clone());
-    let store: Arc<dyn Store> = Arc::new(mem.clone());
-    for name in NAMES {
-        let d = doc! { "_id": name, "balance": 100_i64, "count": 0_i64, "last": "none", "pendingTransactions": [] };
-        store.insert_one(&accounts(), d.clone()).await.unwrap();
-    }
-    let lease = Duration::from_secs(1);
-    let margin = Duration::from_millis(100);
-    let mut tasks: Vec<tokio::task::JoinHandle<Answer>> = Vec::new();
-    for i in 0..8u64 {
-        let mut faulty = FaultStore::new(store.clone()).with_yields(rng(&mut seed));
-        match rng(&mut seed) % 6 {
-            0 => faulty = faulty.crash_after(rng(&mut seed) % 14),
-            1 => faulty = faulty.lose_at(1 + rng(&mut seed) % 12),
-            2 => faulty = faulty.lose_answer_at(1 + rng(&mut seed) % 12),
-            _ => {}
-        }
-        let pause = (rng(&mut seed) % 3 == 0).then(|| faulty.pause_at(1 + rng(&mut seed) % 10));
-        let mut b = Coordinator::builder(faulty)
-            .database("bank")
-            .lease(lease)
-            .clock_margin(margin)
-            .early_commit(rng(&mut seed) % 3 != 0)
-            .commit_point(if rng(&mut seed) % 2 == 0 {
-                CommitPoint::Done
-            } else {
-                CommitPoint::Applied
-            });
-        if rng(&mut seed) % 2 == 0 {
-            b = b.conflict(ConflictPolicy::Wait {
-                timeout: Duration::from_millis(50 + rng(&mut seed) % 2000),
-            });
-        }
-        let c = b.build();
-        let from = NAMES[(rng(&mut seed) % 4) as usize];
-        let mut to = NAMES[(rng(&mut seed) % 4) as usize];
-        if to == from {
-            to = if from == "A" { "B" } else { "A" };
-        }
-        let amount = 1 + (rng(&mut seed) % 60) as i64;
-        let keyed = rng(&mut seed) % 3 == 0;
-        let t = tx2(rng(&mut seed), from, to, amount, i, keyed);
-        tasks.push(tokio::spawn(async move {
-            let r = c.run(t).await;
-            c.drain().await;
-            Some((i, r.map(|r| r.state).map_err(|e| format!("{e:?}"))))
-        }));
-        if let Some(pause) = pause {
-            let clock = clock.clone();
-            let store = store.clone();
-            let forward = rng(&mut seed) % 2 == 0;
-            let wait = rng(&mut seed) % 3;
-            tasks.push(tokio::spawn(async move {
-                if pause.reached.await.is_err() {
-                    return None;
-                }
-                clock.advance(lease * 3);
-                let worker = Coordinator::builder_shared(store)
-                    .database("bank")
-                    .owner("pauser")
-                    .lease(lease)
-                    .clock_margin(margin)
-                    .build()
-                    .recovery(RecoveryConfig {
-                        pending: if forward {
-                            PendingPolicy::RollForward
-                        } else {
-                            PendingPolicy::RollBack
-                        },
-                        ..RecoveryConfig::default()
-                    });
-                for _ in 0..wait {
-                    let _ = worker.run_once().await;
-                    clock.advance(lease * 3);
-                    let _ = worker.collect_garbage(lease + margin).await;
-                }
-                let _ = pause.release.send(());
-                None
-            }));
-        }
-    }
-    for r in 0..2u64 {
-        let faulty = FaultStore::new(store.clone()).with_yields(rng(&mut seed));
-        let faulty = match rng(&mut seed) % 4 {
-            0 => faulty.lose_answer_at(1 + rng(&mut seed) % 20),
-            1 => faulty.lose_at(1 + rng(&mut seed) % 20),
-            _ => faulty,
-        };
-        let forward = rng(&mut seed) % 2 == 0;
-        let worker = Coordinator::builder(faulty)
-            .database("bank")
-            .owner(format!("rec{r}"))
-            .lease(lease)
-            .clock_margin(margin)
-            .build()
-            .recovery(RecoveryConfig {
-                pending: if forward {
-                    PendingPolicy::RollForward
-                } else {
-                    PendingPolicy::RollBack
-                },
-                batch: 1 + (rng(&mut seed) % 3) as usize,
-                idempotency_window: Duration::from_secs(1 + rng(&mut seed) % 5),
-                ..RecoveryConfig::default()
-            });
-        let rounds = rng(&mut seed) % 8;
-        let gc = rng(&mut seed) % 2 == 0;
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..rounds {
-                let _ = worker.run_once().await;
-                if gc {
-                    let _ = worker.collect_garbage(lease + margin).await;
-                }
-                tokio::task::yield_now().await;
-            }
-            None
-        }));
-    }
-    {
-        let faulty = FaultStore::new(store.clone()).with_yields(rng(&mut seed));
-        let op = Coordinator::builder(faulty)
-            .database("bank")
-            .owner("cli")
-            .lease(lease)
-            .clock_margin(margin)
-            .build()
-            .recovery(RecoveryConfig::default());
-        let waits: Vec<u64> = (0..4).map(|_| rng(&mut seed) % 30).collect();
-        let store = store.clone();
-        let pick = rng(&mut seed);
-        tasks.push(tokio::spawn(async move {
-            for w in waits {
-                for _ in 0..w {
-                    tokio::task::yield_now().await;
-                }
-                let recs = store
-                    .find(&records(), doc! {}, Default::default())
-                    .await
-                    .unwrap();
-                if recs.is_empty() {
-                    continue;
-                }
-                let r = &recs[(pick as usize) % recs.len()];
-                let id = TxId::new(r.get_str("_id").unwrap()).unwrap();
-                let _ = op.cancel(&id, "operator").await;
-            }
-            None
-        }));
-    }
-    {
-        let clock = clock.clone();
-        let steps = rng(&mut seed) % 40;
-        let by = 50 + rng(&mut seed) % 400;
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..steps {
-                for _ in 0..3 {
-                    tokio::task::yield_now().await;
-                }
-                clock.advance(Duration::from_millis(by));
-            }
-            None
-        }));
-    }
-    let mut answers = Vec::new();
-    for t in tasks {
-        if let Some(a) = t.await.unwrap() {
-            answers.push(a);
-        }
-    }
-    let worker = Coordinator::builder_shared(store.clone())
-        .database("bank")
-        .lease(lease)
-        .clock_margin(margin)
-        .build()
-        .recovery(RecoveryConfig::default());
-    for _ in 0..20 {
-        clock.advance(Duration::from_secs(30));
-        let _ = worker.run_once().await;
-    }
-    let recs = store
-        .find(&records(), doc! {}, Default::default())
-        .await
-        .unwrap();
-    for r in &recs {
-        let st = r.get_str("state").unwrap();
-        assert!(
-            st == "done" || st == "canceled",
-            "seed {seed0}: in flight {r:#?}"
-        );
-    }
-    let entries = store
-        .find(&ledger(), doc! {}, Default::default())
-        .await
-        .unwrap();
-    let mut expect: std::collections::HashMap<String, i64> =
-        NAMES.iter().map(|n| (n.to_string(), 100)).collect();
-    let mut live = std::collections::HashSet::new();
+/// The checks of transfers with a ledger: no entry (other than a ghost) and
+/// no account carries a marker, and every balance is its opening plus the
+/// entries. Returns, for each coordinator, whether its entry is there.
+async fn check_ledger(
+    s: &Scenario,
+    bank: &Bank,
+    recs: &[Document],
+    answers: &[(u64, Result<TxState, String>)],
+    seed0: u64,
+) -> Vec<bool> {
+    let store = bank.accounts();
+    let entries = find_all(store.as_ref(), ledger()).await;
+    let mut expect: HashMap<String, i64> = NAMES.iter().map(|n| (n.to_string(), OPENING)).collect();
+    let mut live = HashSet::new();
     for e in &entries {
         let meta = e.get_document("_tandem").ok();
         if meta.is_some_and(|m| m.get_bool("ghost").unwrap_or(false)) {
             continue;
         }
-        let bad = e
-            .get_array("pendingTransactions")
-            .map(|a| !a.is_empty())
-            .unwrap_or(false)
-            || meta.is_some_and(|m| m.get("lock").is_some_and(|l| *l != bson::Bson::Null));
-        assert!(!bad, "seed {seed0}: marker left on {e:#?}");
+        assert!(!marked(e, false), "seed {seed0}: marker left on {e:#?}");
         let amount = e.get_i64("amount").unwrap();
         *expect.get_mut(e.get_str("from").unwrap()).unwrap() -= amount;
         *expect.get_mut(e.get_str("to").unwrap()).unwrap() += amount;
         live.insert(e.get_str("_id").unwrap().to_owned());
     }
-    let docs = store
-        .find(&accounts(), doc! {}, Default::default())
-        .await
-        .unwrap();
+    let docs = find_all(store.as_ref(), accounts()).await;
     for d in &docs {
         let name = d.get_str("_id").unwrap();
-        let bad = d
-            .get_array("pendingTransactions")
-            .map(|a| !a.is_empty())
-            .unwrap_or(false)
-            || d.get_document("_tandem").ok().is_some_and(|m| {
-                m.get("lock").is_some_and(|l| *l != bson::Bson::Null)
-                    || m.get("pending")
-                        .is_some_and(|p| p.as_i64().or(p.as_i32().map(i64::from)) != Some(0))
-            });
-        assert!(!bad, "seed {seed0}: marker left on {d:#?}\n{recs:#?}");
-        assert_eq!(
-            d.get_i64("balance").unwrap(),
-            expect[name],
-            "seed {seed0}: {name}\n{docs:#?}\n{entries:#?}\n{recs:#?}\n{answers:#?}"
-        );
-    }
-    for (i, a) in &answers {
-        let present = live.contains(&format!("L{i}"));
-        match a {
-            Ok(_) => assert!(
-                present,
-                "seed {seed0}: t{i} answered committed, no ledger entry\n{answers:#?}\n{recs:#?}"
-            ),
-            Err(e) if e.starts_with("Canceled") => {
-                assert!(
-                    !present,
-                    "seed {seed0}: t{i} answered {e}, ledger entry there\n{recs:#?}"
-                )
-            }
-            Err(_) => {}
-        }
-    }
-}
-
-fn tx3(kind: u64, from: &str, to: &str, amount: i64, n: u64, keyed: bool) -> Transaction {
-    let t = if keyed {
-        Transaction::with_id(format!("k{}", n % 3))
-    } else {
-        Transaction::new()
-    };
-    let debit = DocumentChange::update(accounts(), from)
-        .in_store("p")
-        .inc("balance", -amount)
-        .require_gte("balance", amount);
-    let credit = match kind % 3 {
-        0 => DocumentChange::update(accounts(), to)
-            .in_store("p")
-            .inc("balance", amount),
-        1 => DocumentChange::update(accounts(), to)
-            .in_store("p")
-            .inc("balance", amount)
-            .set("last", format!("p{n}")),
-        _ => DocumentChange::update(accounts(), to)
-            .in_store("p")
-            .inc("balance", amount)
-            .inc("count", 1_i64),
-    };
-    let entry = DocumentChange::insert(
-        ledger(),
-        format!("L{n}"),
-        doc! { "from": from, "to": to, "amount": amount },
-    )
-    .in_store("p");
-    t.change(debit).change(credit).change(entry)
-}
-
-async fn three(seed0: u64) {
-    let mut seed = seed0 | 1;
-    let clock = Arc::new(ManualClock::new(bson::DateTime::from_millis(
-        1_700_000_000_000,
-    )));
-    let mem = MemoryStore::with_clock(clock.clone());
-    let records_store: Arc<dyn Store> = Arc::new(mem.clone());
-    let skew = (rng(&mut seed) % 10_000) as i64 - 5_000;
-    let pclock = Arc::new(ManualClock::new(bson::DateTime::from_millis(
-        1_700_000_000_000 + skew,
-    )));
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(pclock.clone()));
-    for name in NAMES {
-        let d = doc! { "_id": name, "balance": 100_i64, "count": 0_i64, "last": "none", "pendingTransactions": [] };
-        store.insert_one(&accounts(), d.clone()).await.unwrap();
-    }
-    let lease = Duration::from_secs(1);
-    let margin = Duration::from_millis(100);
-    let mut tasks: Vec<tokio::task::JoinHandle<Answer>> = Vec::new();
-    for i in 0..8u64 {
-        let mut faulty = FaultStore::new(records_store.clone()).with_yields(rng(&mut seed));
-        match rng(&mut seed) % 6 {
-            0 => faulty = faulty.crash_after(rng(&mut seed) % 14),
-            1 => faulty = faulty.lose_at(1 + rng(&mut seed) % 12),
-            2 => faulty = faulty.lose_answer_at(1 + rng(&mut seed) % 12),
-            _ => {}
-        }
-        let pause = (rng(&mut seed) % 3 == 0).then(|| faulty.pause_at(1 + rng(&mut seed) % 10));
-        let mut b = Coordinator::builder(faulty)
-            .store_shared("p", store.clone())
-            .database("bank")
-            .lease(lease)
-            .clock_margin(margin)
-            .early_commit(rng(&mut seed) % 3 != 0)
-            .commit_point(if rng(&mut seed) % 2 == 0 {
-                CommitPoint::Done
-            } else {
-                CommitPoint::Applied
-            });
-        if rng(&mut seed) % 2 == 0 {
-            b = b.conflict(ConflictPolicy::Wait {
-                timeout: Duration::from_millis(50 + rng(&mut seed) % 2000),
-            });
-        }
-        let c = b.build();
-        let from = NAMES[(rng(&mut seed) % 4) as usize];
-        let mut to = NAMES[(rng(&mut seed) % 4) as usize];
-        if to == from {
-            to = if from == "A" { "B" } else { "A" };
-        }
-        let amount = 1 + (rng(&mut seed) % 60) as i64;
-        let keyed = rng(&mut seed) % 3 == 0;
-        let t = tx3(rng(&mut seed), from, to, amount, i, keyed);
-        tasks.push(tokio::spawn(async move {
-            let r = c.run(t).await;
-            c.drain().await;
-            Some((i, r.map(|r| r.state).map_err(|e| format!("{e:?}"))))
-        }));
-        if let Some(pause) = pause {
-            let clock = clock.clone();
-            let pclock = pclock.clone();
-            let records_store = records_store.clone();
-            let pstore = store.clone();
-            let forward = rng(&mut seed) % 2 == 0;
-            let wait = rng(&mut seed) % 3;
-            tasks.push(tokio::spawn(async move {
-                if pause.reached.await.is_err() {
-                    return None;
-                }
-                clock.advance(lease * 3);
-                pclock.advance(lease * 3);
-                let worker = Coordinator::builder_shared(records_store)
-                    .store_shared("p", pstore)
-                    .database("bank")
-                    .owner("pauser")
-                    .lease(lease)
-                    .clock_margin(margin)
-                    .build()
-                    .recovery(RecoveryConfig {
-                        pending: if forward {
-                            PendingPolicy::RollForward
-                        } else {
-                            PendingPolicy::RollBack
-                        },
-                        ..RecoveryConfig::default()
-                    });
-                for _ in 0..wait {
-                    let _ = worker.run_once().await;
-                    clock.advance(lease * 3);
-                    pclock.advance(lease * 3);
-                    let _ = worker.collect_garbage(lease + margin).await;
-                }
-                let _ = pause.release.send(());
-                None
-            }));
-        }
-    }
-    for r in 0..2u64 {
-        let faulty = FaultStore::new(records_store.clone()).with_yields(rng(&mut seed));
-        let faulty = match rng(&mut seed) % 4 {
-            0 => faulty.lose_answer_at(1 + rng(&mut seed) % 20),
-            1 => faulty.lose_at(1 + rng(&mut seed) % 20),
-            _ => faulty,
-        };
-        let forward = rng(&mut seed) % 2 == 0;
-        let worker = Coordinator::builder(faulty)
-            .store_shared("p", store.clone())
-            .database("bank")
-            .owner(format!("rec{r}"))
-            .lease(lease)
-            .clock_margin(margin)
-            .build()
-            .recovery(RecoveryConfig {
-                pending: if forward {
-                    PendingPolicy::RollForward
-                } else {
-                    PendingPolicy::RollBack
-                },
-                batch: 1 + (rng(&mut seed) % 3) as usize,
-                idempotency_window: Duration::from_secs(1 + rng(&mut seed) % 5),
-                ..RecoveryConfig::default()
-            });
-        let rounds = rng(&mut seed) % 8;
-        let gc = rng(&mut seed) % 2 == 0;
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..rounds {
-                let _ = worker.run_once().await;
-                if gc {
-                    let _ = worker.collect_garbage(lease + margin).await;
-                }
-                tokio::task::yield_now().await;
-            }
-            None
-        }));
-    }
-    {
-        let faulty = FaultStore::new(records_store.clone()).with_yields(rng(&mut seed));
-        let op = Coordinator::builder(faulty)
-            .store_shared("p", store.clone())
-            .database("bank")
-            .owner("cli")
-            .lease(lease)
-            .clock_margin(margin)
-            .build()
-            .recovery(RecoveryConfig::default());
-        let waits: Vec<u64> = (0..4).map(|_| rng(&mut seed) % 30).collect();
-        let store = records_store.clone();
-        let pick = rng(&mut seed);
-        tasks.push(tokio::spawn(async move {
-            for w in waits {
-                for _ in 0..w {
-                    tokio::task::yield_now().await;
-                }
-                let recs = store
-                    .find(&records(), doc! {}, Default::default())
-                    .await
-                    .unwrap();
-                if recs.is_empty() {
-                    continue;
-                }
-                let r = &recs[(pick as usize) % recs.len()];
-                let id = TxId::new(r.get_str("_id").unwrap()).unwrap();
-                let _ = op.cancel(&id, "operator").await;
-            }
-            None
-        }));
-    }
-    {
-        let clock = clock.clone();
-        let pclock = pclock.clone();
-        let steps = rng(&mut seed) % 40;
-        let by = 50 + rng(&mut seed) % 400;
-        let pby = 50 + rng(&mut seed) % 400;
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..steps {
-                for _ in 0..3 {
-                    tokio::task::yield_now().await;
-                }
-                clock.advance(Duration::from_millis(by));
-                pclock.advance(Duration::from_millis(pby));
-                if pby % 3 == 0 {
-                    pclock.rewind(Duration::from_millis(pby.min(100)));
-                }
-                if by % 3 == 0 {
-                    clock.rewind(Duration::from_millis(by.min(100)));
-                }
-            }
-            None
-        }));
-    }
-    let mut answers = Vec::new();
-    for t in tasks {
-        if let Some(a) = t.await.unwrap() {
-            answers.push(a);
-        }
-    }
-    let worker = Coordinator::builder_shared(records_store.clone())
-        .store_shared("p", store.clone())
-        .database("bank")
-        .lease(lease)
-        .clock_margin(margin)
-        .build()
-        .recovery(RecoveryConfig::default());
-    for _ in 0..20 {
-        clock.advance(Duration::from_secs(30));
-        pclock.advance(Duration::from_secs(30));
-        let _ = worker.run_once().await;
-    }
-    let recs = records_store
-        .find(&records(), doc! {}, Default::default())
-        .await
-        .unwrap();
-    for r in &recs {
-        let st = r.get_str("state").unwrap();
         assert!(
-            st == "done" || st == "canceled",
-            "seed {seed0}: in flight {r:#?}"
+            !marked(d, true),
+            "seed {seed0}: marker left on {d:#?}\n{recs:#?}"
         );
-    }
-    let entries = store
-        .find(&ledger(), doc! {}, Default::default())
-        .await
-        .unwrap();
-    let mut expect: std::collections::HashMap<String, i64> =
-        NAMES.iter().map(|n| (n.to_string(), 100)).collect();
-    let mut live = std::collections::HashSet::new();
-    for e in &entries {
-        let meta = e.get_document("_tandem").ok();
-        if meta.is_some_and(|m| m.get_bool("ghost").unwrap_or(false)) {
-            continue;
-        }
-        let bad = e
-            .get_array("pendingTransactions")
-            .map(|a| !a.is_empty())
-            .unwrap_or(false)
-            || meta.is_some_and(|m| m.get("lock").is_some_and(|l| *l != bson::Bson::Null));
-        assert!(!bad, "seed {seed0}: marker left on {e:#?}");
-        let amount = e.get_i64("amount").unwrap();
-        *expect.get_mut(e.get_str("from").unwrap()).unwrap() -= amount;
-        *expect.get_mut(e.get_str("to").unwrap()).unwrap() += amount;
-        live.insert(e.get_str("_id").unwrap().to_owned());
-    }
-    let docs = store
-        .find(&accounts(), doc! {}, Default::default())
-        .await
-        .unwrap();
-    for d in &docs {
-        let name = d.get_str("_id").unwrap();
-        let bad = d
-            .get_array("pendingTransactions")
-            .map(|a| !a.is_empty())
-            .unwrap_or(false)
-            || d.get_document("_tandem").ok().is_some_and(|m| {
-                m.get("lock").is_some_and(|l| *l != bson::Bson::Null)
-                    || m.get("pending")
-                        .is_some_and(|p| p.as_i64().or(p.as_i32().map(i64::from)) != Some(0))
-            });
-        assert!(!bad, "seed {seed0}: marker left on {d:#?}\n{recs:#?}");
         assert_eq!(
             d.get_i64("balance").unwrap(),
             expect[name],
@@ -881,60 +550,106 @@ async fn three(seed0: u64) {
                 .collect::<Vec<_>>()
         );
     }
-    for (i, a) in &answers {
-        let present = live.contains(&format!("L{i}"));
-        match a {
+    (0..s.coordinators)
+        .map(|i| live.contains(&format!("L{i}")))
+        .collect()
+}
+
+/// One run of scenario `s` from `seed0`: the coordinators, two recovery
+/// workers, the operator and the clocks race; then recovery to quiescence,
+/// and the checks: every record is done or canceled, the scenario's own
+/// checks, and every transfer answered committed took effect and none
+/// answered canceled did.
+async fn run(s: &Scenario, seed0: u64) -> Tally {
+    let mut seed = seed0 | 1;
+    let (bank, seeded) = Bank::open(s.two_stores, &mut seed).await;
+    let mut tasks = Vec::new();
+    for i in 0..s.coordinators {
+        tasks.extend(coordinator(s, &bank, i, &mut seed));
+    }
+    for r in 0..2 {
+        tasks.push(recovery(s, &bank, r, &mut seed));
+    }
+    tasks.push(operator(s, &bank, &mut seed));
+    tasks.push(ticker(&bank, &mut seed));
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.extend(t.await.unwrap());
+    }
+    bank.quiesce().await;
+    let recs = find_all(bank.records.as_ref(), records()).await;
+    for r in &recs {
+        let st = r.get_str("state").unwrap();
+        assert!(
+            st == "done" || st == "canceled",
+            "seed {seed0}: in flight {r:#?}"
+        );
+    }
+    let done = match s.transfers {
+        Transfers::Plain => check_plain(s, &bank, &seeded, seed0).await,
+        Transfers::Ledger => check_ledger(s, &bank, &recs, &answers, seed0).await,
+    };
+    let mut tally = Tally::default();
+    for (i, answer) in &answers {
+        let took = done[*i as usize];
+        match answer {
             Ok(_) => assert!(
-                present,
-                "seed {seed0}: t{i} answered committed, no ledger entry\n{answers:#?}\n{recs:#?}"
+                took,
+                "seed {seed0}: t{i} answered committed, did not take effect\n{answers:#?}\n{recs:#?}"
             ),
-            Err(e) if e.starts_with("Canceled") => {
-                assert!(
-                    !present,
-                    "seed {seed0}: t{i} answered {e}, ledger entry there\n{recs:#?}"
-                )
-            }
+            Err(e) if e.starts_with("Canceled") => assert!(
+                !took,
+                "seed {seed0}: t{i} answered {e}, took effect\n{recs:#?}"
+            ),
             Err(_) => {}
         }
+        tally[match answer {
+            Ok(_) => 0,
+            Err(e) if e.starts_with("Canceled") => 1,
+            Err(_) => 2,
+        }] += 1;
+        tally[if took { 3 } else { 4 }] += 1;
     }
+    tally
+}
+
+/// Runs scenario `s` for the seeds `TANDEM_STRESS_SEED` (from 1) and
+/// `TANDEM_STRESS_RUNS` (50) pick, each on a new runtime with paused time.
+fn runs(name: &str, s: &Scenario) {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let start = var("TANDEM_STRESS_SEED", 1);
+    let n = var("TANDEM_STRESS_RUNS", 50);
+    let mut tally = Tally::default();
+    for seed in start..start + n {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let t = rt.block_on(run(s, seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        for (sum, x) in tally.iter_mut().zip(t) {
+            *sum += x;
+        }
+    }
+    eprintln!("{name}: ok/canceled/other answers, done/not transfers: {tally:?}");
+}
+
+#[test]
+fn stress() {
+    runs("stress", &PLAIN);
 }
 
 #[test]
 fn stress_gc() {
-    let start: u64 = std::env::var("TANDEM_STRESS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
-    let n: u64 = std::env::var("TANDEM_STRESS_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(50);
-    for s in start..start + n {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        rt.block_on(two(s.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
-    }
+    runs("stress_gc", &GC);
 }
 
 #[test]
 fn stress_skew() {
-    let start: u64 = std::env::var("TANDEM_STRESS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
-    let n: u64 = std::env::var("TANDEM_STRESS_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(50);
-    for s in start..start + n {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        rt.block_on(three(s.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
-    }
+    runs("stress_skew", &SKEW);
 }
