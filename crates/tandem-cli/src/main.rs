@@ -419,10 +419,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 idempotency_window,
                 ..RecoveryConfig::default()
             });
+            // Progress on a terminal, a page at a time (drawn nowhere else).
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
             let mut total = 0;
             loop {
                 let removed = worker.collect_garbage(older_than).await?;
                 total += removed;
+                bar.set_message(format!("removed {total} finished transaction records"));
+                bar.tick();
                 // A collection that removed nothing may have stopped at its
                 // page limit before records it could remove: go on until
                 // one read up to the last due record.
@@ -430,6 +435,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     break;
                 }
             }
+            bar.finish_and_clear();
             println!("removed {total} finished transaction records (those of caller-chosen ids inside the idempotency window kept as stubs)");
             Ok(())
         }
