@@ -1,0 +1,89 @@
+//! A debit of a field named by a number (`m.1`, a sub-document's field)
+//! applied at once keeps no give-back in `_tandem.credit` (such a path is
+//! not counted), and a credit of the same field is checked against the
+//! field alone. A credit up to the limit commits while the debit is
+//! pending, and the debit's undo, adding its amount back, can then never
+//! land: a canceled transaction stuck half undone.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::{doc, Bson};
+use common::*;
+use tandem::testing::FaultStore;
+use tandem::{
+    CommitPoint, Coordinator, DocumentChange, Namespace, RecoveryConfig, Store, Transaction,
+    TxError,
+};
+
+const LEASE: Duration = Duration::from_secs(1);
+
+fn stats() -> Namespace {
+    Namespace::new("app", "stats")
+}
+
+fn two_phase(store: Arc<dyn Store>) -> Coordinator {
+    Coordinator::builder_shared(store)
+        .lease(LEASE)
+        .clock_margin(Duration::ZERO)
+        .commit_point(CommitPoint::Done)
+        .build()
+}
+
+#[tokio::test]
+async fn a_canceled_debit_of_a_numbered_field_is_undone() {
+    let (store, clock, _) = bank(&["A"], 10).await;
+    store
+        .insert_one(&stats(), doc! { "_id": "X", "m": { "1": 10_i64 } })
+        .await
+        .unwrap();
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    // 1 the create, 2 the debit of X; 3, the apply of A (whose guard
+    // refuses), waits.
+    let faulty = FaultStore::new(shared.clone());
+    let pause = faulty.pause_at(3);
+    let slow = two_phase(Arc::new(faulty));
+    let debit = Transaction::new()
+        .change(
+            DocumentChange::update(stats(), "X")
+                .inc("m.1", -10_i64)
+                .require_gte("m.1", 10_i64),
+        )
+        .change(
+            DocumentChange::update(accounts(), "A")
+                .inc("balance", -1_000_i64)
+                .require_gte("balance", 1_000_i64),
+        );
+    let run = tokio::spawn(async move { slow.run(debit).await });
+    pause.reached.await.unwrap();
+    let x = get(&store, &stats(), "X").await.unwrap();
+    assert_eq!(
+        x.get_document("m").unwrap().get("1"),
+        Some(&Bson::Int64(0)),
+        "{x}"
+    );
+
+    let coordinator = two_phase(shared.clone());
+    let credit = coordinator
+        .run(Transaction::new().change(DocumentChange::update(stats(), "X").inc("m.1", i64::MAX)))
+        .await;
+
+    pause.release.send(()).unwrap();
+    let canceled = run.await.unwrap();
+    clock.advance(LEASE * 3);
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    let _ = worker.run_once().await;
+    coordinator.drain().await;
+    let x = get(&store, &stats(), "X").await.unwrap();
+    assert!(
+        matches!(canceled, Err(TxError::Canceled { undone: true, .. })),
+        "the debit's transaction is canceled and undone: {canceled:?}; credit {credit:?}; {x}"
+    );
+    assert_eq!(
+        x.get_array("pendingTransactions").map(Vec::len),
+        Ok(0),
+        "no marker left: {x}"
+    );
+}
