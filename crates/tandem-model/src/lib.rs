@@ -402,10 +402,14 @@
 //!   leaving its range: the `$type` conditions of the apply's filter), so
 //!   its undo is the model's for integers, and a refusal is the model's
 //!   refused guard. Floating-point values are outside: `(a - x) + x` need
-//!   not be `a`, so a canceled shared debit of a double can leave the last
-//!   bit changed (a known limit in the Reliability chapter: keep money in
-//!   integers; a change that holds its document alone restores it exactly).
-//!   Tested on the embedded store (`tandem/tests/compensation.rs`); the
+//!   not be `a`, so a debit of a double holds its document alone and is
+//!   restored from its before-image. The model's balances are unbounded;
+//!   the code's stop at the 64-bit limit, so adding the amount back must
+//!   also fit: a shared debit counts what its undo gives back in the
+//!   field's pending sum, which every credit leaves room for, and a debit
+//!   of a field whose path has a numeric segment (which the sums do not
+//!   count) holds its document alone. Tested on the embedded store
+//!   (`tandem/tests/compensation.rs`, `numbered_give_back.rs`); the
 //!   filter's conditions on both stores by the store contract.
 //! * **Shapes**: the model's fields are flat numbers. In the code a field
 //!   has a path, and a credit deferred to its clear can land only where

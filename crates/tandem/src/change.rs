@@ -269,7 +269,8 @@ pub enum DocumentOp {
 /// Its serde form is the spec a transaction record keeps. A change read
 /// back from one is applied, committed and undone as the version that wrote
 /// it did (a spec without `countsDebits`, `missingHeldAlone`,
-/// `floatDebitsHeldAlone` or `reservesRoom` is an earlier version's), so build changes with the methods, not by deserializing.
+/// `floatDebitsHeldAlone`, `reservesRoom` or `numberedDebitsHeldAlone` is
+/// an earlier version's), so build changes with the methods, not by deserializing.
 ///
 /// ```
 /// use tandem::{DocumentChange, Namespace};
@@ -325,6 +326,17 @@ pub struct DocumentChange {
     /// record an earlier version wrote, whose apply reserved nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) reserves_room: bool,
+    /// Whether a debit of a field whose path has a numeric segment (an
+    /// array's element, `items.3.qty`, or a key of digits, `bal.840`) holds
+    /// the document alone ([`is_exclusive`](Self::is_exclusive)), so that a
+    /// cancel restores it from its before-image: shared, its undo adds the
+    /// amount back, which no pending sum reserves room for on such a path
+    /// (a credit to the limit landing meanwhile would leave the undo no
+    /// room). True for every change built now, false for one read back
+    /// from a record an earlier version wrote, whose apply shared the
+    /// document.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) numbered_debits_held_alone: bool,
     /// Mistakes found while building, reported by `validate`.
     #[serde(skip)]
     errors: Vec<ChangeError>,
@@ -345,6 +357,26 @@ impl PartialEq for Origin {
     }
 }
 
+/// Whether `op` is an integer debit of a field whose path has a numeric
+/// segment (`items.3.qty`, `bal.840`), which no pending sum counts.
+fn numbered_debit(op: &FieldOp) -> bool {
+    match op {
+        FieldOp::Inc { path, by } => {
+            let debit = match by {
+                Bson::Int32(i) => *i < 0,
+                Bson::Int64(i) => *i < 0,
+                _ => false,
+            };
+            // The segments the pending sums leave out (`counted`).
+            debit
+                && path
+                    .split('.')
+                    .any(|seg| crate::query::array_index(seg).is_some())
+        }
+        _ => false,
+    }
+}
+
 impl DocumentChange {
     fn with_op(namespace: Namespace, id: impl Into<Bson>, op: DocumentOp) -> Self {
         DocumentChange {
@@ -358,6 +390,7 @@ impl DocumentChange {
             missing_held_alone: true,
             float_debits_held_alone: true,
             reserves_room: true,
+            numbered_debits_held_alone: true,
             errors: Vec::new(),
             origin: Origin(None),
         }
@@ -569,6 +602,7 @@ impl DocumentChange {
                     !op.commutes()
                         || (self.float_debits_held_alone
                             && matches!(op, FieldOp::Inc { by: Bson::Double(d), .. } if *d < 0.0))
+                        || (self.numbered_debits_held_alone && numbered_debit(op))
                 })
             }
             DocumentOp::Insert { .. } | DocumentOp::Delete => true,

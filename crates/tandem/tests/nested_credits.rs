@@ -226,3 +226,56 @@ async fn a_credit_under_a_field_that_is_no_document_is_refused() {
         }
     }
 }
+
+/// A credit of `a` undone leaves its zero sum, `_tandem.credit.a`, until
+/// garbage collection finds the document idle: a credit of `a.b` cannot be
+/// counted beside it until then. It is refused as what it is, naming no
+/// transaction as its holder (nothing is pending), and commits once the
+/// collection dropped the zero.
+#[tokio::test]
+async fn a_zero_sum_left_by_an_undone_credit_is_named_and_collected() {
+    let (store, clock, _) = bank(&["A"], 10).await;
+    store
+        .insert_one(&stats(), doc! { "_id": "X", "n": 1_i64 })
+        .await
+        .unwrap();
+    let coordinator = two_phase(Arc::new(store.clone()));
+    let refused = coordinator
+        .run(
+            Transaction::new()
+                .change(DocumentChange::update(stats(), "X").inc("a", 5_i64))
+                .change(
+                    DocumentChange::update(accounts(), "A")
+                        .inc("balance", -1_000_i64)
+                        .require_gte("balance", 1_000_i64),
+                ),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(TxError::Canceled { undone: true, .. })),
+        "{refused:?}"
+    );
+    let answer = coordinator.run(credit("a.b", 7_i64)).await;
+    match &answer {
+        Err(TxError::Canceled {
+            cause: StepError::TypeMismatch { message, .. },
+            undone: true,
+            ..
+        }) => assert!(message.contains("garbage collection"), "{message}"),
+        other => panic!("a credit of a.b beside the zero sum of a: {other:?}"),
+    }
+    clock.advance(LEASE * 3);
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    assert!(worker.collect_garbage(LEASE * 2).await.unwrap() >= 1);
+    let answer = coordinator.run(credit("a.b", 7_i64)).await;
+    assert!(
+        matches!(&answer, Ok(r) if r.state == TxState::Done),
+        "{answer:?}"
+    );
+    let x = get(&store, &stats(), "X").await.unwrap();
+    assert_eq!(
+        x.get_document("a").ok().and_then(|a| a.get_i64("b").ok()),
+        Some(7),
+        "{x}"
+    );
+}

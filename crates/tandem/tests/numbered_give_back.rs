@@ -1,9 +1,10 @@
 //! A debit of a field named by a number (`m.1`, a sub-document's field)
-//! applied at once keeps no give-back in `_tandem.credit` (such a path is
-//! not counted), and a credit of the same field is checked against the
-//! field alone. A credit up to the limit commits while the debit is
-//! pending, and the debit's undo, adding its amount back, can then never
-//! land: a canceled transaction stuck half undone.
+//! kept no give-back in `_tandem.credit` when it shared its document (such
+//! a path is not counted), and a credit of the same field was checked
+//! against the field alone: a credit up to the limit committed while the
+//! debit was pending, and the debit's undo, adding its amount back, could
+//! then never land, a canceled transaction stuck half undone. Such a debit
+//! now holds its document alone, and is restored from its before-image.
 
 mod common;
 
@@ -14,8 +15,8 @@ use bson::{doc, Bson};
 use common::*;
 use tandem::testing::FaultStore;
 use tandem::{
-    CommitPoint, Coordinator, DocumentChange, Namespace, RecoveryConfig, Store, Transaction,
-    TxError,
+    CommitPoint, Coordinator, DocumentChange, Namespace, RecoveryConfig, StepError, Store,
+    Transaction, TxError,
 };
 
 const LEASE: Duration = Duration::from_secs(1);
@@ -40,10 +41,11 @@ async fn a_canceled_debit_of_a_numbered_field_is_undone() {
         .await
         .unwrap();
     let shared: Arc<dyn Store> = Arc::new(store.clone());
-    // 1 the create, 2 the debit of X; 3, the apply of A (whose guard
-    // refuses), waits.
+    // 1 the read of X's before-image (the debit holds X alone), 2 the
+    // create, 3 the debit of X; 4, the apply of A (whose guard refuses),
+    // waits.
     let faulty = FaultStore::new(shared.clone());
-    let pause = faulty.pause_at(3);
+    let pause = faulty.pause_at(4);
     let slow = two_phase(Arc::new(faulty));
     let debit = Transaction::new()
         .change(
@@ -62,7 +64,7 @@ async fn a_canceled_debit_of_a_numbered_field_is_undone() {
     assert_eq!(
         x.get_document("m").unwrap().get("1"),
         Some(&Bson::Int64(0)),
-        "{x}"
+        "the debit applied: {x}"
     );
 
     let coordinator = two_phase(shared.clone());
@@ -85,5 +87,20 @@ async fn a_canceled_debit_of_a_numbered_field_is_undone() {
         x.get_array("pendingTransactions").map(Vec::len),
         Ok(0),
         "no marker left: {x}"
+    );
+    assert_eq!(
+        x.get_document("m").unwrap().get("1"),
+        Some(&Bson::Int64(10)),
+        "the debit undone: {x}"
+    );
+    assert!(
+        matches!(
+            credit,
+            Err(TxError::Canceled {
+                cause: StepError::Conflict { .. },
+                ..
+            })
+        ),
+        "the credit meets the debit holding X: {credit:?}"
     );
 }

@@ -104,6 +104,9 @@ impl DocumentChange {
         if self.reserves_room {
             spec.insert("reservesRoom", true);
         }
+        if self.numbered_debits_held_alone {
+            spec.insert("numberedDebitsHeldAlone", true);
+        }
         Some(spec)
     }
 }

@@ -331,12 +331,6 @@ impl DocumentChange {
         if self.is_exclusive() {
             return None;
         }
-        let holder = || {
-            query::lookup(current, &self.marker).and_then(|m| match m {
-                Bson::Array(list) => list.first().map(holder_text),
-                _ => None,
-            })
-        };
         for (path, _) in self.increments() {
             let through_array = path.split('.').any(|seg| query::array_index(seg).is_some());
             for parent in parents(path) {
@@ -354,25 +348,41 @@ impl DocumentChange {
                         });
                     }
                 }
+                let sum = query::lookup(current, &credit_path(parent));
                 if let Some(
-                    Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_),
-                ) = query::lookup(current, &credit_path(parent))
+                    sum @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)),
+                ) = sum
                 {
-                    return Some(StepError::Conflict {
-                        participant: self.label(),
-                        holder: holder()
-                            .unwrap_or_else(|| format!("(a credit of {parent} pending)")),
-                    });
+                    return Some(self.sum_in_the_way(sum, parent, path));
                 }
             }
-            if let Some(Bson::Document(_)) = query::lookup(current, &credit_path(path)) {
-                return Some(StepError::Conflict {
-                    participant: self.label(),
-                    holder: holder().unwrap_or_else(|| format!("(credits below {path} pending)")),
-                });
+            if let Some(sum @ Bson::Document(_)) = query::lookup(current, &credit_path(path)) {
+                return Some(self.sum_in_the_way(sum, path, path));
             }
         }
         None
+    }
+
+    /// The refusal of an increment of `path` by the pending sum `sum` kept
+    /// at `at` (a parent's, or the sums below the field): a conflict with
+    /// the credit pending there (the sums do not say whose); or, where every sum is zero
+    /// (what a credit that landed or was undone leaves until garbage
+    /// collection finds the document idle, or an exclusive change clears
+    /// it), a `TypeMismatch` that says so, naming no holder.
+    fn sum_in_the_way(&self, sum: &Bson, at: &str, path: &str) -> StepError {
+        if all_zero(sum) {
+            return StepError::TypeMismatch {
+                participant: self.label(),
+                path: path.to_owned(),
+                message: format!(
+                    "a credit of {at} (or below it) landed or was undone here, and its zero sum stays in `_tandem.credit` until garbage collection finds the document idle, or an exclusive change of it clears the sums: an increment of {path} cannot be counted beside it until then"
+                ),
+            };
+        }
+        StepError::Conflict {
+            participant: self.label(),
+            holder: format!("(a credit pending at {at})"),
+        }
     }
 
     /// Why a [shared debit](Self::shared_debits) cannot apply to `current`
@@ -1700,6 +1710,18 @@ const NOT_A_PARENT: [&str; 20] = [
     "minKey",
     "maxKey",
 ];
+
+/// Whether every number in `sum` (a pending sum, or a document of them)
+/// is zero.
+fn all_zero(sum: &Bson) -> bool {
+    match sum {
+        Bson::Document(d) => d.values().all(all_zero),
+        Bson::Int32(n) => *n == 0,
+        Bson::Int64(n) => *n == 0,
+        Bson::Double(n) => *n == 0.0,
+        _ => true,
+    }
+}
 
 /// The parents of `path`: `a` and `a.b` of `a.b.c`, none of `a`.
 fn parents(path: &str) -> impl Iterator<Item = &str> {
