@@ -377,8 +377,14 @@ impl Participant for DocumentChange {
             DocumentOp::Insert { doc: fields } => {
                 (self.fill_filter(ctx), self.fill_update(ctx, fields))
             }
-            DocumentOp::Update { ops } => (self.apply_filter(ctx), self.apply_update(ctx, ops)),
-            DocumentOp::Delete => (self.apply_filter(ctx), self.delete_update(ctx)),
+            DocumentOp::Update { ops } => {
+                let update = self.apply_update(ctx, ops);
+                (self.apply_filter(ctx, Some(&update)), update)
+            }
+            DocumentOp::Delete => {
+                let update = self.delete_update(ctx);
+                (self.apply_filter(ctx, Some(&update)), update)
+            }
         };
         Some(StepUpdate {
             store: Arc::clone(self.store(ctx).ok()?),

@@ -160,8 +160,14 @@ impl DocumentChange {
     }
 
     /// The conditions every apply carries: not yet applied, not past its
-    /// deadline, not a ghost, not held.
-    pub(super) fn apply_filter(&self, ctx: &StepContext<'_>) -> Document {
+    /// deadline, not a ghost, not held. The apply sends `update` (the
+    /// change's own, built once by the caller; `None` for an insert), whose
+    /// growth the room condition counts.
+    pub(super) fn apply_filter(
+        &self,
+        ctx: &StepContext<'_>,
+        update: Option<&Document>,
+    ) -> Document {
         let tx = ctx.marker.as_str();
         let mut filter = self.guarded_filter(ctx.before);
         filter.insert(self.marker.clone(), doc! { "$ne": tx });
@@ -174,7 +180,9 @@ impl DocumentChange {
         if let Some(deadline) = ctx.deadline {
             exprs.insert(0, before(deadline));
         }
-        if let Some((growth, later)) = self.apply_room(ctx) {
+        if let Some(update) = update {
+            let growth = self.apply_growth(update, ctx.before);
+            let later = self.later_growth(ctx.before);
             exprs.extend(self.no_padding());
             exprs.push(self.room_condition(growth, later));
         }
@@ -1248,7 +1256,7 @@ impl DocumentChange {
         let outcome = store
             .update_one(
                 &self.namespace,
-                self.apply_filter(ctx),
+                self.apply_filter(ctx, Some(&update)),
                 update,
                 crate::store::UpdateOptions::default(),
             )
