@@ -306,8 +306,14 @@ impl DocumentChange {
     ///   a number) nor below the field (`_tandem.credit.a.b` a document):
     ///   landing first, one of the two makes the other's field a number
     ///   under which, or a document on which, it cannot land. The credits
-    ///   counted in those sums keep them, and every increment checks them
-    ///   (a credit of a double, and a native increment, keep none).
+    ///   counted in those sums keep them, and every credit checks them (a
+    ///   credit of a double, and a native increment, keep none).
+    ///
+    /// Only credits (positive amounts) carry them: a debit requires its field
+    /// to exist and hold a number ([`types_kept`](Self::types_kept)), so its
+    /// parents are documents, no credit can be pending on one (its own type
+    /// check would have refused it) nor below the field, and while the debit
+    /// is pending the credits' conditions keep it so for its undo.
     pub(super) fn shapes_kept(&self) -> Vec<(String, Bson)> {
         if self.is_exclusive() {
             return Vec::new();
@@ -318,7 +324,7 @@ impl DocumentChange {
                 conds.push((path, Bson::Document(cond)));
             }
         };
-        for (path, _) in self.increments() {
+        for (path, _) in self.deferred_credits() {
             let through_array = path.split('.').any(|seg| query::array_index(seg).is_some());
             for parent in parents(path) {
                 if !through_array {
@@ -339,7 +345,7 @@ impl DocumentChange {
         if self.is_exclusive() {
             return None;
         }
-        for (path, _) in self.increments() {
+        for (path, _) in self.deferred_credits() {
             let through_array = path.split('.').any(|seg| query::array_index(seg).is_some());
             for parent in parents(path) {
                 let found = query::lookup(current, parent);
