@@ -323,7 +323,11 @@ fn is_placeholder(doc: &Document) -> bool {
         .unwrap_or(false)
 }
 
-/// `doc` as stored outside a transaction: serialized, without the marker field.
+/// `doc` as stored outside a transaction: serialized, without the marker
+/// field and without tandem's own sub-document. A struct may have read both
+/// (through a flattened struct that flattens a map, which the attribute
+/// cannot see): written back, a stale lock or pending count would hold the
+/// document for a transaction long finished.
 fn stored_form<D: ParticipantDocument + Serialize>(doc: &D) -> Result<Document, StoreError> {
     let mut document = bson::to_document(doc).map_err(|e| {
         StoreError::new(
@@ -332,6 +336,7 @@ fn stored_form<D: ParticipantDocument + Serialize>(doc: &D) -> Result<Document, 
         )
     })?;
     document.remove(D::MARKER);
+    document.remove(META_FIELD);
     Ok(document)
 }
 
