@@ -9,7 +9,9 @@ use std::sync::Arc;
 use bson::{doc, Document};
 use serde::{Deserialize, Serialize};
 use tandem::testing::FaultStore;
-use tandem::{participant, CommitPoint, Coordinator, MemoryStore, Store, StoreErrorKind, Transaction};
+use tandem::{
+    participant, CommitPoint, Coordinator, MemoryStore, Store, StoreErrorKind, Transaction,
+};
 
 /// Fields other clients add, kept across a read and a write.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
