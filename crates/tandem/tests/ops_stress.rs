@@ -9,10 +9,13 @@
 //! (against the ledger, or by `audit` and their total), markers and the
 //! answers given.
 //!
-//! One harness ([`run`]) drives three scenarios ([`Scenario`]): `stress`
+//! One harness ([`run`]) drives four scenarios ([`Scenario`]): `stress`
 //! (plain transfers), `stress_gc` (transfers with a ledger entry, paused
-//! coordinators, garbage collection) and `stress_skew` (`stress_gc` with the
-//! accounts and ledger in a second store whose clock is skewed).
+//! coordinators, garbage collection), `stress_skew` (`stress_gc` with the
+//! accounts and ledger in a second store whose clock is skewed) and
+//! `stress_mixed` (`stress_gc` with native transactions beside two-phase
+//! ones, nested and prefix-related paths, guards on them and fields that
+//! are sometimes missing, checked field by field).
 //! `TANDEM_STRESS_SEED` and `TANDEM_STRESS_RUNS` pick the runs (50 of each
 //! scenario by default); `TANDEM_STRESS_SHOW` prints, for each run with a
 //! ledger, its entries and the answers.
@@ -25,7 +28,8 @@ use bson::{doc, Bson, Document};
 use tandem::testing::{audit, FaultStore, Pause};
 use tandem::{
     CommitPoint, ConflictPolicy, Coordinator, CoordinatorBuilder, DocumentChange, ManualClock,
-    MemoryStore, Namespace, PendingPolicy, RecoveryConfig, Store, Transaction, TxId, TxState,
+    MemoryStore, Namespace, PendingPolicy, RecoveryConfig, Store, Strategy, Transaction, TxId,
+    TxState,
 };
 use tokio::task::JoinHandle;
 
@@ -73,6 +77,15 @@ enum Transfers {
     /// keyed `k{i % 3}` (so keys repeat) and the rest with fresh ids; the
     /// operator cancels records it lists; checked against the ledger.
     Ledger,
+    /// Transfers within one currency between nested fields (`bal.usd`,
+    /// `bal.eur`, numbered `m.1` and `m.2`) of documents some of whose fields
+    /// are missing, with counts on `stats` and `stats.visits` (paths related
+    /// by prefix), one-time bonuses guarded by `require_missing` and guards
+    /// on fields that may be missing; a third of the transactions run
+    /// natively on the same documents. Each writes ledger entry `L{i}`
+    /// listing its increments, and is checked against the ledger field by
+    /// field.
+    Mixed,
 }
 
 /// The faults a coordinator may get: one draw out of `odds` picks a crash
@@ -137,6 +150,12 @@ const SKEW: Scenario = Scenario {
     ..GC
 };
 
+/// `stress_mixed`.
+const MIXED: Scenario = Scenario {
+    transfers: Transfers::Mixed,
+    ..GC
+};
+
 /// The stores and clocks of one run.
 #[derive(Clone)]
 struct Bank {
@@ -151,7 +170,8 @@ struct Bank {
 impl Bank {
     /// Opens the stores (drawing the second clock's skew from `seed`) and
     /// seeds the accounts; returns the bank and the seeded documents.
-    async fn open(two_stores: bool, seed: &mut u64) -> (Bank, Vec<(Namespace, Document)>) {
+    async fn open(s: &Scenario, seed: &mut u64) -> (Bank, Vec<(Namespace, Document)>) {
+        let two_stores = s.two_stores;
         let clock = Arc::new(ManualClock::new(bson::DateTime::from_millis(START_MS)));
         let records: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(clock.clone()));
         let p = two_stores.then(|| {
@@ -165,7 +185,12 @@ impl Bank {
         let bank = Bank { records, clock, p };
         let mut seeded = Vec::new();
         for name in NAMES {
-            let d = doc! { "_id": name, "balance": OPENING, "count": 0_i64, "last": "none", "pendingTransactions": [] };
+            let d = match s.transfers {
+                Transfers::Mixed => mixed_account(name, seed),
+                _ => {
+                    doc! { "_id": name, "balance": OPENING, "count": 0_i64, "last": "none", "pendingTransactions": [] }
+                }
+            };
             bank.accounts()
                 .insert_one(&accounts(), d.clone())
                 .await
@@ -236,6 +261,9 @@ async fn yields(n: u64) {
 /// the credit also setting `last` or counting in `count` for two kinds in
 /// three; with a ledger, also an entry `L{i}`.
 fn transfer(s: &Scenario, i: u64, seed: &mut u64) -> Transaction {
+    if s.transfers == Transfers::Mixed {
+        return mixed(i, seed);
+    }
     let from = NAMES[(rng(seed) % 4) as usize];
     let mut to = NAMES[(rng(seed) % 4) as usize];
     if to == from {
@@ -244,8 +272,10 @@ fn transfer(s: &Scenario, i: u64, seed: &mut u64) -> Transaction {
     let amount = 1 + (rng(seed) % 60) as i64;
     let t = match s.transfers {
         Transfers::Plain => Transaction::with_id(format!("t{i}")),
-        Transfers::Ledger if rng(seed) % 3 == 0 => Transaction::with_id(format!("k{}", i % 3)),
-        Transfers::Ledger => Transaction::new(),
+        Transfers::Ledger | Transfers::Mixed if rng(seed) % 3 == 0 => {
+            Transaction::with_id(format!("k{}", i % 3))
+        }
+        Transfers::Ledger | Transfers::Mixed => Transaction::new(),
     };
     let kind = rng(seed);
     let place = |c: DocumentChange| if s.two_stores { c.in_store("p") } else { c };
@@ -261,7 +291,7 @@ fn transfer(s: &Scenario, i: u64, seed: &mut u64) -> Transaction {
     let t = t.change(debit).change(credit);
     match s.transfers {
         Transfers::Plain => t,
-        Transfers::Ledger => t.change(place(DocumentChange::insert(
+        Transfers::Ledger | Transfers::Mixed => t.change(place(DocumentChange::insert(
             ledger(),
             format!("L{i}"),
             doc! { "from": from, "to": to, "amount": amount },
@@ -269,11 +299,163 @@ fn transfer(s: &Scenario, i: u64, seed: &mut u64) -> Transaction {
     }
 }
 
+/// The paths a mixed transfer moves money between, by currency: money is
+/// conserved within each.
+const CURRENCIES: [&[&str]; 3] = [&["bal.usd"], &["bal.eur"], &["m.1", "m.2"]];
+/// What a `stats.visits` count is guarded to stay below before it counts.
+const VISITS: i64 = 3;
+/// A one-time bonus, granted only while the field is missing.
+const BONUS: i64 = 5;
+
+/// Draws account `name` for a mixed run: `bal.usd` and `m.1` always,
+/// `bal.eur` and `m.2` two times in three and one in two; `stats` missing,
+/// a number, a document with `visits` or an empty document; the marker
+/// array there or not.
+fn mixed_account(name: &str, seed: &mut u64) -> Document {
+    let mut bal = doc! { "usd": OPENING };
+    if rng(seed) % 3 != 0 {
+        bal.insert("eur", OPENING);
+    }
+    let mut m = doc! { "1": OPENING };
+    if rng(seed) % 2 == 0 {
+        m.insert("2", OPENING);
+    }
+    let mut d = doc! { "_id": name, "bal": bal, "m": m };
+    match rng(seed) % 4 {
+        0 => {}
+        1 => {
+            d.insert("stats", 0_i64);
+        }
+        2 => {
+            d.insert("stats", doc! { "visits": 0_i64 });
+        }
+        _ => {
+            d.insert("stats", doc! {});
+        }
+    }
+    if rng(seed) % 2 == 0 {
+        d.insert("pendingTransactions", Bson::Array(Vec::new()));
+    }
+    d
+}
+
+/// Draws coordinator `i`'s mixed transaction: 1 to 60 of one currency from
+/// a path of one account (guarded by `>=`) to a path of another, sometimes
+/// with a count of `stats.visits` (guarded by `<`) or of `stats` on the
+/// credited account, a bonus to a third, a guard that `stats` exists on
+/// the debited one, a count of `stats.visits` (guarded by `<`) or a debit
+/// of `stats` or `stats.visits` (guarded by `>=`) there, or a count of
+/// `m` or `bal` (a document: refused); and the ledger entry `L{i}` listing
+/// every increment.
+fn mixed(i: u64, seed: &mut u64) -> Transaction {
+    let from = NAMES[(rng(seed) % 4) as usize];
+    let mut to = NAMES[(rng(seed) % 4) as usize];
+    if to == from {
+        to = if from == "A" { "B" } else { "A" };
+    }
+    let third = NAMES.iter().copied().find(|n| *n != from && *n != to);
+    let paths = CURRENCIES[(rng(seed) % 3) as usize];
+    let fpath = paths[(rng(seed) as usize) % paths.len()];
+    let tpath = paths[(rng(seed) as usize) % paths.len()];
+    let amount = 1 + (rng(seed) % 60) as i64;
+    let t = if rng(seed) % 3 == 0 {
+        Transaction::with_id(format!("k{}", i % 3))
+    } else {
+        Transaction::new()
+    };
+    let mut deltas = vec![(from, fpath, -amount), (to, tpath, amount)];
+    let mut debit = DocumentChange::update(accounts(), from)
+        .inc(fpath, -amount)
+        .require_gte(fpath, amount);
+    let mut credit = DocumentChange::update(accounts(), to).inc(tpath, amount);
+    let mut extra = None;
+    match rng(seed) % 9 {
+        0 => {
+            credit = credit
+                .inc("stats.visits", 1_i64)
+                .require_lt("stats.visits", VISITS);
+            deltas.push((to, "stats.visits", 1));
+        }
+        1 => {
+            credit = credit.inc("stats", 1_i64);
+            deltas.push((to, "stats", 1));
+        }
+        2 => {
+            let third = third.unwrap();
+            extra = Some(
+                DocumentChange::update(accounts(), third)
+                    .inc("bonus", BONUS)
+                    .require_missing("bonus"),
+            );
+            deltas.push((third, "bonus", BONUS));
+        }
+        3 => debit = debit.require_exists("stats"),
+        4 => {
+            debit = debit.inc("stats.visits", 1_i64);
+            debit = debit.require_lt("stats.visits", VISITS);
+            deltas.push((from, "stats.visits", 1));
+        }
+        6 => {
+            debit = debit.inc("stats", -1_i64).require_gte("stats", 1_i64);
+            deltas.push((from, "stats", -1));
+        }
+        7 => {
+            debit = debit
+                .inc("stats.visits", -1_i64)
+                .require_gte("stats.visits", 1_i64);
+            deltas.push((from, "stats.visits", -1));
+        }
+        5 if rng(seed) % 2 == 0 => {
+            let parent = if tpath.starts_with('m') { "bal" } else { "m" };
+            credit = credit.inc(parent, 1_i64);
+            deltas.push((to, parent, 1));
+        }
+        _ => {}
+    }
+    let entry: Vec<Bson> = deltas
+        .iter()
+        .map(|(id, path, by)| Bson::Document(doc! { "id": *id, "path": *path, "by": *by }))
+        .collect();
+    let mut t = t.change(debit).change(credit);
+    if let Some(extra) = extra {
+        t = t.change(extra);
+    }
+    t.change(DocumentChange::insert(
+        ledger(),
+        format!("L{i}"),
+        doc! { "deltas": entry },
+    ))
+}
+
+/// Spawns coordinator `i` running its transaction natively, after 0 to 39
+/// yields, on the records store itself (a [`FaultStore`] runs no native
+/// transactions), sometimes with `ConflictPolicy::Wait`.
+fn native(s: &Scenario, bank: &Bank, i: u64, seed: &mut u64) -> JoinHandle<Answer> {
+    let mut b = bank.builder(bank.records.clone());
+    if rng(seed) % 2 == 0 {
+        b = b.conflict(ConflictPolicy::Wait {
+            timeout: Duration::from_millis(50 + rng(seed) % 2000),
+        });
+    }
+    let c = b.build();
+    let t = transfer(s, i, seed).strategy(Strategy::Native);
+    let wait = rng(seed) % 40;
+    tokio::spawn(async move {
+        yields(wait).await;
+        let r = c.run(t).await;
+        c.drain().await;
+        Some((i, r.map(|r| r.state).map_err(|e| format!("{e:?}"))))
+    })
+}
+
 /// Spawns coordinator `i`, on a records store with the scenario's faults,
 /// with early or late commit, either commit point and sometimes
 /// `ConflictPolicy::Wait`, running its transfer; and, if it pauses, the task
 /// that recovers around it ([`pauser`]).
 fn coordinator(s: &Scenario, bank: &Bank, i: u64, seed: &mut u64) -> Vec<JoinHandle<Answer>> {
+    if s.transfers == Transfers::Mixed && rng(seed) % 3 == 0 {
+        return vec![native(s, bank, i, seed)];
+    }
     let mut faulty = bank.faulty(rng(seed));
     match rng(seed) % s.faults.odds {
         0 => faulty = faulty.crash_after(rng(seed) % s.faults.crash),
@@ -392,7 +574,7 @@ fn operator(s: &Scenario, bank: &Bank, seed: &mut u64) -> JoinHandle<Answer> {
             let numbers: Vec<u64> = (0..4).map(|_| rng(seed) % s.coordinators).collect();
             (numbers, waits(seed), 0)
         }
-        Transfers::Ledger => {
+        Transfers::Ledger | Transfers::Mixed => {
             let waits = waits(seed);
             (Vec::new(), waits, rng(seed))
         }
@@ -555,6 +737,134 @@ async fn check_ledger(
         .collect()
 }
 
+/// Every number of `d` by its dotted path, leaving out tandem's own fields.
+fn numbers(d: &Document, prefix: &str, out: &mut HashMap<String, i64>) {
+    for (k, v) in d {
+        if prefix.is_empty() && (k == "_tandem" || k == "_id") {
+            continue;
+        }
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            Bson::Document(sub) => numbers(sub, &path, out),
+            Bson::Int64(n) => {
+                out.insert(path, *n);
+            }
+            Bson::Int32(n) => {
+                out.insert(path, i64::from(*n));
+            }
+            Bson::Array(_) => {}
+            other => panic!("{path} holds {other:?}"),
+        }
+    }
+}
+
+/// The checks of mixed transfers: `audit` finds no marker, count, room or
+/// lock; no entry (other than a ghost) or account carries a marker; every
+/// number of every account is its opening plus the increments the entries
+/// list (a field that was missing may be left at 0 by an undo); no money
+/// is negative, no `stats.visits` past its guard, no bonus paid twice.
+/// Returns, for each coordinator, whether its entry is there.
+async fn check_mixed(
+    s: &Scenario,
+    bank: &Bank,
+    seeded: &[(Namespace, Document)],
+    recs: &[Document],
+    answers: &[(u64, Result<TxState, String>)],
+    seed0: u64,
+) -> Vec<bool> {
+    let store = bank.accounts();
+    let ids: Vec<(Namespace, Document)> = seeded
+        .iter()
+        .map(|(ns, d)| (ns.clone(), doc! { "_id": d.get("_id").unwrap().clone() }))
+        .collect();
+    let a = audit(store.as_ref(), &records(), &ids).await.unwrap();
+    let docs = find_all(store.as_ref(), accounts()).await;
+    let entries = find_all(store.as_ref(), ledger()).await;
+    assert!(
+        a.violations.is_empty(),
+        "seed {seed0}: {:?}\n{docs:#?}\n{recs:#?}",
+        a.violations
+    );
+    let mut expect: HashMap<(String, String), i64> = HashMap::new();
+    for (_, d) in seeded {
+        let mut n = HashMap::new();
+        numbers(d, "", &mut n);
+        let id = d.get_str("_id").unwrap();
+        for (path, v) in n {
+            expect.insert((id.to_owned(), path), v);
+        }
+    }
+    let mut live = HashSet::new();
+    let mut bonuses: HashMap<String, u32> = HashMap::new();
+    for e in &entries {
+        let meta = e.get_document("_tandem").ok();
+        if meta.is_some_and(|m| m.get_bool("ghost").unwrap_or(false)) {
+            continue;
+        }
+        assert!(!marked(e, false), "seed {seed0}: marker left on {e:#?}");
+        for d in e.get_array("deltas").unwrap() {
+            let d = d.as_document().unwrap();
+            let id = d.get_str("id").unwrap().to_owned();
+            let path = d.get_str("path").unwrap().to_owned();
+            if path == "bonus" {
+                *bonuses.entry(id.clone()).or_default() += 1;
+            }
+            *expect.entry((id, path)).or_default() += d.get_i64("by").unwrap();
+        }
+        live.insert(e.get_str("_id").unwrap().to_owned());
+    }
+    let context = || format!("{docs:#?}\n{entries:#?}\n{recs:#?}\n{answers:#?}");
+    for (id, n) in &bonuses {
+        assert!(*n <= 1, "seed {seed0}: {id} got {n} bonuses\n{}", context());
+    }
+    for d in &docs {
+        let id = d.get_str("_id").unwrap();
+        assert!(
+            !marked(d, true),
+            "seed {seed0}: marker left on {d:#?}\n{recs:#?}"
+        );
+        let mut got = HashMap::new();
+        numbers(d, "", &mut got);
+        let mut paths: HashSet<&String> = got.keys().collect();
+        paths.extend(expect.keys().filter(|(i, _)| i == id).map(|(_, p)| p));
+        for path in paths {
+            let want = expect.get(&(id.to_owned(), path.clone()));
+            let have = got.get(path);
+            let ok = match (want, have) {
+                (Some(w), Some(h)) => w == h,
+                (Some(_), None) => false,
+                (None, h) => matches!(h, None | Some(0)),
+            };
+            assert!(
+                ok,
+                "seed {seed0}: {id}.{path} is {have:?}, the ledger says {want:?}\n{}",
+                context()
+            );
+            if path.starts_with("bal") || path.starts_with("m.") || path.starts_with("stats") {
+                assert!(
+                    have.is_none_or(|h| *h >= 0),
+                    "seed {seed0}: negative {id}.{path}\n{}",
+                    context()
+                );
+            }
+            if path == "stats.visits" {
+                assert!(
+                    have.is_none_or(|h| *h <= VISITS),
+                    "seed {seed0}: {id}.{path} past {VISITS}\n{}",
+                    context()
+                );
+            }
+        }
+    }
+    (0..s.coordinators)
+        .map(|i| live.contains(&format!("L{i}")))
+        .collect()
+}
+
 /// One run of scenario `s` from `seed0`: the coordinators, two recovery
 /// workers, the operator and the clocks race; then recovery to quiescence,
 /// and the checks: every record is done or canceled, the scenario's own
@@ -562,7 +872,7 @@ async fn check_ledger(
 /// answered canceled did.
 async fn run(s: &Scenario, seed0: u64) -> Tally {
     let mut seed = seed0 | 1;
-    let (bank, seeded) = Bank::open(s.two_stores, &mut seed).await;
+    let (bank, seeded) = Bank::open(s, &mut seed).await;
     let mut tasks = Vec::new();
     for i in 0..s.coordinators {
         tasks.extend(coordinator(s, &bank, i, &mut seed));
@@ -588,6 +898,7 @@ async fn run(s: &Scenario, seed0: u64) -> Tally {
     let done = match s.transfers {
         Transfers::Plain => check_plain(s, &bank, &seeded, seed0).await,
         Transfers::Ledger => check_ledger(s, &bank, &recs, &answers, seed0).await,
+        Transfers::Mixed => check_mixed(s, &bank, &seeded, &recs, &answers, seed0).await,
     };
     let mut tally = Tally::default();
     for (i, answer) in &answers {
@@ -652,4 +963,9 @@ fn stress_gc() {
 #[test]
 fn stress_skew() {
     runs("stress_skew", &SKEW);
+}
+
+#[test]
+fn stress_mixed() {
+    runs("stress_mixed", &MIXED);
 }
