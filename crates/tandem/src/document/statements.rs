@@ -328,7 +328,12 @@ impl DocumentChange {
             let through_array = path.split('.').any(|seg| query::array_index(seg).is_some());
             for parent in parents(path) {
                 if !through_array {
-                    let kinds: Vec<Bson> = NOT_A_PARENT.iter().map(|t| Bson::from(*t)).collect();
+                    // Every type but a document.
+                    let kinds: Vec<Bson> = query::TYPE_NAMES
+                        .iter()
+                        .filter(|t| **t != "object")
+                        .map(|t| Bson::from(*t))
+                        .collect();
                     add(parent.to_owned(), doc! { "$not": { "$type": kinds } });
                 }
                 add(credit_path(parent), doc! { "$not": { "$type": "number" } });
@@ -1699,31 +1704,6 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
 /// The largest sub-document an `unset` of one of its fields images whole
 /// (to keep its field order): a larger one is imaged at the field.
 const WHOLE_IMAGE_LIMIT: usize = 16 * 1024;
-
-/// Every type a field's parent may not have for an `$inc` to create the
-/// field under it: all but a document.
-const NOT_A_PARENT: [&str; 20] = [
-    "double",
-    "string",
-    "array",
-    "binData",
-    "undefined",
-    "objectId",
-    "bool",
-    "date",
-    "null",
-    "regex",
-    "dbPointer",
-    "javascript",
-    "symbol",
-    "javascriptWithScope",
-    "int",
-    "timestamp",
-    "long",
-    "decimal",
-    "minKey",
-    "maxKey",
-];
 
 /// Whether every number in `sum` (a pending sum, or a document of them)
 /// is zero.

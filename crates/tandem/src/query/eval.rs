@@ -260,33 +260,36 @@ fn any_value_in(v: &Bson, path: &str, f: &mut dyn FnMut(Found<'_>) -> bool) -> b
     }
 }
 
+/// Every type name `$type` knows (beside the alias `"number"`): those of
+/// [`type_name`](super::type_name).
+pub(crate) const TYPE_NAMES: [&str; 21] = [
+    "double",
+    "string",
+    "object",
+    "array",
+    "binData",
+    "undefined",
+    "objectId",
+    "bool",
+    "date",
+    "null",
+    "regex",
+    "dbPointer",
+    "javascript",
+    "symbol",
+    "javascriptWithScope",
+    "int",
+    "timestamp",
+    "long",
+    "decimal",
+    "minKey",
+    "maxKey",
+];
+
 /// Whether `name` is a type's name `$type` knows: one of
-/// [`type_name`](super::type_name)'s, or `"number"`.
+/// [`TYPE_NAMES`], or `"number"`.
 pub(super) fn is_type_name(name: &str) -> bool {
-    const NAMES: [&str; 21] = [
-        "double",
-        "string",
-        "object",
-        "array",
-        "binData",
-        "undefined",
-        "objectId",
-        "bool",
-        "date",
-        "null",
-        "regex",
-        "dbPointer",
-        "javascript",
-        "symbol",
-        "javascriptWithScope",
-        "int",
-        "timestamp",
-        "long",
-        "decimal",
-        "minKey",
-        "maxKey",
-    ];
-    name == "number" || NAMES.contains(&name)
+    name == "number" || TYPE_NAMES.contains(&name)
 }
 
 /// Whether `x` is of the type `name` ([`is_type_name`]).
