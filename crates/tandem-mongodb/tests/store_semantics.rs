@@ -164,6 +164,49 @@ async fn a_field_path_through_an_array_differs_between_servers() {
     t.drop().await;
 }
 
+/// Inside `$expr`, a field path through an array of documents (`"$a.b"` on
+/// `{a: [{b: 1}]}`) is the array of the values found (`[1]`) on MongoDB,
+/// which the embedded store follows; SecantusDB 0.7.0b3 finds nothing
+/// there (missing: below null, `$isArray` false). A credit's room
+/// condition (`{$lte: ["$a.b", ...]}`) therefore holds there where MongoDB
+/// refuses it; tandem relies on neither: a deferred credit's parents must
+/// be documents or missing (`shapes_kept`), which refuses the array first.
+#[tokio::test]
+async fn a_field_path_through_documents_in_an_array_differs_between_servers() {
+    let Some(t) = TestDb::new("fieldpatharr").await else {
+        return;
+    };
+    let ns = t.ns("docs");
+    // Whether the field path reads the array `[1]` (`$isArray`, and above 5).
+    async fn reads_array(store: &dyn Store, ns: &tandem::Namespace) -> (bool, bool) {
+        store
+            .insert_one(ns, doc! { "_id": 1, "a": [{ "b": 1 }] })
+            .await
+            .unwrap();
+        let mut answers = Vec::new();
+        for expr in [doc! { "$isArray": "$a.b" }, doc! { "$gt": ["$a.b", 5] }] {
+            let found = store
+                .find(ns, doc! { "$expr": expr }, FindOptions::default())
+                .await
+                .unwrap();
+            answers.push(found.len() == 1);
+        }
+        (answers[0], answers[1])
+    }
+    let embedded = reads_array(&tandem::MemoryStore::new(), &ns).await;
+    assert_eq!(
+        embedded,
+        (true, true),
+        "the embedded store reads MongoDB's way"
+    );
+    let found = reads_array(&t.store, &ns).await;
+    match secantus_version(&t.store).await {
+        Some(version) => assert_eq!(found, (false, false), "SecantusDB {version}"),
+        None => assert_eq!(found, (true, true)),
+    }
+    t.drop().await;
+}
+
 /// MongoDB keeps a symbol (a deprecated BSON type) as a symbol, and
 /// `$type` tells it from a string, as the embedded store does; SecantusDB
 /// 0.7.0b3 stores a string. tandem's before-images rely on `$type` to tell
