@@ -420,8 +420,13 @@
 //!   `_tandem.credit` say so); no exclusive change applies where anything
 //!   is pending. So what a pending credit needs to land holds until its
 //!   clear (writes outside tandem excepted), and its clear is the model's.
+//!   A zero sum left by a credit that landed or was undone is dropped by
+//!   an increment it stands in the way of, guarded by the value read: a sum
+//!   totals positive integer amounts, so a zero one counts nothing pending
+//!   and a missing one reads as zero; dropping it changes nothing a step of
+//!   the model reads, and it is left out.
 //!   Tested on both stores (`tandem/tests/nested_credits.rs`, the safety
-//!   scenario `credits_keep_each_others_shapes`).
+//!   scenarios `credits_keep_each_others_shapes` and `zero_sums_make_way`).
 //! * **Sizes**: the model's documents have no size, so no step of it is
 //!   refused as too large. In the code the apply is the only step a store
 //!   may refuse for size (a refusal like a failed guard: nothing applied),

@@ -1161,6 +1161,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn zero_sums_make_way() {
+        let Some(f) = factory("s_zero_sums").await else {
+            return;
+        };
+        safety::zero_sums_make_way(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn credits_at_new_paths_leave_nothing() {
         let Some(f) = factory("s_credit_paths").await else {
             return;

@@ -224,3 +224,8 @@ async fn credits_at_new_paths_leave_nothing() {
 async fn credits_keep_each_others_shapes() {
     safety::credits_keep_each_others_shapes(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn zero_sums_make_way() {
+    safety::zero_sums_make_way(&MemoryFactory::new(), "bank").await;
+}

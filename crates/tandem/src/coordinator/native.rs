@@ -251,9 +251,26 @@ impl Coordinator {
         let config = &self.engine.config;
         let started = tokio::time::Instant::now();
         let mut attempt = 0_u32;
+        let mut tidied = false;
         let outcome = loop {
             attempt += 1;
             let outcome = native.run_native(&changes, config.retry).await;
+            // Refused for the zero credit sums in the way of a credit (what
+            // credits that landed or were undone leave): dropped, and run
+            // once more.
+            if let (
+                false,
+                Err(NativeFailure::Aborted(StepError::TypeMismatch { participant, .. })),
+            ) = (tidied, &outcome)
+            {
+                tidied = true;
+                let change = changes.iter().find(|c| c.label() == *participant);
+                if let Some(change) = change {
+                    if let Ok(true) = change.tidy_zero_sums(store.as_ref()).await {
+                        continue;
+                    }
+                }
+            }
             let waiting = match (&outcome, config.conflict) {
                 (
                     Err(NativeFailure::Aborted(StepError::Conflict { .. })),

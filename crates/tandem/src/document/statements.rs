@@ -385,16 +385,17 @@ impl DocumentChange {
     /// The refusal of an increment of `path` by the pending sum `sum` kept
     /// at `at` (a parent's, or the sums below the field): a conflict with
     /// the credit pending there (the sums do not say whose); or, where every sum is zero
-    /// (what a credit that landed or was undone leaves until garbage
-    /// collection finds the document idle, or an exclusive change clears
-    /// it), a `TypeMismatch` that says so, naming no holder.
+    /// (what a credit that landed or was undone leaves), a `TypeMismatch`
+    /// that says so, naming no holder. Either strategy drops such zero sums
+    /// ([`tidy_zero_sums`](Self::tidy_zero_sums)) and tries the increment
+    /// once more before it answers so.
     fn sum_in_the_way(&self, sum: &Bson, at: &str, path: &str) -> StepError {
         if all_zero(sum) {
             return StepError::TypeMismatch {
                 participant: self.label(),
                 path: path.to_owned(),
                 message: format!(
-                    "a credit of {at} (or below it) landed or was undone here, and its zero sum stays in `_tandem.credit` until garbage collection finds the document idle, or an exclusive change of it clears the sums: an increment of {path} cannot be counted beside it until then"
+                    "a credit of {at} (or below it) landed or was undone here, and its zero sum in `_tandem.credit` was in the way of an increment of {path} when it was last tried (a zero in the way is dropped, and the increment tried once more): run the transaction again"
                 ),
             };
         }
@@ -402,6 +403,75 @@ impl DocumentChange {
             participant: self.label(),
             holder: format!("(a credit pending at {at})"),
         }
+    }
+
+    /// The credit sums in the way of this change's credits (as
+    /// [`shape_not_kept`](Self::shape_not_kept) finds them) that are zero
+    /// throughout, keyed by where they are kept, each with the value read.
+    /// A credit that landed or was undone leaves its sum at zero; a sum
+    /// counts only positive integer amounts, so a zero one means that no
+    /// credit is pending there, and dropping it changes nothing any step
+    /// reads (a missing sum counts as zero).
+    fn zero_sums_in_the_way(&self, current: &Document) -> Document {
+        let mut zeros = Document::new();
+        if self.is_exclusive() {
+            return zeros;
+        }
+        for (path, _) in self.deferred_credits() {
+            for parent in parents(path) {
+                let at = credit_path(parent);
+                if let Some(
+                    sum @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)),
+                ) = query::lookup(current, &at)
+                {
+                    if all_zero(sum) {
+                        zeros.insert(at, sum.clone());
+                    }
+                }
+            }
+            let at = credit_path(path);
+            if let Some(sum @ Bson::Document(_)) = query::lookup(current, &at) {
+                if all_zero(sum) {
+                    zeros.insert(at, sum.clone());
+                }
+            }
+        }
+        zeros
+    }
+
+    /// Drops the [zero sums in the way](Self::zero_sums_in_the_way) of this
+    /// change's credits, in one update guarded by the values read (a sum a
+    /// credit was counted in since is kept), so that the credits can be
+    /// counted without waiting for garbage collection to find the document
+    /// idle (on a busy document, it may never). Whether it dropped any.
+    pub(crate) async fn tidy_zero_sums(&self, store: &dyn Store) -> Result<bool, StepError> {
+        let current = store
+            .find_one(&self.namespace, doc! { "_id": self.id.clone() })
+            .await
+            .map_err(|e| self.store_err(e))?;
+        let Some(current) = current else {
+            return Ok(false);
+        };
+        let zeros = self.zero_sums_in_the_way(&current);
+        if zeros.is_empty() {
+            return Ok(false);
+        }
+        let mut filter = doc! { "_id": self.id.clone() };
+        let mut unset = Document::new();
+        for (at, sum) in zeros {
+            unset.insert(at.clone(), "");
+            filter.insert(at, sum);
+        }
+        let outcome = store
+            .update_one(
+                &self.namespace,
+                filter,
+                doc! { "$unset": unset },
+                crate::store::UpdateOptions::default(),
+            )
+            .await
+            .map_err(|e| self.store_err(e))?;
+        Ok(outcome.matched == 1)
     }
 
     /// Why a [shared debit](Self::shared_debits) cannot apply to `current`
@@ -1257,26 +1327,38 @@ impl DocumentChange {
         update
     }
 
-    /// Applies `update` under the apply filter; explains a miss.
+    /// Applies `update` under the apply filter; explains a miss. A miss
+    /// for the zero credit sums in the way of its credits (what credits
+    /// that landed or were undone leave) drops them and is tried once more.
     pub(super) async fn guarded_apply(
         &self,
         store: &dyn Store,
         ctx: &StepContext<'_>,
         update: Document,
     ) -> Result<(), StepError> {
-        let outcome = store
-            .update_one(
-                &self.namespace,
-                self.apply_filter(ctx, Some(&update)),
-                update,
-                crate::store::UpdateOptions::default(),
-            )
-            .await
-            .map_err(|e| self.store_err(e))?;
-        if outcome.matched == 1 {
-            Ok(())
-        } else {
-            self.diagnose(store, ctx).await
+        let mut tidied = false;
+        loop {
+            let outcome = store
+                .update_one(
+                    &self.namespace,
+                    self.apply_filter(ctx, Some(&update)),
+                    update.clone(),
+                    crate::store::UpdateOptions::default(),
+                )
+                .await
+                .map_err(|e| self.store_err(e))?;
+            if outcome.matched == 1 {
+                return Ok(());
+            }
+            match self.diagnose(store, ctx).await {
+                Err(e @ StepError::TypeMismatch { .. }) if !tidied => {
+                    tidied = true;
+                    if !self.tidy_zero_sums(store).await? {
+                        return Err(e);
+                    }
+                }
+                other => return other,
+            }
         }
     }
 

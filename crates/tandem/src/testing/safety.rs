@@ -1881,6 +1881,94 @@ pub async fn guards_on_unusual_numbers_decide_alike<F: StoreFactory + ?Sized>(
     assert_eq!(after.get_str("state"), Ok("approved"), "{after}");
 }
 
+/// A zero credit sum in the way of a credit (what a credit that was
+/// undone leaves at `_tandem.credit.<path>`) is dropped by the credit it
+/// stands in the way of, under either strategy, even while another change
+/// is pending on the document: it refused a credit of `a.b` after an undone
+/// credit of `a` until garbage collection found the document idle, which
+/// on a busy document it may never do.
+pub async fn zero_sums_make_way<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    seed(store.as_ref(), &ns, doc! { "_id": "X", "n": 1_i64 }).await;
+    seed(store.as_ref(), &ns, doc! { "_id": "P", "balance": 0_i64 }).await;
+    let plain = coordinator(store.clone(), db, factory.lease());
+    let sums = |x: &Document| {
+        x.get_document("_tandem")
+            .ok()
+            .and_then(|m| m.get_document("credit").ok())
+            .cloned()
+            .unwrap_or_default()
+    };
+    // A credit of `a` and of `c`, each undone: the payer cannot pay.
+    for path in ["a", "c"] {
+        let answer = plain
+            .run(
+                Transaction::new()
+                    .change(DocumentChange::update(ns.clone(), "X").inc(path, 5_i64))
+                    .change(
+                        DocumentChange::update(ns.clone(), "P")
+                            .inc("balance", -5_i64)
+                            .require_gte("balance", 5_i64),
+                    ),
+            )
+            .await;
+        assert!(
+            matches!(answer, Err(TxError::Canceled { undone: true, .. })),
+            "the credit of {path} with a payer that cannot pay: {answer:?}"
+        );
+    }
+    plain.drain().await;
+    let x = get(store.as_ref(), &ns, "X").await.expect("X");
+    let zeros = sums(&x);
+    for path in ["a", "c"] {
+        assert!(
+            matches!(zeros.get(path), Some(Bson::Int32(0) | Bson::Int64(0))),
+            "the undone credit of {path} leaves its zero sum: {x}"
+        );
+    }
+    // A debit of `n` pending on X: garbage collection cannot tidy it.
+    let faulty = FaultStore::new(store.clone());
+    let pause = faulty.pause_at(3);
+    let slow = coordinator(faulty, db, factory.lease());
+    let debit = Transaction::new().change(
+        DocumentChange::update(ns.clone(), "X")
+            .inc("n", -1_i64)
+            .require_gte("n", 1_i64),
+    );
+    let held = tokio::spawn(async move { slow.run(debit).await });
+    pause.reached.await.expect("the debit's clear is reached");
+    for (path, strategy) in [("a.b", Strategy::TwoPhase), ("c.d", Strategy::Native)] {
+        let answer = plain
+            .run(
+                Transaction::new()
+                    .change(DocumentChange::update(ns.clone(), "X").inc(path, 7_i64))
+                    .strategy(strategy),
+            )
+            .await;
+        assert!(
+            answer.is_ok(),
+            "{strategy:?}: a credit of {path} beside the zero sum of its parent: {answer:?}"
+        );
+    }
+    pause.release.send(()).expect("release the debit's clear");
+    let receipt = held.await.expect("the debit's task").expect("the debit");
+    assert_eq!(receipt.state, TxState::Done);
+    plain.drain().await;
+    let x = get(store.as_ref(), &ns, "X").await.expect("X");
+    let at = |a: &str, b: &str| x.get_document(a).ok().and_then(|d| d.get_i64(b).ok());
+    assert_eq!((at("a", "b"), at("c", "d")), (Some(7), Some(7)), "{x}");
+    assert_eq!(x.get("n"), Some(&Bson::Int64(0)), "{x}");
+    let p = get(store.as_ref(), &ns, "P").await.expect("P");
+    assert_eq!(p.get("balance"), Some(&Bson::Int64(0)), "{p}");
+    let left = sums(&x);
+    assert!(
+        !matches!(left.get("a"), Some(n) if n.as_document().is_none())
+            && !matches!(left.get("c"), Some(n) if n.as_document().is_none()),
+        "the zero sums of a and c were dropped: {x}"
+    );
+}
+
 /// Credits at ever new paths leave no bookkeeping behind once the document
 /// is changed exclusively: each counted credit kept a zero sum at
 /// `_tandem.credit.<path>` for good, so a document credited at
