@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const EXAMPLES: [(&str, &str); 7] = [
+const EXAMPLES: [(&str, &str); 8] = [
+    ("quickstart", "alice has 700 left"),
     ("payment", "alice paid exactly once: balance 700"),
     ("transfer", "A: balance 900, pendingTransactions []"),
     ("inventory", "kayaks left: 1"),
