@@ -414,32 +414,48 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Gc {
             older_than,
             idempotency_window,
-        } => {
-            let worker = coordinator.recovery(RecoveryConfig {
-                idempotency_window,
-                ..RecoveryConfig::default()
-            });
-            // Progress on a terminal, a page at a time (drawn nowhere else).
-            let bar = indicatif::ProgressBar::new_spinner();
-            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-            let mut total = 0;
-            loop {
-                let removed = worker.collect_garbage(older_than).await?;
-                total += removed;
-                bar.set_message(format!("removed {total} finished transaction records"));
-                bar.tick();
-                // A collection that removed nothing may have stopped at its
-                // page limit before records it could remove: go on until
-                // one read up to the last due record.
-                if removed == 0 && worker.caught_up() {
-                    break;
-                }
-            }
-            bar.finish_and_clear();
-            println!("removed {total} finished transaction records (those of caller-chosen ids inside the idempotency window kept as stubs)");
-            Ok(())
+        } => gc(&coordinator, older_than, idempotency_window, true)
+            .await
+            .map(|_| ()),
+    }
+}
+
+/// `tandem gc`: collections until the records due when it started are
+/// collected; returns how many records were removed or reduced to stubs.
+/// `progress` draws a spinner on a terminal.
+async fn gc(
+    coordinator: &Coordinator,
+    older_than: Duration,
+    idempotency_window: Duration,
+    progress: bool,
+) -> Result<usize, Failure> {
+    let worker = coordinator.recovery(RecoveryConfig {
+        idempotency_window,
+        ..RecoveryConfig::default()
+    });
+    // Progress on a terminal, a page at a time (drawn nowhere else).
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_draw_target(if progress {
+        indicatif::ProgressDrawTarget::stderr()
+    } else {
+        indicatif::ProgressDrawTarget::hidden()
+    });
+    let mut total = 0;
+    loop {
+        let removed = worker.collect_garbage(older_than).await?;
+        total += removed;
+        bar.set_message(format!("removed {total} finished transaction records"));
+        bar.tick();
+        // A collection that removed nothing may have stopped at its
+        // page limit before records it could remove: go on until
+        // one read up to the last due record.
+        if removed == 0 && worker.caught_up() {
+            break;
         }
     }
+    bar.finish_and_clear();
+    println!("removed {total} finished transaction records (those of caller-chosen ids inside the idempotency window kept as stubs)");
+    Ok(total)
 }
 
 fn minus(now: bson::DateTime, age: Duration) -> bson::DateTime {
@@ -1235,6 +1251,188 @@ mod tests {
                 due: 2,
                 due_since: Some(bson::DateTime::from_millis(42_000)),
             }
+        );
+    }
+}
+
+/// `tandem gc` and `tandem recover` while the application runs: a command
+/// must end once what was due when it started is done, not run for as long
+/// as new records keep coming due.
+#[cfg(test)]
+mod commands_under_load {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bson::doc;
+    use tandem::testing::FaultStore;
+    use tandem::{CommitPoint, Coordinator, DocumentChange, Namespace, Store, Transaction};
+
+    use super::{gc, recover};
+
+    const LEASE: Duration = Duration::from_secs(30);
+    const MARGIN: Duration = Duration::from_secs(2);
+    /// Transactions the application finishes while the command runs.
+    const TRAFFIC: usize = 200;
+
+    /// The application commits a transfer, a lease plus the margin passes,
+    /// and so on: every record it finished becomes due a moment later.
+    /// `tandem gc` ran until the application stopped (a collection that
+    /// removed something always went on to another), where it should stop
+    /// after the records due at its start (here, ten) are collected.
+    #[tokio::test]
+    async fn gc_ends_while_transactions_keep_finishing() {
+        let accounts = Namespace::new("bank", "accounts");
+        let records = Namespace::new("tandem", "transactions");
+        let clock = Arc::new(tandem::ManualClock::default());
+        let store = tandem::MemoryStore::with_clock(clock.clone());
+        for id in ["A", "B"] {
+            store
+                .insert_one(&accounts, doc! { "_id": id, "balance": 1_000_000_i64 })
+                .await
+                .unwrap();
+        }
+        let app = Coordinator::builder(store.clone())
+            .lease(LEASE)
+            .clock_margin(MARGIN)
+            .commit_point(CommitPoint::Done)
+            .build();
+        let transfer = {
+            let accounts = accounts.clone();
+            move || {
+                Transaction::new()
+                    .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -1_i64))
+                    .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 1_i64))
+            }
+        };
+        // Ten records due when the command starts.
+        for _ in 0..10 {
+            app.run(transfer()).await.unwrap();
+        }
+        clock.advance(LEASE + MARGIN + Duration::from_secs(1));
+        let due_at_start: Vec<bson::Bson> = store
+            .find(&records, doc! {}, Default::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.get("_id").unwrap().clone())
+            .collect();
+        assert_eq!(due_at_start.len(), 10);
+
+        let finished = Arc::new(AtomicUsize::new(0));
+        let traffic = {
+            let finished = finished.clone();
+            let clock = clock.clone();
+            tokio::spawn(async move {
+                for _ in 0..TRAFFIC {
+                    app.run(transfer()).await.unwrap();
+                    clock.advance(LEASE + MARGIN + Duration::from_secs(1));
+                    finished.fetch_add(1, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        // The command's store lets the application run between its requests.
+        let cli = Coordinator::builder(FaultStore::new(Arc::new(store.clone())).with_yields(7))
+            .lease(LEASE)
+            .clock_margin(MARGIN)
+            .build();
+        gc(&cli, LEASE + MARGIN, Duration::from_secs(1), false)
+            .await
+            .unwrap();
+        let during = finished.load(Ordering::SeqCst);
+        traffic.await.unwrap();
+        let left = store
+            .count(&records, doc! { "_id": { "$in": due_at_start } })
+            .await
+            .unwrap();
+        assert_eq!(left, 0, "records due at the start were left");
+        assert!(
+            during < TRAFFIC,
+            "`tandem gc` ran until the application stopped finishing transactions ({during} finished meanwhile)"
+        );
+    }
+
+    /// The same for `tandem recover` while the application's coordinators
+    /// keep dying after writing their records: each pass that finished
+    /// something went on to another, so the command ran until the
+    /// application stopped, where it should stop after the transactions
+    /// due at its start (here, ten) are finished.
+    #[tokio::test]
+    async fn recover_ends_while_transactions_keep_coming_due() {
+        let accounts = Namespace::new("bank", "accounts");
+        let records = Namespace::new("tandem", "transactions");
+        let clock = Arc::new(tandem::ManualClock::default());
+        let store = tandem::MemoryStore::with_clock(clock.clone());
+        for id in ["A", "B"] {
+            store
+                .insert_one(&accounts, doc! { "_id": id, "balance": 1_000_000_i64 })
+                .await
+                .unwrap();
+        }
+        let transfer = {
+            let accounts = accounts.clone();
+            move || {
+                Transaction::new()
+                    .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -1_i64))
+                    .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 1_i64))
+            }
+        };
+        // An application process that dies after writing its record.
+        let dying = {
+            let store = store.clone();
+            move || {
+                Coordinator::builder(FaultStore::new(Arc::new(store.clone())).crash_after(1))
+                    .lease(LEASE)
+                    .clock_margin(MARGIN)
+                    .retry(tandem::RetryPolicy::NONE)
+                    .build()
+            }
+        };
+        for _ in 0..10 {
+            assert!(dying().run(transfer()).await.is_err());
+        }
+        clock.advance(LEASE + MARGIN + Duration::from_secs(1));
+        let due_at_start: Vec<bson::Bson> = store
+            .find(&records, doc! {}, Default::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.get("_id").unwrap().clone())
+            .collect();
+        assert_eq!(due_at_start.len(), 10);
+
+        let started = Arc::new(AtomicUsize::new(0));
+        let traffic = {
+            let started = started.clone();
+            let clock = clock.clone();
+            tokio::spawn(async move {
+                for _ in 0..TRAFFIC {
+                    let _ = dying().run(transfer()).await;
+                    clock.advance(LEASE + MARGIN + Duration::from_secs(1));
+                    started.fetch_add(1, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        let cli = Coordinator::builder(FaultStore::new(Arc::new(store.clone())).with_yields(7))
+            .lease(LEASE)
+            .clock_margin(MARGIN)
+            .build();
+        let _ = recover(&cli, false, 1000).await;
+        let during = started.load(Ordering::SeqCst);
+        traffic.await.unwrap();
+        let in_flight = store
+            .count(
+                &records,
+                doc! { "_id": { "$in": due_at_start }, "state": { "$nin": ["done", "canceled"] } },
+            )
+            .await
+            .unwrap();
+        assert_eq!(in_flight, 0, "transactions due at the start were left");
+        assert!(
+            during < TRAFFIC,
+            "`tandem recover` ran until the application stopped ({during} transactions came due meanwhile)"
         );
     }
 }
