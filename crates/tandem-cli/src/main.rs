@@ -441,6 +441,7 @@ async fn gc(
         indicatif::ProgressDrawTarget::hidden()
     });
     let mut total = 0;
+    let mut rounds = Rounds::default();
     loop {
         let removed = worker.collect_garbage(older_than).await?;
         total += removed;
@@ -449,7 +450,7 @@ async fn gc(
         // A collection that removed nothing may have stopped at its
         // page limit before records it could remove: go on until
         // one read up to the last due record.
-        if removed == 0 && worker.caught_up() {
+        if rounds.over(removed > 0, worker.caught_up()) {
             break;
         }
     }
@@ -747,6 +748,7 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
         indicatif::ProgressDrawTarget::hidden()
     });
     let mut total = tandem::RecoveryReport::default();
+    let mut rounds = Rounds::default();
     loop {
         let pass = worker.run_once().await?;
         total += &pass;
@@ -758,7 +760,8 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
         // A pass may stop at its page limit before the records it could
         // recover (behind ones it cannot drive here): go on until one read
         // up to the last due record.
-        if (pass.claimed == 0 || pass.failed + pass.waiting == pass.claimed) && worker.caught_up() {
+        let finished = pass.claimed > pass.failed + pass.waiting;
+        if rounds.over(finished, worker.caught_up()) {
             break;
         }
     }
@@ -855,6 +858,36 @@ async fn recover(coordinator: &Coordinator, forward: bool, batch: usize) -> Resu
         )));
     }
     Ok(())
+}
+
+/// When a command that repeats recovery passes or garbage collections
+/// stops. A worker reads the records in rounds, each of them up to the last
+/// record due when it started ([`tandem::RecoveryWorker::caught_up`] says
+/// one ended): the command stops at the end of a round that did nothing,
+/// or of its second round. The second takes what the first left behind
+/// (a collection stops at its first store error, and records may come due
+/// while the first round runs); a third would only chase what comes due
+/// while the application runs, and the command would not end until the
+/// application stopped.
+#[derive(Debug, Default)]
+struct Rounds {
+    ended: usize,
+    did_something: bool,
+}
+
+impl Rounds {
+    /// Counts a pass (or collection) that `did_something` and, if
+    /// `caught_up`, ended a round; whether the command stops there.
+    fn over(&mut self, did_something: bool, caught_up: bool) -> bool {
+        self.did_something |= did_something;
+        if !caught_up {
+            return false;
+        }
+        self.ended += 1;
+        let over = !self.did_something || self.ended >= 2;
+        self.did_something = false;
+        over
+    }
 }
 
 /// The transactions in flight that a `recover` run left: claimed by it
