@@ -1244,6 +1244,54 @@ mod tests {
         assert_eq!(record.state, TxState::Done);
     }
 
+    /// `cancel` of a transaction whose owner finishes it while the command
+    /// runs (after the command read the record `pending`, before it asked
+    /// to cancel) says what happened: it said the command had finished it,
+    /// when the command had done nothing and the owner had.
+    #[tokio::test]
+    async fn cancel_does_not_claim_what_the_owner_finished() {
+        let (store, _clock, _) = two_accounts().await;
+        let accounts = Namespace::new("bank", "accounts");
+        let transfer = Transaction::with_id("pay-1")
+            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -100_i64))
+            .change(DocumentChange::update(accounts, "B").inc("balance", 100_i64));
+        // The owner stops after its record (1) and its applies (2): committed,
+        // the record still `pending`.
+        let owner_store = FaultStore::new(Arc::new(store.clone()));
+        let owner_pause = owner_store.pause_at(3);
+        let owner = Coordinator::builder(owner_store)
+            .commit_point(tandem::CommitPoint::Done)
+            .build();
+        let run = tokio::spawn(async move { owner.run(transfer).await });
+        owner_pause.reached.await.unwrap();
+        // The command reads the record (`pending`), then stops before its
+        // own first request.
+        let cli_store = FaultStore::new(Arc::new(store.clone()));
+        let cli_pause = cli_store.pause_at(1);
+        let coordinator = Coordinator::builder(cli_store).build();
+        let command = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let ns = Namespace::new("tandem", "transactions");
+                cancel(&coordinator, &store, &ns, "pay-1", "test").await
+            })
+        };
+        cli_pause.reached.await.unwrap();
+        // The owner finishes its transaction.
+        owner_pause.release.send(()).unwrap();
+        let receipt = run.await.unwrap().unwrap();
+        assert_eq!(receipt.state, TxState::Done);
+        cli_pause.release.send(()).unwrap();
+        let answer = command.await.unwrap();
+        match &answer {
+            Err(Failure::Refused(m)) => assert!(
+                !m.contains("by this command"),
+                "the command did nothing, the owner finished it: {m}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// A transaction this run claimed is its own, not one "left alone
     /// inside its owner's lease"; one of another owner inside its lease is.
     #[test]
