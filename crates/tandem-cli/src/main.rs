@@ -696,9 +696,20 @@ async fn cancel(
             )))
         }
         Ok(state) if !record.state.is_terminal() && state != record.state => {
-            // It had committed at its applies: the cancel finished it.
+            // It had committed at its applies. The cancel finished it if it
+            // claimed the record (a claim raises the epoch and names this
+            // command as the owner); otherwise its owner, or a recovery
+            // worker, finished it while this command ran.
+            let claimed_here = find(store, ns, id).await.is_ok_and(|now| {
+                now.epoch > record.epoch && now.owner == coordinator.config().owner
+            });
+            let by = if claimed_here {
+                "finished by this command"
+            } else {
+                "moved on by its owner or a recovery worker while this command ran"
+            };
             Err(Failure::Refused(format!(
-                "{id} had committed (every apply had landed) and is now {state}, finished by this command: a transaction past its commit point cannot be canceled"
+                "{id} had committed (every apply had landed) and is now {state}, {by}: a transaction past its commit point cannot be canceled"
             )))
         }
         Ok(state) => Err(Failure::Refused(format!(
