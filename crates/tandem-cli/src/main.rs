@@ -278,7 +278,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 clock_margin: cli.clock_margin,
                 ..tandem::CoordinatorConfig::default()
             };
-            config.owner = format!("tandem-cli-{}", std::process::id());
+            // Unique to this run, as the library's default is: two
+            // commands with the same process id (pid 1 in two containers)
+            // would count each other's claims as their own.
+            config.owner = format!(
+                "tandem-cli-{}-{}",
+                std::process::id(),
+                bson::oid::ObjectId::new().to_hex()
+            );
             config
         })
         .build();
