@@ -15,15 +15,9 @@ use bson::{doc, Document};
 use common::*;
 use tandem::testing::FaultStore;
 use tandem::{
-    CommitPoint, Coordinator, DocumentChange, MemoryStore, Namespace, RecoveryConfig, Store,
-    Strategy, Transaction,
+    CommitPoint, Coordinator, DocumentChange, MemoryStore, RecoveryConfig, Store, Strategy,
+    Transaction,
 };
-
-const LEASE: Duration = Duration::from_secs(1);
-
-fn stats() -> Namespace {
-    Namespace::new("app", "stats")
-}
 
 fn credit(path: &str) -> Transaction {
     Transaction::new().change(DocumentChange::update(stats(), "X").inc(path, 1_i64))
@@ -37,14 +31,6 @@ async fn sums(store: &MemoryStore) -> Option<Document> {
         .ok()
         .and_then(|m| m.get_document("credit").ok())
         .cloned()
-}
-
-fn two_phase(store: Arc<dyn Store>) -> Coordinator {
-    Coordinator::builder_shared(store)
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .commit_point(CommitPoint::Done)
-        .build()
 }
 
 #[tokio::test]

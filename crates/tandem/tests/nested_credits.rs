@@ -11,30 +11,14 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bson::{doc, Bson};
 use common::*;
 use tandem::testing::audit;
 use tandem::testing::FaultStore;
 use tandem::{
-    CommitPoint, Coordinator, DocumentChange, Namespace, RecoveryConfig, StepError, Store,
-    Strategy, Transaction, TxError, TxState,
+    DocumentChange, RecoveryConfig, StepError, Store, Strategy, Transaction, TxError, TxState,
 };
-
-const LEASE: Duration = Duration::from_secs(1);
-
-fn stats() -> Namespace {
-    Namespace::new("app", "stats")
-}
-
-fn two_phase(store: Arc<dyn Store>) -> Coordinator {
-    Coordinator::builder_shared(store)
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .commit_point(CommitPoint::Done)
-        .build()
-}
 
 fn credit(path: &str, by: impl Into<Bson>) -> Transaction {
     Transaction::new().change(DocumentChange::update(stats(), "X").inc(path, by.into()))

@@ -9,29 +9,11 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bson::{doc, Bson};
 use common::*;
 use tandem::testing::FaultStore;
-use tandem::{
-    CommitPoint, Coordinator, DocumentChange, Namespace, RecoveryConfig, StepError, Store,
-    Transaction, TxError,
-};
-
-const LEASE: Duration = Duration::from_secs(1);
-
-fn stats() -> Namespace {
-    Namespace::new("app", "stats")
-}
-
-fn two_phase(store: Arc<dyn Store>) -> Coordinator {
-    Coordinator::builder_shared(store)
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .commit_point(CommitPoint::Done)
-        .build()
-}
+use tandem::{DocumentChange, RecoveryConfig, StepError, Store, Transaction, TxError};
 
 #[tokio::test]
 async fn a_canceled_debit_of_a_numbered_field_is_undone() {

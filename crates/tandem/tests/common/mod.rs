@@ -14,6 +14,24 @@ pub fn records() -> Namespace {
     Namespace::new("tandem", "transactions")
 }
 
+/// A collection of counters, for tests of credits to nested paths.
+pub fn stats() -> Namespace {
+    Namespace::new("app", "stats")
+}
+
+/// The lease of [`two_phase`]'s coordinator: short, for a manual clock to pass.
+pub const LEASE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A two-phase coordinator on `store` answering at `done`, with lease
+/// [`LEASE`] and no clock margin.
+pub fn two_phase(store: Arc<dyn Store>) -> tandem::Coordinator {
+    tandem::Coordinator::builder_shared(store)
+        .lease(LEASE)
+        .clock_margin(std::time::Duration::ZERO)
+        .commit_point(tandem::CommitPoint::Done)
+        .build()
+}
+
 /// A memory store on a manual clock, seeded with accounts `names`, each holding `balance`.
 pub async fn bank(
     names: &[&str],
