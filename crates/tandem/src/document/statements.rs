@@ -348,25 +348,20 @@ impl DocumentChange {
     /// [`shapes_kept`](Self::shapes_kept) refuses), if so.
     pub(super) fn shape_not_kept(&self, current: &Document) -> Option<StepError> {
         if self.is_exclusive() {
-            return None;
+            // Nothing is pending where an exclusive change applies, so no
+            // sum is in the way; but an increment under a parent that is no
+            // document cannot land, and its room condition (an array there
+            // compares above every number) refuses it before the store
+            // could say so: it is that, not a conflict.
+            return self
+                .increments()
+                .find_map(|(path, _)| self.parent_not_a_document(current, path));
         }
         for (path, _) in self.deferred_credits() {
-            let through_array = path.split('.').any(|seg| query::array_index(seg).is_some());
+            if let Some(e) = self.parent_not_a_document(current, path) {
+                return Some(e);
+            }
             for parent in parents(path) {
-                let found = query::lookup(current, parent);
-                if let (false, Some(v)) = (through_array, found) {
-                    if !matches!(v, Bson::Document(_)) {
-                        return Some(StepError::TypeMismatch {
-                            participant: self.label(),
-                            path: path.to_owned(),
-                            message: format!(
-                                "{parent} holds {} {}: an increment of {path} cannot create its field under it",
-                                type_name(v),
-                                clip(v.to_string(), QUOTE_LIMIT)
-                            ),
-                        });
-                    }
-                }
                 let sum = query::lookup(current, &credit_path(parent));
                 if let Some(
                     sum @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)),
@@ -380,6 +375,27 @@ impl DocumentChange {
             }
         }
         None
+    }
+
+    /// The refusal of an increment of `path` (through no numbered segment)
+    /// that `current` holds a parent of as something other than a
+    /// document, where no `$inc` can create its field, if it does.
+    fn parent_not_a_document(&self, current: &Document, path: &str) -> Option<StepError> {
+        if path.split('.').any(|seg| query::array_index(seg).is_some()) {
+            return None;
+        }
+        parents(path).find_map(|parent| match query::lookup(current, parent) {
+            Some(v) if !matches!(v, Bson::Document(_)) => Some(StepError::TypeMismatch {
+                participant: self.label(),
+                path: path.to_owned(),
+                message: format!(
+                    "{parent} holds {} {}: an increment of {path} cannot create its field under it",
+                    type_name(v),
+                    clip(v.to_string(), QUOTE_LIMIT)
+                ),
+            }),
+            _ => None,
+        })
     }
 
     /// The refusal of an increment of `path` by the pending sum `sum` kept
