@@ -346,6 +346,11 @@ impl DocumentChange {
     /// Why an increment of this change could not land, or would keep a
     /// credit pending on a related path from landing, on `current` (what
     /// [`shapes_kept`](Self::shapes_kept) refuses), if so.
+    ///
+    /// A zero sum in the way is told only when nothing else is: a credit
+    /// pending on another of its paths is a conflict, which ends (and which
+    /// `ConflictPolicy::Wait` waits out), and a zero
+    /// [is dropped](Self::tidy_zero_sums) by the increment it refuses.
     pub(super) fn shape_not_kept(&self, current: &Document) -> Option<StepError> {
         if self.is_exclusive() {
             // Nothing is pending where an exclusive change applies, so no
@@ -357,6 +362,15 @@ impl DocumentChange {
                 .increments()
                 .find_map(|(path, _)| self.parent_not_a_document(current, path));
         }
+        let mut zero = None;
+        let mut in_the_way = |sum: &Bson, at: &str, path: &str| {
+            let e = self.sum_in_the_way(sum, at, path);
+            if !all_zero(sum) {
+                return Some(e);
+            }
+            zero.get_or_insert(e);
+            None
+        };
         for (path, _) in self.deferred_credits() {
             if let Some(e) = self.parent_not_a_document(current, path) {
                 return Some(e);
@@ -367,14 +381,18 @@ impl DocumentChange {
                     sum @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)),
                 ) = sum
                 {
-                    return Some(self.sum_in_the_way(sum, parent, path));
+                    if let Some(e) = in_the_way(sum, parent, path) {
+                        return Some(e);
+                    }
                 }
             }
             if let Some(sum @ Bson::Document(_)) = query::lookup(current, &credit_path(path)) {
-                return Some(self.sum_in_the_way(sum, path, path));
+                if let Some(e) = in_the_way(sum, path, path) {
+                    return Some(e);
+                }
             }
         }
-        None
+        zero
     }
 
     /// The refusal of an increment of `path` (through no numbered segment)
@@ -459,7 +477,13 @@ impl DocumentChange {
     /// change's credits, in one update guarded by the values read (a sum a
     /// credit was counted in since is kept), so that the credits can be
     /// counted without waiting for garbage collection to find the document
-    /// idle (on a busy document, it may never). Whether it dropped any.
+    /// idle (on a busy document, it may never). Whether the increment is
+    /// worth trying once more: it dropped them, or the sums it read changed
+    /// before its update (another increment dropped them, or counted a
+    /// credit in one), or it found none in the way and nothing else that
+    /// refuses the change as a type mismatch (another increment dropped
+    /// them before it read). The try says what is in the way now: a
+    /// conflict with a credit pending there, or a new zero.
     pub(crate) async fn tidy_zero_sums(&self, store: &dyn Store) -> Result<bool, StepError> {
         let current = store
             .find_one(&self.namespace, doc! { "_id": self.id.clone() })
@@ -470,7 +494,10 @@ impl DocumentChange {
         };
         let zeros = self.zero_sums_in_the_way(&current);
         if zeros.is_empty() {
-            return Ok(false);
+            return Ok(!matches!(
+                self.explain(Some(&current), None),
+                Err(StepError::TypeMismatch { .. })
+            ));
         }
         let mut filter = doc! { "_id": self.id.clone() };
         let mut unset = Document::new();
@@ -478,7 +505,9 @@ impl DocumentChange {
             unset.insert(at.clone(), "");
             filter.insert(at, sum);
         }
-        let outcome = store
+        // Matched or not: a miss means that a sum read changed since, and
+        // the next try says how.
+        store
             .update_one(
                 &self.namespace,
                 filter,
@@ -487,7 +516,7 @@ impl DocumentChange {
             )
             .await
             .map_err(|e| self.store_err(e))?;
-        Ok(outcome.matched == 1)
+        Ok(true)
     }
 
     /// Why a [shared debit](Self::shared_debits) cannot apply to `current`
