@@ -1,6 +1,7 @@
 //! Differential test of the protocol's own statements: generated
 //! transactions (updates with increments, sets, unsets, pushes and pulls on
-//! plain, nested and numbered paths, with guards; inserts; deletes), run
+//! plain, nested and numbered paths, of documents and arrays, with guards;
+//! inserts; deletes), run
 //! one after another under either strategy by a coordinator on a
 //! `MemoryStore` and by one on the server `MONGODB_URI` names, from the same
 //! documents. After every transaction the two must agree: the same answer
@@ -92,7 +93,7 @@ fn a_value() -> BoxedStrategy<Bson> {
     .boxed()
 }
 
-/// A document: `n`, `a`, `arr`, `m` and `s`, each maybe missing.
+/// A document: `n`, `a`, `arr`, `m`, `s` and `l`, each maybe missing.
 fn document() -> BoxedStrategy<Document> {
     (
         prop::option::weighted(0.8, scalar()),
@@ -103,8 +104,9 @@ fn document() -> BoxedStrategy<Document> {
         )),
         prop::option::of(number()),
         prop::option::of(scalar()),
+        prop::option::of(prop::collection::vec(number(), 0..3)),
     )
-        .prop_map(|(n, a, arr, m1, s)| {
+        .prop_map(|(n, a, arr, m1, s, l)| {
             let mut d = Document::new();
             let fields = [
                 ("n", n),
@@ -112,6 +114,7 @@ fn document() -> BoxedStrategy<Document> {
                 ("arr", arr.map(Bson::Array)),
                 ("m", m1.map(|v| Bson::Document(doc! { "1": v }))),
                 ("s", s),
+                ("l", l.map(Bson::Array)),
             ];
             for (k, v) in fields {
                 if let Some(v) = v {
@@ -144,13 +147,13 @@ fn amount() -> BoxedStrategy<Bson> {
 }
 
 fn field_op() -> BoxedStrategy<FieldOp> {
-    let inc_path = prop::sample::select(vec!["n", "a", "a.b", "m.1", "z"]);
-    let set_path = prop::sample::select(vec!["n", "a.b", "s", "z"]);
-    let unset_path = prop::sample::select(vec!["n", "a", "a.b", "s"]);
+    let inc_path = prop::sample::select(vec!["n", "a", "a.b", "a.b.c", "m.1", "l.1", "z"]);
+    let set_path = prop::sample::select(vec!["n", "a", "a.b", "s", "z", "l.0"]);
+    let unset_path = prop::sample::select(vec!["n", "a", "a.b", "s", "l.0"]);
     let item = prop::sample::select(vec!["p", "q"]).prop_map(Bson::from);
     prop_oneof![
         5 => (inc_path, amount()).prop_map(|(p, by)| FieldOp::Inc(p, by)),
-        2 => (set_path, scalar()).prop_map(|(p, v)| FieldOp::Set(p, v)),
+        2 => (set_path, prop_oneof![3 => scalar(), 1 => a_value()]).prop_map(|(p, v)| FieldOp::Set(p, v)),
         1 => unset_path.prop_map(FieldOp::Unset),
         1 => item.clone().prop_map(FieldOp::Push),
         1 => item.prop_map(FieldOp::Pull),
@@ -162,16 +165,20 @@ fn field_op() -> BoxedStrategy<FieldOp> {
 #[derive(Clone, Debug)]
 enum Guard {
     Gte(&'static str, Bson),
+    Lt(&'static str, Bson),
     Eq(&'static str, Bson),
+    Ne(&'static str, Bson),
     Exists(&'static str),
     Missing(&'static str),
 }
 
 fn guard() -> BoxedStrategy<Guard> {
-    let path = prop::sample::select(vec!["n", "a.b", "s"]);
+    let path = prop::sample::select(vec!["n", "a", "a.b", "s", "l.1"]);
     prop_oneof![
         3 => (path.clone(), number()).prop_map(|(p, v)| Guard::Gte(p, v)),
+        1 => (path.clone(), number()).prop_map(|(p, v)| Guard::Lt(p, v)),
         2 => (path.clone(), scalar()).prop_map(|(p, v)| Guard::Eq(p, v)),
+        1 => (path.clone(), scalar()).prop_map(|(p, v)| Guard::Ne(p, v)),
         1 => path.clone().prop_map(Guard::Exists),
         1 => path.prop_map(Guard::Missing),
     ]
@@ -269,7 +276,9 @@ fn build(ns: &Namespace, tx: &Tx) -> Transaction {
                 for g in guards {
                     c = match g {
                         Guard::Gte(p, v) => c.require_gte(*p, v.clone()),
+                        Guard::Lt(p, v) => c.require_lt(*p, v.clone()),
                         Guard::Eq(p, v) => c.require_eq(*p, v.clone()),
+                        Guard::Ne(p, v) => c.require_ne(*p, v.clone()),
                         Guard::Exists(p) => c.require_exists(*p),
                         Guard::Missing(p) => c.require_missing(*p),
                     };

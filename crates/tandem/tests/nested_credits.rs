@@ -274,3 +274,65 @@ async fn a_zero_sum_left_by_an_undone_credit_makes_way() {
         "{x}"
     );
 }
+
+/// A credit of `a.b` leaves the document of sums `{b: 0}` at
+/// `_tandem.credit.a`. An increment of `a` itself (a document there: it
+/// cannot land) is refused as the type mismatch it is, by either strategy,
+/// shared or holding the document alone. Holding it alone, it failed with
+/// the store's error instead ("can't $subtract object from long", code
+/// 16556, on MongoDB and on the embedded store alike): the room condition
+/// subtracted the pending sum, a document there, from the field's limit.
+/// (Found by `protocol_differential.rs`.)
+#[tokio::test]
+async fn an_increment_beside_a_document_of_sums_is_a_type_mismatch() {
+    for (strategy, alone) in [
+        (Strategy::TwoPhase, false),
+        (Strategy::Native, false),
+        (Strategy::TwoPhase, true),
+        (Strategy::Native, true),
+    ] {
+        let (store, _clock, _) = bank(&[], 0).await;
+        store
+            .insert_one(&stats(), doc! { "_id": "X", "s": 1_i64 })
+            .await
+            .unwrap();
+        let coordinator = two_phase(Arc::new(store.clone()));
+        let credited = coordinator.run(credit("a.b", 7_i64)).await;
+        assert!(credited.is_ok(), "{credited:?}");
+        let before = get(&store, &stats(), "X").await.unwrap();
+        assert_eq!(
+            before
+                .get_document("_tandem")
+                .and_then(|m| m.get_document("credit"))
+                .and_then(|c| c.get_document("a"))
+                .map(|a| a.get("b").cloned()),
+            Ok(Some(Bson::Int64(0))),
+            "the credit of a.b leaves a document of sums at a: {before}"
+        );
+        let mut change = DocumentChange::update(stats(), "X").inc("a", 1_i64);
+        if alone {
+            change = change.unset("s");
+        }
+        let answer = coordinator
+            .run(Transaction::new().change(change).strategy(strategy))
+            .await;
+        coordinator.drain().await;
+        assert!(
+            matches!(
+                &answer,
+                Err(TxError::Canceled {
+                    cause: StepError::TypeMismatch { .. },
+                    undone: true,
+                    ..
+                })
+            ),
+            "{strategy:?}, alone: {alone}: {answer:?}"
+        );
+        let after = get(&store, &stats(), "X").await.unwrap();
+        assert_eq!(
+            after.get_document("a").map(|a| a.get("b").cloned()),
+            Ok(Some(Bson::Int64(7))),
+            "{strategy:?}, alone: {alone}: {after}"
+        );
+    }
+}

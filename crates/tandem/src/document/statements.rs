@@ -607,9 +607,15 @@ impl DocumentChange {
                 pending.clone(),
                 Bson::Document(doc! { "$not": { "$gt": max.clone() } }),
             ));
+            // The pending sum as a number: where a document of sums is kept
+            // instead (credits pending below the field), 0 here, and the
+            // shape rule refuses the change; `$subtract` of a document
+            // fails the whole statement on MongoDB (code 16556), whichever
+            // condition the server tries first.
+            let sum = format!("${pending}");
             exprs.push(doc! { "$lte": [
                 format!("${path}"),
-                { "$subtract": [max, { "$ifNull": [format!("${pending}"), 0_i64] }] },
+                { "$subtract": [max, { "$cond": [{ "$isNumber": &sum }, &sum, 0_i64] }] },
             ] });
             // With the comparison above (which every type but numbers, null
             // and missing fails), the field is numeric or missing: the credit

@@ -239,6 +239,18 @@ fn eval_expr_operator<'a>(
             let v = eval_in(doc, arg, vars, cx)?;
             boolean(matches!(v.as_deref(), Some(Bson::Array(_))))
         }
+        "$isNumber" => {
+            let [arg] = args else {
+                return Err(bad_request(
+                    "Expression $isNumber takes exactly 1 arguments.",
+                ));
+            };
+            let v = eval_in(doc, arg, vars, cx)?;
+            boolean(matches!(
+                v.as_deref(),
+                Some(Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))
+            ))
+        }
         "$arrayElemAt" => {
             let [array, index] = args else {
                 return Err(bad_request(

@@ -44,7 +44,8 @@
 //!   - `$add` of numbers, and of one date with numbers (milliseconds): null
 //!     if an operand is null or missing; a decimal is refused (this store
 //!     has no decimal arithmetic);
-//!   - `$cond` of three operands (`[if, then, else]`), `$isArray` of one, and
+//!   - `$cond` of three operands (`[if, then, else]`), `$isArray` and
+//!     `$isNumber` (true for an int, a long, a double or a decimal) of one, and
 //!     `$arrayElemAt` of an array and an integral index (from the end if
 //!     negative; missing past either end; null for a null or missing
 //!     operand; anything else fails, codes 28689 and 28690, as on MongoDB);

@@ -71,6 +71,7 @@ macro_rules! __store_contract_list {
             numbers_equal_across_types_in_filters,
             type_tells_equal_values_apart,
             expressions_reach_array_elements,
+            is_number_tells_numbers_apart,
             numeric_segments_in_filters,
             update_outcomes,
             guarded_updates,
@@ -2377,6 +2378,53 @@ pub async fn expressions_reach_array_elements<F: StoreFactory + ?Sized>(factory:
         .await
         .expect_err("$arrayElemAt of a string");
     assert_eq!(e.code, Some(28689), "{e:?}");
+}
+
+/// `$isNumber` (MongoDB 4.4) is true of an int, a long, a double and a
+/// decimal, false of anything else, null and a missing field included:
+/// what a credit's room condition reads the pending sum through, so that a
+/// document of sums kept there counts as zero instead of failing the
+/// statement (`$subtract` of a document fails, code 16556 on MongoDB).
+pub async fn is_number_tells_numbers_apart<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = docs(db);
+    seed(
+        store.as_ref(),
+        &ns,
+        vec![
+            doc! { "_id": 1, "v": 1_i32 },
+            doc! { "_id": 2, "v": 2_i64 },
+            doc! { "_id": 3, "v": 2.5_f64 },
+            doc! { "_id": 4, "v": Bson::Decimal128("7".parse().expect("a decimal")) },
+            doc! { "_id": 5, "v": "1" },
+            doc! { "_id": 6, "v": { "b": 0_i64 } },
+            doc! { "_id": 7, "v": [1_i32] },
+            doc! { "_id": 8, "v": Bson::Null },
+            doc! { "_id": 9 },
+        ],
+    )
+    .await;
+    let s = store.as_ref();
+    assert_eq!(
+        ids(s, &ns, doc! { "$expr": { "$isNumber": "$v" } }).await,
+        int_ids(&[1, 2, 3, 4]),
+        "$isNumber"
+    );
+    let counted = doc! { "$cond": [{ "$isNumber": "$v" }, "$v", 0_i64] };
+    assert_eq!(
+        ids(
+            s,
+            &ns,
+            // (Not the decimal: the embedded store has no decimal arithmetic.)
+            doc! {
+                "_id": { "$ne": 4 },
+                "$expr": { "$lte": [{ "$subtract": [10_i64, counted] }, 8_i64] },
+            }
+        )
+        .await,
+        int_ids(&[2, 3]),
+        "$subtract of what $cond keeps of a number, 0 for anything else"
+    );
 }
 
 /// Dotted paths reach into subdocuments in filters and updates: `$set`
