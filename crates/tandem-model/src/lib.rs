@@ -350,7 +350,7 @@
 //! | configuration | states | time |
 //! |---------------|--------|------|
 //! | transfer, 1 lost answer, `R` 0..=3, `P` ..=6 (the fast debug check) | 0.26 M (late 0.27 M) | 0.6 s |
-//! | transfer, 2 lost answers | 4.2 M (late 4.7 M) | 24 s |
+//! | transfer, 2 lost answers | 4.3 M (late 4.7 M) | 24 s |
 //! | transfer, 1 takeover, 1 lost answer, `R` 0..=3 | 3.9 M (late 7.7 M) | 15 s |
 //! | transfer, 1 crash + 1 takeover / + 1 forced cancel, 1 lost answer, global ticks | 0.62 M / 0.36 M (late 0.52 M) | 2 s / 1 s |
 //! | transfer, 1 takeover + 1 forced cancel, 1 lost answer, global ticks | 1.5 M | 5 s |
@@ -366,7 +366,7 @@
 //! | mixed, 1 takeover, no lost answer, global ticks | 10.4 M | 27 s |
 //! | conflict on `D`, 1 lost answer, global ticks | 13.6 M | 62 s |
 //! | conflict on `D`, 1 takeover, no lost answer, global ticks | 14.6 M | 49 s |
-//! | mixed, 1 takeover, 1 lost apply answer, roll forward, global ticks: too large for a full check here (over 12 GB); `TandemModel::search` for every safety property over the first 60 M states (breadth-first) finds none | > 60 M | 272 s |
+//! | mixed, 1 takeover, 1 lost apply answer, roll forward, global ticks: too large for a full check here (over 12 GB); `TandemModel::search` for every safety property over the first 60 M states (breadth-first) found none (run once by hand; no test repeats it) | > 60 M | 272 s |
 //! | same id, 1 lost answer | 4.1 M | 20 s |
 //! | v2 as specified: transfer without GC, 2 lost answers; same id without GC | 4.5 M; 2.8 M | 16 s; 12 s |
 //! | v2 as specified: transfer, no create answer lost, GC after `LEASE + MARGIN` / at any age | 3.9 M / 4.0 M | 14 s / 14 s |
@@ -414,17 +414,26 @@
 //! * **Shapes**: the model's fields are flat numbers. In the code a field
 //!   has a path, and a credit deferred to its clear can land only where
 //!   every parent of its field is missing or a document; a credit landing
-//!   on a related path (`a` and `a.b`) changes that. Every shared increment
+//!   on a related path (`a` and `a.b`) changes that. Every shared credit
 //!   requires its field's parents to be missing or documents, and no
 //!   credit pending on a parent or below the field (the pending sums in
-//!   `_tandem.credit` say so); no exclusive change applies where anything
-//!   is pending. So what a pending credit needs to land holds until its
+//!   `_tandem.credit` say so); a shared debit carries no such condition but
+//!   requires its field to exist and hold a number, so its parents are
+//!   documents and no credit can be pending on a parent or below it (either
+//!   one would have refused the other); no exclusive change applies where
+//!   anything is pending. So what a pending credit needs to land holds until its
 //!   clear (writes outside tandem excepted), and its clear is the model's.
 //!   A zero sum left by a credit that landed or was undone is dropped by
 //!   an increment it stands in the way of, guarded by the value read: a sum
 //!   totals positive integer amounts, so a zero one counts nothing pending
 //!   and a missing one reads as zero; dropping it changes nothing a step of
-//!   the model reads, and it is left out.
+//!   the model reads, and it is left out. The increment is then sent once
+//!   more within the same step (also when it found the zero already
+//!   dropped, or a sum changed, by another increment): its first send
+//!   matched nothing, a definite refusal that changed nothing, so the
+//!   second is the model's apply taken later, as under
+//!   `ConflictPolicy::Wait`; a lost answer of either send leaves the apply
+//!   in doubt, as in the model.
 //!   Tested on both stores (`tandem/tests/nested_credits.rs`, the safety
 //!   scenarios `credits_keep_each_others_shapes` and `zero_sums_make_way`).
 //! * **Sizes**: the model's documents have no size, so no step of it is
@@ -474,8 +483,11 @@
 //!   not land (the same as a step not taken yet, or a worker that stalls or
 //!   gives up) or may have landed (a lost answer). Retries are new attempts,
 //!   each seen by the coordinator: in the code only the coordinator repeats
-//!   a request (its `RetryPolicy`); stores send each request once, so each
-//!   request of the model is one request of the code. (A store that
+//!   a request whose answer it lacks (its `RetryPolicy`); stores send each
+//!   request once, so each request of the model is one request of the code.
+//!   (A document change sends its apply a second time within one step only
+//!   after the first matched nothing, a definite answer: the zero sums under
+//!   **Shapes**.) (A store that
 //!   repeated inside one call would hide a lost answer from the coordinator:
 //!   the mutation "a successful retry clearing the doubt" is what that
 //!   costs, and `tandem-mongodb/tests/lost_answers.rs` shows it on a server.)
@@ -501,7 +513,13 @@
 //!   participants, so nothing late can act on a document through it; a
 //!   `canceled` one landing late (its insert's answer lost, repeated) can
 //!   only make a later retry under the id answer `Duplicate`. To the
-//!   documents, the native strategy is the application. Its writes run only where
+//!   documents, the native strategy is close to the application, but not
+//!   the model's: that one never writes a document with a marker on it,
+//!   while a native shared increment does (a shared change applied and
+//!   cleared in one step, with no marker). What keeps that safe is the
+//!   argument for shared changes (increments commute, and a shared guard is
+//!   a lower bound that pending credits and undone debits only keep true:
+//!   **Guard kinds**), checked by tests, not by the model. Its writes run only where
 //!   no lock is held (an exclusive change also only where no change is
 //!   pending), its guards read the stored value, which holds pending debits
 //!   and not pending credits (deferred to their clears), and its increments
@@ -570,7 +588,9 @@
 //!   a sum moves the pending count with it, so at a pending count of zero
 //!   every sum is zero; two writes drop the sums then, filtered on it: an
 //!   exclusive change (either strategy) and garbage collection's tidy of the
-//!   documents its records credited (`_tandem.pending: 0`). Neither changes
+//!   documents its records credited (`_tandem.pending: 0`). A third drops,
+//!   at any pending count, only sums it read as zero, guarded by the values
+//!   read: the increment they stand in the way of (**Shapes**). None changes
 //!   a field the model has, nor a sum that is not zero
 //!   (`tests/credit_sums.rs`, `garbage_collection_keeps_a_pending_sum`).
 //! * **Undo around outside writes, history cap, back-off, stubs**: they change
