@@ -313,6 +313,59 @@ async fn new_fields_order_differs_between_servers() {
     t.drop().await;
 }
 
+/// An update two of whose fields fail (an `$inc` of a string, an `$inc`
+/// that overflows): MongoDB (and the embedded store) apply the fields in
+/// path order and report the first in that order to fail (here `m.1`,
+/// `Overflow`); SecantusDB 0.7.0b3 applies them in the order the update
+/// lists them and reports `n`'s (`TypeMismatch`). Nothing is written on
+/// either. Found by `protocol_differential.rs`.
+#[tokio::test]
+async fn first_failing_field_differs_between_servers() {
+    let Some(t) = TestDb::new("failing_order").await else {
+        return;
+    };
+    let ns = t.ns("docs");
+    let seeded = doc! { "_id": 1, "m": { "1": i64::MAX - 1 }, "n": "a" };
+    t.store.insert_one(&ns, seeded.clone()).await.unwrap();
+    let e = t
+        .store
+        .update_one(
+            &ns,
+            doc! { "_id": 1 },
+            doc! { "$inc": { "n": -1_i32, "m.1": 2_i64 } },
+            tandem::store::UpdateOptions::default(),
+        )
+        .await
+        .expect_err("two fields that cannot be incremented");
+    match secantus_version(&t.store).await {
+        Some(version) => assert_eq!(
+            e.kind,
+            StoreErrorKind::TypeMismatch,
+            "SecantusDB {version}: {e:?}"
+        ),
+        None => assert_eq!(e.kind, StoreErrorKind::Overflow, "{e:?}"),
+    }
+    let memory = tandem::MemoryStore::new();
+    memory.insert_one(&ns, seeded.clone()).await.unwrap();
+    let e = memory
+        .update_one(
+            &ns,
+            doc! { "_id": 1 },
+            doc! { "$inc": { "n": -1_i32, "m.1": 2_i64 } },
+            tandem::store::UpdateOptions::default(),
+        )
+        .await
+        .expect_err("two fields that cannot be incremented");
+    assert_eq!(
+        e.kind,
+        StoreErrorKind::Overflow,
+        "the embedded store: {e:?}"
+    );
+    let d = t.store.find_one(&ns, doc! { "_id": 1 }).await.unwrap();
+    assert_eq!(d, Some(seeded), "nothing written");
+    t.drop().await;
+}
+
 /// An upsert whose filter has equalities on a path and on an extension of
 /// it (`{sub: 0, "sub.x": 0}`): MongoDB (and the embedded store) refuse it,
 /// code 54 ("cannot infer query fields to set"); SecantusDB 0.7.0b3 inserts,
