@@ -110,6 +110,9 @@ macro_rules! __store_contract_list {
             min_and_max_key_bound_every_value,
             decimals_compare_as_numbers,
             dotted_null_through_arrays_without_documents,
+            negated_types_and_present_nulls,
+            find_one_and_update_upserts_collide_on_the_id,
+            clock_estimate_follows_the_store_clock,
         }
     };
 }
@@ -2949,4 +2952,200 @@ pub async fn dotted_null_through_arrays_without_documents<F: StoreFactory + ?Siz
         ids(s, &ns, doc! { "a.b": { "$ne": Bson::Null } }).await,
         int_ids(&[1, 2, 3])
     );
+}
+
+/// `$not` of `$type` (one name or a list) matches exactly the documents the
+/// `$type` does not: a missing field, and a field of none of the types (an
+/// array holding a value of one counts as of that type, an array is of
+/// type `"array"`); `$not` of a range is false on an array with an element
+/// in the range. A field both present and null (`{$eq: null, $exists:
+/// true}`) is not a missing one. (A shared change's conditions rely on
+/// them: the parents of a deferred credit hold documents or nothing, no
+/// credit is pending on a parent or below it, a float credit finds no
+/// integer; a before-image of null requires the null.)
+pub async fn negated_types_and_present_nulls<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let s = store.as_ref();
+    let ns = docs(db);
+    seed(
+        s,
+        &ns,
+        vec![
+            doc! { "_id": 1, "p": { "x": 1 }, "c": 5, "n": 1 },
+            doc! { "_id": 2, "p": [{ "x": 1 }], "c": { "a": 1 }, "n": 2_i64 },
+            doc! { "_id": 3, "p": "s", "c": "5", "n": 2.5 },
+            doc! { "_id": 4, "p": 5, "c": [1, "a"], "n": "x" },
+            doc! { "_id": 5 },
+            doc! { "_id": 6, "p": Bson::Null, "c": 5.5, "n": Bson::Null },
+            doc! { "_id": 7, "p": [], "c": [1, 10], "n": [Bson::Null] },
+        ],
+    )
+    .await;
+    let not_documents: Vec<Bson> = crate::query::TYPE_NAMES
+        .iter()
+        .filter(|t| **t != "object")
+        .map(|t| Bson::from(*t))
+        .collect();
+    assert_eq!(
+        ids(s, &ns, doc! { "p": { "$not": { "$type": not_documents } } }).await,
+        int_ids(&[1, 5]),
+        "$not of every type but a document: documents and missing fields"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "c": { "$not": { "$type": "number" } } }).await,
+        int_ids(&[2, 3, 5]),
+        "$not of $type number: no number, nor an array holding one"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "c": { "$not": { "$type": "object" } } }).await,
+        int_ids(&[1, 3, 4, 5, 6, 7]),
+        "$not of $type object"
+    );
+    assert_eq!(
+        ids(
+            s,
+            &ns,
+            doc! { "n": { "$not": { "$type": ["int", "long"] } } }
+        )
+        .await,
+        int_ids(&[3, 4, 5, 6, 7]),
+        "$not of a list of types"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "c": { "$not": { "$gt": 5 } } }).await,
+        int_ids(&[1, 2, 3, 4, 5]),
+        "$not of a range: an array with an element in it does not match"
+    );
+    assert_eq!(
+        ids(s, &ns, doc! { "n": { "$eq": Bson::Null, "$exists": true } }).await,
+        int_ids(&[6, 7]),
+        "a present null (or an array holding one), not a missing field"
+    );
+    assert_eq!(
+        ids(
+            s,
+            &ns,
+            doc! { "n": { "$eq": Bson::Null, "$exists": true }, "n.0": { "$exists": false } }
+        )
+        .await,
+        int_ids(&[6]),
+        "null itself"
+    );
+}
+
+/// An upsert that must not match an existing document (`state: {$in: []}`
+/// matches nothing) collides with its `_id` through `findAndModify` too:
+/// [`StoreErrorKind::DuplicateKey`] (code 11000), the document untouched,
+/// `$currentDate` included. An upsert through `findAndModify` that matches
+/// returns the document as it is, `$setOnInsert` ignored. (A transaction's
+/// record is created so, and a store's identity read so.)
+pub async fn find_one_and_update_upserts_collide_on_the_id<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let s = store.as_ref();
+    let ns = docs(db);
+    let taken = doc! { "_id": "t1", "state": "done", "created": DateTime::from_millis(1_000) };
+    seed(s, &ns, vec![taken.clone()]).await;
+    let create = || {
+        (
+            doc! { "_id": "t1", "state": { "$in": [] } },
+            doc! {
+                "$setOnInsert": { "state": "pending", "owner": "b" },
+                "$currentDate": { "created": true, "lastModified": true },
+            },
+        )
+    };
+    let (filter, update) = create();
+    let out = s
+        .update_one(&ns, filter, update, crate::store::UpdateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        UpdateOutcome::default(),
+        "$in of nothing matches nothing"
+    );
+    let (filter, update) = create();
+    let err = fails(
+        s.find_one_and_update(
+            &ns,
+            filter,
+            update,
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
+                .with_upsert(true)
+                .with_fields(&["created", "state"]),
+        )
+        .await,
+        StoreErrorKind::DuplicateKey,
+        "findAndModify upserting an _id that is taken",
+    );
+    assert_eq!(err.code, Some(11000), "{err}");
+    assert!(!err.kind.outcome_unknown());
+    assert_eq!(get(s, &ns, "t1").await, Some(taken), "the record untouched");
+    assert_eq!(s.count(&ns, doc! {}).await.unwrap(), 1);
+
+    let identity = || {
+        (
+            doc! { "_id": "identity" },
+            doc! { "$setOnInsert": { "uid": "first" } },
+        )
+    };
+    for _ in 0..2 {
+        let (filter, update) = identity();
+        let found = s
+            .find_one_and_update(
+                &ns,
+                filter,
+                update,
+                crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
+                    .with_upsert(true),
+            )
+            .await
+            .unwrap();
+        assert_eq!(found, Some(doc! { "_id": "identity", "uid": "first" }));
+    }
+    let found = s
+        .find_one_and_update(
+            &ns,
+            doc! { "_id": "identity" },
+            doc! { "$setOnInsert": { "uid": "second" } },
+            crate::store::FindOneAndUpdateOptions::returning(ReturnDocument::After)
+                .with_upsert(true),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        found,
+        Some(doc! { "_id": "identity", "uid": "first" }),
+        "a match keeps what was inserted"
+    );
+}
+
+/// [`Store::clock_estimate`] follows the store's clock: never ahead of a
+/// reading of [`Store::now`] taken after it, nor far behind one taken
+/// before it. (A record's create deadline is fixed from it: an estimate
+/// ahead of the store would let a record written late count as on time.)
+pub async fn clock_estimate_follows_the_store_clock<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let _ = db;
+    for _ in 0..3 {
+        let before = store.now().await.expect("the store's clock");
+        let estimate = store.clock_estimate().await.expect("the estimate");
+        let after = store.now().await.expect("the store's clock");
+        // The server's readings are a millisecond apart at best.
+        let slack = 1_000;
+        assert!(
+            estimate.timestamp_millis() <= after.timestamp_millis() + slack,
+            "the estimate {estimate} is ahead of the store's {after}"
+        );
+        assert!(
+            estimate.timestamp_millis() >= before.timestamp_millis() - slack,
+            "the estimate {estimate} is far behind the store's {before}"
+        );
+    }
 }
