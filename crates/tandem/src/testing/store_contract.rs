@@ -113,6 +113,7 @@ macro_rules! __store_contract_list {
             negated_types_and_present_nulls,
             find_one_and_update_upserts_collide_on_the_id,
             clock_estimate_follows_the_store_clock,
+            native_transactions_are_all_or_nothing,
         }
     };
 }
@@ -3148,4 +3149,115 @@ pub async fn clock_estimate_follows_the_store_clock<F: StoreFactory + ?Sized>(
             "the estimate {estimate} is far behind the store's {before}"
         );
     }
+}
+
+/// A store with native transactions ([`Store::native`]) makes every change
+/// of one or none: a refusal of any change (a guard that fails, an insert
+/// of an `_id` taken, an increment of a string) is
+/// [`NativeFailure::Aborted`](crate::NativeFailure::Aborted) with the typed
+/// refusal the two-phase protocol gives, and leaves every document as it
+/// was, the changes before it in the transaction included; a transaction
+/// nobody refuses lands whole, inserts and deletes included. A store
+/// without native transactions keeps this case by having none.
+pub async fn native_transactions_are_all_or_nothing<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    use crate::{DocumentChange, NativeFailure, RetryPolicy, StepError};
+    let store = factory.fresh().await;
+    let Some(native) = store.native() else {
+        return;
+    };
+    let ns = docs(db);
+    let seeded = vec![
+        doc! { "_id": "A", "balance": 10_i64 },
+        doc! { "_id": "B", "balance": 0_i64 },
+        doc! { "_id": "C", "n": "text" },
+    ];
+    seed(store.as_ref(), &ns, seeded.clone()).await;
+    let debit = |amount: i64| {
+        DocumentChange::update(ns.clone(), "A")
+            .inc("balance", -amount)
+            .require_gte("balance", amount)
+    };
+    let credit = |amount: i64| DocumentChange::update(ns.clone(), "B").inc("balance", amount);
+    let all = |store: std::sync::Arc<dyn Store>| {
+        let ns = ns.clone();
+        async move {
+            let mut found = Vec::new();
+            for id in ["A", "B", "C", "D"] {
+                found.push(get(store.as_ref(), &ns, id).await);
+            }
+            found
+        }
+    };
+    let before = all(store.clone()).await;
+    let refused: [(&str, Vec<DocumentChange>); 3] = [
+        ("a guard that fails", vec![credit(100), debit(100)]),
+        (
+            "an insert of an _id taken",
+            vec![
+                debit(3),
+                credit(3),
+                DocumentChange::insert(ns.clone(), "C", doc! { "n": 1_i64 }),
+            ],
+        ),
+        (
+            "an increment of a string",
+            vec![
+                debit(3),
+                credit(3),
+                DocumentChange::update(ns.clone(), "C").inc("n", 1_i64),
+            ],
+        ),
+    ];
+    for (why, changes) in refused {
+        let answer = native.run_native(&changes, RetryPolicy::default()).await;
+        let expected = match why {
+            "a guard that fails" => {
+                matches!(
+                    answer,
+                    Err(NativeFailure::Aborted(StepError::GuardFailed { .. }))
+                )
+            }
+            "an insert of an _id taken" => {
+                matches!(
+                    answer,
+                    Err(NativeFailure::Aborted(StepError::AlreadyExists { .. }))
+                )
+            }
+            _ => matches!(
+                answer,
+                Err(NativeFailure::Aborted(StepError::TypeMismatch { .. }))
+            ),
+        };
+        assert!(expected, "{why}: {answer:?}");
+        assert_eq!(all(store.clone()).await, before, "{why}: nothing written");
+    }
+    let whole = vec![
+        debit(4),
+        credit(4),
+        DocumentChange::delete(ns.clone(), "C"),
+        DocumentChange::insert(ns.clone(), "D", doc! { "x": 1_i64 }),
+    ];
+    let answer = native.run_native(&whole, RetryPolicy::default()).await;
+    assert!(answer.is_ok(), "a transaction nobody refuses: {answer:?}");
+    let after = all(store.clone()).await;
+    let field = |d: &Option<Document>, f: &str| d.as_ref().and_then(|d| d.get(f).cloned());
+    assert_eq!(
+        field(&after[0], "balance"),
+        Some(Bson::Int64(6)),
+        "A: {after:?}"
+    );
+    assert_eq!(
+        field(&after[1], "balance"),
+        Some(Bson::Int64(4)),
+        "B: {after:?}"
+    );
+    assert_eq!(after[2], None, "C deleted: {after:?}");
+    assert_eq!(
+        field(&after[3], "x"),
+        Some(Bson::Int64(1)),
+        "D inserted: {after:?}"
+    );
 }
