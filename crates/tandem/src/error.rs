@@ -350,9 +350,10 @@ pub enum TxError {
     Superseded {
         /// The id.
         id: TxId,
-        /// The state the record is in now, if it still exists.
+        /// The state the record is in now, read back after the move that
+        /// missed; `None` if it no longer exists.
         state: Option<TxState>,
-        /// The record's epoch now.
+        /// The record's epoch now (the last one known, if it no longer exists).
         epoch: i64,
     },
     /// No record has this id: the transaction never existed, or it finished

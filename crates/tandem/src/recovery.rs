@@ -586,6 +586,31 @@ impl RecoveryWorker {
         Ok(claimed)
     }
 
+    /// The answer for a move of `record` that missed because another
+    /// actor changed it first: [`TxError::Superseded`] with the state and
+    /// epoch the record has now, read back (`state: None` if it is gone),
+    /// not the ones read before the move. A failure to read it back is
+    /// [`TxError::Interrupted`] in the state last read.
+    async fn superseded(&self, record: &TxRecord) -> TxError {
+        match self.engine.load(&record.id).await {
+            Ok(Some(now)) => TxError::Superseded {
+                id: record.id.clone(),
+                state: Some(now.state),
+                epoch: now.epoch,
+            },
+            Ok(None) => TxError::Superseded {
+                id: record.id.clone(),
+                state: None,
+                epoch: record.epoch,
+            },
+            Err(source) => TxError::Interrupted {
+                id: record.id.clone(),
+                state: Some(record.state),
+                source,
+            },
+        }
+    }
+
     async fn recover(&self, record: TxRecord) -> (bool, Result<Driven, Outcome>) {
         // A transaction that commits at its applies is probed first, under
         // its old deadline; it gets a new one only if it must be rolled forward.
@@ -684,11 +709,7 @@ impl RecoveryWorker {
                         source,
                     })?;
                 if deleted == 0 {
-                    return Err(TxError::Superseded {
-                        id: record.id.clone(),
-                        state: None,
-                        epoch: record.epoch,
-                    });
+                    return Err(self.superseded(record).await);
                 }
                 engine.emit(TxEvent::Removed {
                     id: record.id.clone(),
@@ -712,19 +733,16 @@ impl RecoveryWorker {
                         }
                         Some(false) if forward => {
                             // Not committed: roll forward in a new epoch, with a new deadline.
-                            let again = self
-                                .claim(record, true)
-                                .await
-                                .map_err(|source| TxError::Interrupted {
+                            let again = self.claim(record, true).await.map_err(|source| {
+                                TxError::Interrupted {
                                     id: record.id.clone(),
                                     state: Some(TxState::Pending),
                                     source,
-                                })?
-                                .ok_or_else(|| TxError::Superseded {
-                                    id: record.id.clone(),
-                                    state: Some(TxState::Pending),
-                                    epoch: record.epoch,
-                                })?;
+                                }
+                            })?;
+                            let Some(again) = again else {
+                                return Err(self.superseded(record).await);
+                            };
                             live = engine.rebuild(&again)?;
                         }
                         Some(false) => {}
@@ -843,12 +861,10 @@ impl RecoveryWorker {
                 id: id.clone(),
                 state: Some(record.state),
                 source,
-            })?
-            .ok_or_else(|| TxError::Superseded {
-                id: id.clone(),
-                state: Some(record.state),
-                epoch: record.epoch,
             })?;
+        let Some(claimed) = claimed else {
+            return Err(self.superseded(&record).await);
+        };
         match self.drive(&claimed, Some(reason)).await {
             Ok(Driven::State(state)) => Ok(state),
             // Decided canceled: what is left of the undo, recovery finishes.
