@@ -1262,6 +1262,36 @@ mod tests {
         assert_eq!(record.state, TxState::Done);
     }
 
+    /// `cancel` of a transaction that had committed at its applies, which
+    /// the command itself finishes, names the command as the one that
+    /// finished it: it compared the record's owner with the coordinator's
+    /// name, while the claim names the recovery worker the command runs, so
+    /// it said "moved on by its owner or a recovery worker while this
+    /// command ran" of a record only the command had touched.
+    #[tokio::test]
+    async fn cancel_names_itself_when_it_finished_the_transaction() {
+        let (store, clock, transfer) = two_accounts().await;
+        // 1 the record, 2 and 3 the applies; then the owner is gone.
+        let dead = FaultStore::new(Arc::new(store.clone())).crash_after(3);
+        let id = Coordinator::builder(dead)
+            .build()
+            .run(transfer)
+            .await
+            .map(|r| r.id.clone())
+            .unwrap_or_else(|e| e.id().cloned().expect("an id"));
+        clock.advance(std::time::Duration::from_secs(33));
+        let coordinator = Coordinator::builder(store.clone()).build();
+        let ns = Namespace::new("tandem", "transactions");
+        let answer = cancel(&coordinator, &store, &ns, id.as_str(), "test").await;
+        match &answer {
+            Err(Failure::Refused(m)) => assert!(
+                m.contains("finished by this command"),
+                "only the command touched the record: {m}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// `cancel` of a transaction whose owner finishes it while the command
     /// runs (after the command read the record `pending`, before it asked
     /// to cancel) says what happened: it said the command had finished it,
