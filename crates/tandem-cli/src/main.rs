@@ -704,11 +704,14 @@ async fn cancel(
         }
         Ok(state) if !record.state.is_terminal() && state != record.state => {
             // It had committed at its applies. The cancel finished it if it
-            // claimed the record (a claim raises the epoch and names this
-            // command as the owner); otherwise its owner, or a recovery
-            // worker, finished it while this command ran.
+            // claimed the record (a claim raises the epoch and names as the
+            // owner the recovery worker this command runs, whose name is the
+            // command's, unique to this run, followed by `-recovery-`);
+            // otherwise its owner, or a recovery worker, finished it while
+            // this command ran.
+            let worker = format!("{}-recovery-", coordinator.config().owner);
             let claimed_here = find(store, ns, id).await.is_ok_and(|now| {
-                now.epoch > record.epoch && now.owner == coordinator.config().owner
+                now.epoch > record.epoch && now.owner.starts_with(&worker)
             });
             let by = if claimed_here {
                 "finished by this command"
