@@ -23,7 +23,7 @@
 //! | `tandem_transaction_duration_seconds` | histogram | `strategy`, `outcome` | How long [`Coordinator::run`](crate::Coordinator::run) took, in seconds. |
 //! | `tandem_round_trips` | histogram | `strategy` | [`Receipt::round_trips`] of each committed run. |
 //! | `tandem_recovery_passes_total` | counter | `result` | Recovery passes, by whether they ran (`ok`) or failed to read the records (`error`). |
-//! | `tandem_recovered_total` | counter | `outcome` | Stuck transactions a recovery pass took on, by what became of them. |
+//! | `tandem_recovered_total` | counter | `outcome` | Stuck transactions a recovery pass took on or passed over, by what became of them. |
 //! | `tandem_stuck_transactions` | gauge | none | Stuck transactions the latest recovery pass found (at most [`RecoveryConfig::batch`](crate::RecoveryConfig::batch)). |
 //!
 //! The labels take these values, and no others (never a transaction id, a
@@ -34,7 +34,9 @@
 //! * `outcome` of a run: `committed` (a [`Receipt`] came back,
 //!   in state `applied` or `done`), `canceled`, `interrupted` (outcome
 //!   unknown, left to recovery), `superseded`, `duplicate` or `invalid`: the
-//!   [`TxError`] variant, in snake case.
+//!   [`TxError`] variant, in snake case (`no_record`, the variant a
+//!   cancel or a look-up answers, is spelled so too; `run` does not return
+//!   it).
 //! * `cause`: the [`StepError`](crate::StepError) variant in snake case:
 //!   `not_found`, `already_exists`, `guard_failed`, `type_mismatch`,
 //!   `conflict`, `fenced`, `expired`, `not_yet`, `overwritten`, `too_large`,
@@ -44,8 +46,11 @@
 //!   [`RecoveryReport`]: `committed` (rolled forward
 //!   to `done`), `canceled` (rolled back), `removed` (a stale `initial`
 //!   record), `waiting` (an apply may still be in flight: a later pass
-//!   finishes it), `failed` (left for the next pass) or `lost` (another
-//!   worker changed or claimed it first).
+//!   finishes it), `failed` (left for the next pass, a record this
+//!   process cannot drive included: an unknown participant kind or store,
+//!   which no pass claims, counts as `failed` on every pass until a
+//!   process that can drive it does) or `lost` (another worker changed or
+//!   claimed it first).
 //!
 //! What is counted where:
 //!
