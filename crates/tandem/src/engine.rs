@@ -393,6 +393,14 @@ impl Engine {
                         && r.epoch == live.epoch
                         && (live.token.is_none() || r.token == live.token)
                         && live.stamps.is_none_or(|s| r.created == Some(s.created)) => {}
+                // Another transaction's record under the id: ours is gone.
+                Some(r) if live.token.is_some() && r.token != live.token => {
+                    return Err(TxError::Superseded {
+                        id: live.id.clone(),
+                        state: None,
+                        epoch: live.epoch,
+                    })
+                }
                 Some(r) => {
                     return Err(TxError::Superseded {
                         id: live.id.clone(),

@@ -588,11 +588,20 @@ impl RecoveryWorker {
 
     /// The answer for a move of `record` that missed because another
     /// actor changed it first: [`TxError::Superseded`] with the state and
-    /// epoch the record has now, read back (`state: None` if it is gone),
-    /// not the ones read before the move. A failure to read it back is
-    /// [`TxError::Interrupted`] in the state last read.
+    /// epoch the record has now, read back (`state: None` if it is gone,
+    /// also where the id now names another transaction: a record of
+    /// another creation token), not the ones read before the move. A
+    /// failure to read it back is [`TxError::Interrupted`] in the state
+    /// last read.
     async fn superseded(&self, record: &TxRecord) -> TxError {
         match self.engine.load(&record.id).await {
+            Ok(Some(now)) if record.token.is_some() && now.token != record.token => {
+                TxError::Superseded {
+                    id: record.id.clone(),
+                    state: None,
+                    epoch: record.epoch,
+                }
+            }
             Ok(Some(now)) => TxError::Superseded {
                 id: record.id.clone(),
                 state: Some(now.state),
