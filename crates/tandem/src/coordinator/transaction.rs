@@ -97,7 +97,10 @@ pub struct Receipt {
     /// Sequential round trips to the stores until `run` returned, as the
     /// protocol plans them: a command the coordinator or the driver sent
     /// again after a transient error is not counted (the store's metrics
-    /// count what was sent).
+    /// count what was sent). With [`CommitPoint::Done`](crate::CommitPoint::Done),
+    /// the finishing's trips count as planned even where finishing stopped
+    /// early and left the rest to recovery (the receipt's `state` is then
+    /// `Applied`).
     pub round_trips: u32,
     /// How it ran: [`Strategy::TwoPhase`] or [`Strategy::Native`] (what
     /// [`Strategy::Auto`] chose).
