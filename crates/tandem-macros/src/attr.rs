@@ -318,6 +318,8 @@ pub(crate) struct SerdeField {
     /// `skip_serializing_if`: the field may be absent from the stored
     /// document while the struct reads a value for it.
     pub(crate) skip_if: bool,
+    /// The predicate of `skip_serializing_if`, when it parses as a path.
+    pub(crate) skip_if_fn: Option<ExprPath>,
     /// An `alias`: a name the struct reads that typed changes do not write.
     pub(crate) alias: Option<Span>,
     /// `rename(serialize = "...", deserialize = "...")` with the two apart
@@ -390,7 +392,9 @@ impl SerdeField {
                     Ok(())
                 } else if meta.path.is_ident("skip_serializing_if") {
                     serde.skip_if = true;
-                    skip_value(&meta)
+                    let lit: LitStr = meta.value()?.parse()?;
+                    serde.skip_if_fn = lit.parse::<ExprPath>().ok();
+                    Ok(())
                 } else if meta.path.is_ident("alias") {
                     serde.alias = Some(meta.path.span());
                     skip_value(&meta)

@@ -556,16 +556,44 @@ impl<'a> Gen<'a> {
         let (value_ty, convert) = param(ty, f.shape.is_number());
         let value = self.serialized(quote!(value), ty, with);
 
-        // (doc, name, parameters after `self`, body), in the order rustdoc lists them.
-        let mut methods: Vec<(String, Ident, TokenStream, TokenStream)> = Vec::new();
-        methods.push((
-            format!("Sets {field_text} to `value`.\n\n{restored}"),
-            method("set_", ""),
-            quote!(, value: #value_ty),
-            quote! {
+        // An `Option` that serde leaves out when its `skip_serializing_if`
+        // says so (and reads back as `None` when absent): a value the
+        // predicate skips is stored by removing the field, as serde stores
+        // it, before any `serialize_with` function would be given it.
+        let left_out = (matches!(f.shape, Shape::Option) && f.none_absent && !f.may_be_absent)
+            .then(|| match &f.skip_if {
+                Some(skip) => quote!(#skip(&value)),
+                None => quote!(::core::option::Option::is_none(&value)),
+            });
+        let set_body = match &left_out {
+            Some(skipped) => quote! {
+                #convert
+                if #skipped {
+                    #change { inner: self.inner.unset(#stored) }
+                } else {
+                    #change { inner: self.inner.set(#stored, #value) }
+                }
+            },
+            None => quote! {
                 #convert
                 #change { inner: self.inner.set(#stored, #value) }
             },
+        };
+        let set_doc = match &left_out {
+            Some(_) => format!(
+                "Sets {field_text} to `value`; a value serde leaves out \
+                 (`skip_serializing_if`) is stored by removing the field.\n\n{restored}"
+            ),
+            None => format!("Sets {field_text} to `value`.\n\n{restored}"),
+        };
+
+        // (doc, name, parameters after `self`, body), in the order rustdoc lists them.
+        let mut methods: Vec<(String, Ident, TokenStream, TokenStream)> = Vec::new();
+        methods.push((
+            set_doc,
+            method("set_", ""),
+            quote!(, value: #value_ty),
+            set_body,
         ));
         match &f.shape {
             Shape::Number { inc: true } if with.is_none() && !f.may_be_absent => methods.push((
@@ -583,14 +611,26 @@ impl<'a> Gen<'a> {
             // it); else `null`, or what a `with` module writes, since an
             // absent field may read as something else (a `default`, or an
             // error from `deserialize_with`).
-            Shape::Option if f.none_absent && !f.may_be_absent => methods.push((
-                format!(
-                    "Removes {field_text} from the document, as serde stores `None` there.\n\n{restored}"
-                ),
-                method("unset_", ""),
-                quote!(),
-                quote!(#change { inner: self.inner.unset(#stored) }),
-            )),
+            Shape::Option if left_out.is_some() => {
+                let none = self.serialized(quote!(value), ty, with);
+                let skipped = &left_out;
+                methods.push((
+                    format!(
+                        "Sets {field_text} to `None` as serde stores it: removes the field where \
+                         `skip_serializing_if` leaves `None` out.\n\n{restored}"
+                    ),
+                    method("unset_", ""),
+                    quote!(),
+                    quote! {
+                        let value: #ty = ::core::option::Option::None;
+                        if #skipped {
+                            #change { inner: self.inner.unset(#stored) }
+                        } else {
+                            #change { inner: self.inner.set(#stored, #none) }
+                        }
+                    },
+                ))
+            }
             Shape::Option => {
                 let none = self.serialized(quote!(value), ty, with);
                 methods.push((

@@ -137,9 +137,15 @@ pub(crate) struct FieldModel {
     /// serialized in the order of its hashes, which differs between two
     /// equal values, so no equality of its BSON follows the struct's.
     pub(crate) unordered: bool,
-    /// An `Option` with `skip_serializing_if` (and no function reading or
-    /// defaulting it): serde stores `None` by leaving the field out.
+    /// An `Option` with `skip_serializing_if` whose absence reads as `None`
+    /// (no function defaulting it, and none reading it unless a plain
+    /// `default` supplies the `None`): serde stores the values its
+    /// predicate skips by leaving the field out, whatever serializes the
+    /// others.
     pub(crate) none_absent: bool,
+    /// The predicate of `skip_serializing_if`, for a `none_absent` field
+    /// (`None`: `Option::is_none`, when it does not parse as a path).
+    pub(crate) skip_if: Option<ExprPath>,
     /// Read by a function (`with`, `deserialize_with`), which may refuse an
     /// absent field: no typed path, whose generic `unset` removes it.
     pub(crate) deserialize_with: bool,
@@ -398,11 +404,11 @@ impl Model {
                 unordered: unordered(&f.ty),
                 // `None` is stored by leaving the field out, and an absent
                 // field reads as `None`: an unset then removes the field,
-                // as serde would (a sparse index on it keeps working).
-                none_absent: f.serde.skip_if
-                    && !f.serde.default_fn
-                    && !f.serde.deserialize_with
-                    && f.serde.serialize_with.is_none(),
+                // as serde would (a sparse index on it keeps working). The
+                // serializer does not matter: serde skips the field before
+                // calling it.
+                none_absent: none_absent(f),
+                skip_if: none_absent(f).then(|| f.serde.skip_if_fn.clone()).flatten(),
                 deserialize_with: f.serde.deserialize_with,
             })
             .collect();
@@ -455,6 +461,12 @@ impl Model {
     pub(crate) fn is_document(&self) -> bool {
         matches!(self.kind, Kind::Document { .. })
     }
+}
+
+/// Whether serde stores `f` by leaving it out when its predicate says so,
+/// and reads it back as `None` when absent (see `FieldModel::none_absent`).
+fn none_absent(f: &InputField) -> bool {
+    f.serde.skip_if && !f.serde.default_fn && (!f.serde.deserialize_with || f.serde.default)
 }
 
 impl IdField {
