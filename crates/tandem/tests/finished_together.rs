@@ -694,3 +694,64 @@ async fn shutdown_within_bounds_the_wait_for_a_hung_store() {
     assert!(coordinator.shutdown_within(Duration::from_secs(60)).await);
     assert_eq!(balance(&store, "B").await, 101);
 }
+
+/// Found by an adversarial review: when more than a round's worth of
+/// transactions waited (they committed while a round was held up by a slow
+/// store), the finisher took a full round and counted the `finish_delay` of
+/// the rest from that moment, not from when they committed: they were held
+/// up to twice the delay. (Time is paused: it moves only when every task
+/// waits for a timer, or when the test advances it.)
+#[tokio::test(start_paused = true)]
+async fn transactions_left_over_from_a_full_round_wait_no_longer_than_the_delay() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use tandem::testing::FaultStore;
+
+    const DELAY: Duration = Duration::from_secs(1);
+    let (store, _, _) = bank(&["A", "B"], 1_000_000).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    let applied_at = Arc::new(Mutex::new(HashMap::new()));
+    let sink = {
+        let applied_at = applied_at.clone();
+        move |e: &TxEvent| {
+            if let TxEvent::StateChanged {
+                id,
+                to: TxState::Applied,
+                ..
+            } = e
+            {
+                applied_at
+                    .lock()
+                    .unwrap()
+                    .insert(id.to_string(), tokio::time::Instant::now());
+            }
+        }
+    };
+    let coordinator = Coordinator::builder(faulty.clone())
+        .finish_delay(DELAY)
+        .on_event(sink)
+        .build();
+    coordinator.run(transfer("A", "B", 1)).await.unwrap();
+    // The finisher's first request (after the delay) is held up.
+    let pause = faulty.pause_at(faulty.ops() + 1);
+    pause.reached.await.unwrap();
+    // A full round and one more commit meanwhile.
+    let committed = tokio::time::Instant::now();
+    let mut last = None;
+    for _ in 0..65 {
+        last = Some(coordinator.run(transfer("A", "B", 1)).await.unwrap().id);
+    }
+    let last = last.unwrap().to_string();
+    tokio::time::advance(DELAY * 9 / 10).await;
+    pause.release.send(()).unwrap();
+    // No drain: it would not wait out the delay.
+    let applied = loop {
+        if let Some(at) = applied_at.lock().unwrap().get(&last) {
+            break *at;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let held = applied - committed;
+    assert!(held <= DELAY, "held {held:?}, past the delay of {DELAY:?}");
+    coordinator.drain().await;
+}
