@@ -45,9 +45,10 @@ pub(super) const BACKLOG: usize = 16 * FINISH_BATCH;
 pub(super) struct Background {
     /// Committed transactions not taken on yet, each with its number.
     waiting: Vec<(u64, Live)>,
-    /// When the oldest of `waiting` arrived (for
-    /// [`CoordinatorConfig::finish_delay`](crate::config::CoordinatorConfig::finish_delay)).
-    oldest: Option<tokio::time::Instant>,
+    /// When each of `waiting` arrived, in the same order (for
+    /// [`CoordinatorConfig::finish_delay`](crate::config::CoordinatorConfig::finish_delay)):
+    /// those left over from a full round keep their own time.
+    arrived: std::collections::VecDeque<tokio::time::Instant>,
     running: bool,
     /// The number the next committed transaction gets.
     next: u64,
@@ -89,7 +90,7 @@ impl Drop for IdleOnPanic {
             for (_, live) in bg.waiting.drain(..) {
                 tracing::warn!(target: "tandem", "finishing {} left to recovery: the finisher stopped", live.id);
             }
-            bg.oldest = None;
+            bg.arrived.clear();
             let all: Vec<u64> = bg.unfinished.iter().copied().collect();
             bg.finished(all);
         }
@@ -161,9 +162,7 @@ impl Coordinator {
         .await;
         let mut bg = self.background();
         let first = bg.waiting.is_empty();
-        if first {
-            bg.oldest = Some(tokio::time::Instant::now());
-        }
+        bg.arrived.push_back(tokio::time::Instant::now());
         let number = bg.next;
         bg.next += 1;
         bg.unfinished.insert(number);
@@ -205,12 +204,14 @@ impl Coordinator {
                     let close_at = settled_since + linger;
                     let close = !settled.is_empty()
                         && (flush || settled.len() >= FINISH_BATCH || close_at <= now);
-                    let settle_at = bg.oldest.map(|t| t + delay);
+                    let settle_at = bg.arrived.front().map(|&t| t + delay);
                     let batch: Vec<(u64, Live)> = match settle_at {
                         Some(at) if (at <= now || flush || bg.waiting.len() >= FINISH_BATCH) => {
                             let n = bg.waiting.len().min(FINISH_BATCH);
                             let batch = bg.waiting.drain(..n).collect();
-                            bg.oldest = (!bg.waiting.is_empty()).then_some(now);
+                            // Those left over keep their own arrival: their
+                            // delay runs from their commit, not from this round.
+                            bg.arrived.drain(..n);
                             // Room for callers waiting to hand theirs over.
                             bg.progress.notify_waiters();
                             batch
