@@ -9,8 +9,10 @@
 //! difference in the meantime but recovery, which leaves a record alone
 //! until its lease has run out.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
+use futures::FutureExt;
 use tokio::task::JoinHandle;
 
 use super::Coordinator;
@@ -76,8 +78,9 @@ impl Background {
     }
 }
 
-/// Marks the finisher idle if its task ends by a panic (a hand-written
-/// participant's step, an event sink): every committed transaction it had
+/// Marks the finisher idle if its task ends by a panic its rounds did not
+/// catch (a round's own panic, in a hand-written participant's step or an
+/// event sink, leaves only that round to recovery): every committed transaction it had
 /// not finished, and every one waiting for it, is left to recovery, which
 /// finishes it after its lease; drains and callers waiting for room go on.
 struct IdleOnPanic(Option<Arc<Mutex<Background>>>);
@@ -239,7 +242,22 @@ impl Coordinator {
                 let mut left = Vec::new();
                 if !batch.is_empty() {
                     let lives: Vec<&Live> = batch.iter().map(|(_, live)| live).collect();
-                    let results = engine.settle_many(&lives).await;
+                    // A panic (a hand-written participant's clear, an event
+                    // sink) leaves this round to recovery, not the rounds after.
+                    let Ok(results) = AssertUnwindSafe(engine.settle_many(&lives))
+                        .catch_unwind()
+                        .await
+                    else {
+                        for (number, live) in batch {
+                            tracing::warn!(target: "tandem", "finishing {} left to recovery: the finisher's round panicked", live.id);
+                            left.push(number);
+                        }
+                        shared
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .finished(left);
+                        continue;
+                    };
                     if settled.is_empty() {
                         settled_since = tokio::time::Instant::now();
                     }
@@ -264,7 +282,14 @@ impl Coordinator {
                     for round in closing.chunks(FINISH_BATCH) {
                         let lives: Vec<&Live> = round.iter().map(|(_, live)| live).collect();
                         let which: Vec<usize> = (0..lives.len()).collect();
-                        for (t, result) in engine.close_many(&lives, &which).await {
+                        let Ok(results) = AssertUnwindSafe(engine.close_many(&lives, &which))
+                            .catch_unwind()
+                            .await
+                        else {
+                            tracing::warn!(target: "tandem", "moving {} record(s) to done left to recovery: the finisher's round panicked", lives.len());
+                            continue;
+                        };
+                        for (t, result) in results {
                             if let Err(e) = result {
                                 tracing::warn!(target: "tandem", "finishing {} left to recovery: {e}", lives[t].id);
                             }
