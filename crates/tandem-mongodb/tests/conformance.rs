@@ -5,12 +5,12 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bson::{doc, Document};
-use common::{mongodb_uri, unique_name};
+use common::{mongodb_uri, runtime, unique_name};
 use proptest::prelude::*;
 use tandem::testing::scenarios::{self, Interleaving, PlannedTransfer, BANK};
 use tandem::testing::{audit, CrashHarness, StoreFactory};
@@ -172,16 +172,6 @@ async fn transfers_finished_together_on_mongodb() {
     println!("finished-together runs on MongoDB: {covered}");
     assert!(covered > 8 * 4, "only {covered} runs");
     done(f).await;
-}
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    })
 }
 
 fn planned() -> impl Strategy<Value = Interleaving> {

@@ -41,11 +41,11 @@ mod common;
 
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bson::{doc, Bson, Document};
-use common::{mongodb_uri, secantus_version, unique_name};
+use common::{env_or, mongodb_uri, runtime, secantus_version, unique_name};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use tandem::store::{FindOptions, Namespace, Store};
@@ -530,23 +530,6 @@ async fn run_case(
         .await
         .expect("drop the case's collection");
     result
-}
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime")
-    })
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 #[test]

@@ -24,17 +24,19 @@ async fn stuck_transfer(store: &MemoryStore) -> TxId {
     }
 }
 
-/// `cancel` read the record `pending`; before its claim, another operator
-/// canceled it. The claim misses, and the answer `Superseded` named the
-/// state and epoch read before (`pending`), which its documentation calls
-/// "the state the record is in now": the command line printed "changed
-/// while canceling (now pending)" for a record already `canceled`.
-#[tokio::test]
-async fn a_cancel_that_loses_the_claim_names_the_state_now() {
+/// A record `pending` after its owner crashed, past its lease, and a
+/// cancel of it held after it read the record (operation 1), before its
+/// claim (operation 2). Returns the store, the id, the cancel's task and
+/// what lets it go on.
+async fn cancel_held_before_its_claim() -> (
+    MemoryStore,
+    TxId,
+    tokio::task::JoinHandle<Result<TxState, TxError>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
     let id = stuck_transfer(&store).await;
     clock.advance(Duration::from_secs(33));
-    // Operation 1 reads the record; operation 2 is the claim.
     let faulty = FaultStore::new(Arc::new(store.clone()));
     let pause = faulty.pause_at(2);
     let slow = Coordinator::builder(faulty.clone()).build();
@@ -43,12 +45,36 @@ async fn a_cancel_that_loses_the_claim_names_the_state_now() {
         async move { slow.cancel(&id, "first operator").await }
     });
     pause.reached.await.unwrap();
+    (store, id, cancel, pause.release)
+}
+
+/// Replaces the record under `id` by another transaction's: the same
+/// document but for its creation token (the record collected, the id
+/// written again).
+async fn write_again_under(store: &MemoryStore, id: &str) {
+    let mut replaced = get(store, &records(), id).await.expect("the record");
+    replaced.insert("token", "0123456789abcdef01234567");
+    store
+        .delete_one(&records(), bson::doc! { "_id": id })
+        .await
+        .unwrap();
+    store.insert_one(&records(), replaced).await.unwrap();
+}
+
+/// `cancel` read the record `pending`; before its claim, another operator
+/// canceled it. The claim misses, and the answer `Superseded` named the
+/// state and epoch read before (`pending`), which its documentation calls
+/// "the state the record is in now": the command line printed "changed
+/// while canceling (now pending)" for a record already `canceled`.
+#[tokio::test]
+async fn a_cancel_that_loses_the_claim_names_the_state_now() {
+    let (store, id, cancel, release) = cancel_held_before_its_claim().await;
     let other = Coordinator::new(store.clone())
         .cancel(&id, "second operator")
         .await
         .unwrap();
     assert_eq!(other, TxState::Canceled);
-    pause.release.send(()).unwrap();
+    release.send(()).unwrap();
     let answer = cancel.await.unwrap();
     let now = Coordinator::new(store.clone())
         .record(&id)
@@ -70,29 +96,9 @@ async fn a_cancel_that_loses_the_claim_names_the_state_now() {
 /// state as the state of the one the cancel read; that one is gone.
 #[tokio::test]
 async fn a_cancel_whose_record_was_replaced_says_it_is_gone() {
-    let (store, clock, _) = bank(&["A", "B"], 1000).await;
-    let id = stuck_transfer(&store).await;
-    clock.advance(Duration::from_secs(33));
-    let faulty = FaultStore::new(Arc::new(store.clone()));
-    let pause = faulty.pause_at(2);
-    let slow = Coordinator::builder(faulty.clone()).build();
-    let cancel = tokio::spawn({
-        let id = id.clone();
-        async move { slow.cancel(&id, "first operator").await }
-    });
-    pause.reached.await.unwrap();
-    // Collected, and the id written again by another transaction.
-    let mut replaced = get(&store, &records(), id.as_str())
-        .await
-        .expect("the record");
-    replaced.insert("token", "0123456789abcdef01234567");
-    replaced.insert("epoch", 0_i64);
-    store
-        .delete_one(&records(), bson::doc! { "_id": id.as_str() })
-        .await
-        .unwrap();
-    store.insert_one(&records(), replaced).await.unwrap();
-    pause.release.send(()).unwrap();
+    let (store, id, cancel, release) = cancel_held_before_its_claim().await;
+    write_again_under(&store, id.as_str()).await;
+    release.send(()).unwrap();
     match cancel.await.unwrap() {
         Err(TxError::Superseded { state, .. }) => {
             assert_eq!(state, None, "the transaction the cancel read is gone")
@@ -130,13 +136,7 @@ async fn a_move_whose_record_was_replaced_says_it_is_gone() {
         panic!("one record: {stored:?}");
     };
     let id = record.get_str("_id").unwrap().to_owned();
-    let mut replaced = record.clone();
-    replaced.insert("token", "0123456789abcdef01234567");
-    store
-        .delete_one(&records(), bson::doc! { "_id": &id })
-        .await
-        .unwrap();
-    store.insert_one(&records(), replaced).await.unwrap();
+    write_again_under(&store, &id).await;
     pause.release.send(()).unwrap();
     match run.await.unwrap() {
         Err(TxError::Superseded { state, .. }) => {

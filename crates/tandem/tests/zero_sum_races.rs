@@ -5,100 +5,29 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use bson::{doc, Bson, Document};
+use bson::{doc, Bson};
 use common::*;
 use tandem::testing::FaultStore;
-use tandem::{
-    CommitPoint, Coordinator, DocumentChange, MemoryStore, Namespace, StepError, Store,
-    Transaction, TxError, TxState,
-};
-
-const LEASE: Duration = Duration::from_secs(1);
-
-fn stats() -> Namespace {
-    Namespace::new("app", "stats")
-}
-
-fn two_phase(store: Arc<dyn Store>) -> Coordinator {
-    Coordinator::builder_shared(store)
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .commit_point(CommitPoint::Done)
-        .build()
-}
+use tandem::{DocumentChange, StepError, Store, Transaction, TxError, TxState};
 
 fn credit(path: &str, by: i64) -> Transaction {
     Transaction::new().change(DocumentChange::update(stats(), "X").inc(path, by))
 }
 
-fn sums(x: &Document) -> Document {
-    x.get_document("_tandem")
-        .ok()
-        .and_then(|m| m.get_document("credit").ok())
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// A store with `X` whose credit of `a` was undone: `_tandem.credit.a: 0`.
-async fn zero_at_a() -> MemoryStore {
-    zeros_at(&["a"]).await
-}
-
-/// A store with `X` whose credits of `paths` were undone, each leaving its
-/// zero sum.
-async fn zeros_at(paths: &[&str]) -> MemoryStore {
-    let (store, _clock, _) = bank(&["A"], 10).await;
-    store
-        .insert_one(&stats(), doc! { "_id": "X", "n": 1_i64 })
-        .await
-        .unwrap();
-    let coordinator = two_phase(Arc::new(store.clone()));
-    for path in paths {
-        let refused = coordinator
-            .run(
-                Transaction::new()
-                    .change(DocumentChange::update(stats(), "X").inc(*path, 5_i64))
-                    .change(
-                        DocumentChange::update(accounts(), "A")
-                            .inc("balance", -1_000_i64)
-                            .require_gte("balance", 1_000_i64),
-                    ),
-            )
-            .await;
-        assert!(
-            matches!(refused, Err(TxError::Canceled { undone: true, .. })),
-            "{refused:?}"
-        );
-    }
-    let x = get(&store, &stats(), "X").await.unwrap();
-    for path in paths {
-        assert_eq!(sums(&x).get(*path), Some(&Bson::Int64(0)), "{x}");
-    }
-    store
-}
-
-/// Two credits of `a.b` and `a.c` beside the zero of `a`, on a busy
-/// document: the credit of `a.c` drops the zero (and lands) between the
-/// read and the unset of the credit of `a.b`'s own tidy, whose unset,
-/// guarded by the zero it read, then matches nothing. Nothing is in the way
-/// of `a.b` any more (`a` holds `{c: 7}`, its sums `{c: 0}`), yet the
-/// credit of `a.b` was canceled with the `TypeMismatch` that tells of a
-/// zero in its way: the retry was made only when its own unset matched.
-#[tokio::test]
-async fn a_zero_dropped_by_another_credit_meanwhile_still_makes_way() {
-    let store = zero_at_a().await;
+/// A credit of `a.b` beside the zero of `a`, held before its store
+/// operation `op`, while a credit of `a.c` runs whole; then let go. Both
+/// must commit, `a` holding both credits.
+async fn a_b_beside_a_c_landing_at(op: u64) {
+    let store = undone_credits_at(&["a"]).await;
     let shared: Arc<dyn Store> = Arc::new(store.clone());
-    // 1 the record's create, 2 the apply (refused: the zero of `a`), 3 the
-    // read that explains it, 4 the tidy's read; 5, the tidy's unset, waits.
     let faulty = FaultStore::new(shared.clone());
-    let pause = faulty.pause_at(5);
+    let pause = faulty.pause_at(op);
     let slow = two_phase(Arc::new(faulty));
     let held = tokio::spawn(async move { slow.run(credit("a.b", 7)).await });
     pause.reached.await.unwrap();
     let x = get(&store, &stats(), "X").await.unwrap();
-    assert_eq!(sums(&x).get("a"), Some(&Bson::Int64(0)), "{x}");
+    assert_eq!(credit_sums(&x).get("a"), Some(&Bson::Int64(0)), "{x}");
     assert!(x.get("a").is_none(), "nothing of a.b landed yet: {x}");
 
     let plain = two_phase(shared.clone());
@@ -123,42 +52,27 @@ async fn a_zero_dropped_by_another_credit_meanwhile_still_makes_way() {
     );
 }
 
+/// Two credits of `a.b` and `a.c` beside the zero of `a`, on a busy
+/// document: the credit of `a.c` drops the zero (and lands) between the
+/// read and the unset of the credit of `a.b`'s own tidy, whose unset,
+/// guarded by the zero it read, then matches nothing. Nothing is in the way
+/// of `a.b` any more (`a` holds `{c: 7}`, its sums `{c: 0}`), yet the
+/// credit of `a.b` was canceled with the `TypeMismatch` that tells of a
+/// zero in its way: the retry was made only when its own unset matched.
+#[tokio::test]
+async fn a_zero_dropped_by_another_credit_meanwhile_still_makes_way() {
+    // 1 the record's create, 2 the apply (refused: the zero of `a`), 3 the
+    // read that explains it, 4 the tidy's read; 5, the tidy's unset, waits.
+    a_b_beside_a_c_landing_at(5).await;
+}
+
 /// The same, with the zero dropped between the refused apply's explanation
 /// and the tidy's read: the tidy finds no zero in the way, drops nothing,
 /// and the credit of `a.b` was canceled as if one were there.
 #[tokio::test]
 async fn a_zero_dropped_before_the_tidy_reads_still_makes_way() {
-    let store = zero_at_a().await;
-    let shared: Arc<dyn Store> = Arc::new(store.clone());
     // 4, the tidy's read, waits.
-    let faulty = FaultStore::new(shared.clone());
-    let pause = faulty.pause_at(4);
-    let slow = two_phase(Arc::new(faulty));
-    let held = tokio::spawn(async move { slow.run(credit("a.b", 7)).await });
-    pause.reached.await.unwrap();
-    let x = get(&store, &stats(), "X").await.unwrap();
-    assert_eq!(sums(&x).get("a"), Some(&Bson::Int64(0)), "{x}");
-
-    let plain = two_phase(shared.clone());
-    let other = plain.run(credit("a.c", 7)).await;
-    assert!(
-        matches!(&other, Ok(r) if r.state == TxState::Done),
-        "{other:?}"
-    );
-
-    pause.release.send(()).unwrap();
-    let answer = held.await.unwrap();
-    plain.drain().await;
-    let x = get(&store, &stats(), "X").await.unwrap();
-    assert!(
-        matches!(&answer, Ok(r) if r.state == TxState::Done),
-        "a credit of a.b beside a.c, nothing in its way: {answer:?}; {x}"
-    );
-    assert_eq!(
-        x.get("a"),
-        Some(&Bson::Document(doc! { "c": 7_i64, "b": 7_i64 })),
-        "{x}"
-    );
+    a_b_beside_a_c_landing_at(4).await;
 }
 
 /// A credit of `a.b` and `d.e` beside the zeros of `a` and `d`, while a
@@ -168,7 +82,7 @@ async fn a_zero_dropped_before_the_tidy_reads_still_makes_way() {
 /// of a zero in the way (the unset, guarded by both zeros, matched nothing).
 #[tokio::test]
 async fn a_credit_pending_meanwhile_is_told_as_a_conflict() {
-    let store = zeros_at(&["a", "d"]).await;
+    let store = undone_credits_at(&["a", "d"]).await;
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     let faulty = FaultStore::new(shared.clone());
     let pause = faulty.pause_at(5);
@@ -188,7 +102,7 @@ async fn a_credit_pending_meanwhile_is_told_as_a_conflict() {
     let pending = tokio::spawn(async move { slow_d.run(credit("d", 5)).await });
     pause_d.reached.await.unwrap();
     let x = get(&store, &stats(), "X").await.unwrap();
-    assert_eq!(sums(&x).get("d"), Some(&Bson::Int64(5)), "{x}");
+    assert_eq!(credit_sums(&x).get("d"), Some(&Bson::Int64(5)), "{x}");
 
     pause.release.send(()).unwrap();
     let answer = held.await.unwrap();

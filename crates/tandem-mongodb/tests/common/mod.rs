@@ -59,3 +59,23 @@ pub async fn secantus_version(store: &MongoStore) -> Option<String> {
         .expect("buildInfo");
     info.get_str("secantusVersion").ok().map(str::to_owned)
 }
+
+/// One current-thread runtime per test binary, for tests that drive async
+/// code from a synchronous proptest runner.
+pub fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    })
+}
+
+/// The environment variable `name` parsed, or `default` if unset or unparsable.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

@@ -85,3 +85,50 @@ pub fn rolling_forward(
             ..tandem::RecoveryConfig::default()
         })
 }
+
+/// The credit sums `_tandem.credit` of a document (empty if it has none).
+pub fn credit_sums(d: &Document) -> Document {
+    d.get_document("_tandem")
+        .ok()
+        .and_then(|m| m.get_document("credit").ok())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A memory store with account `A` (10) and counters `X`, whose credits of
+/// `paths` were each undone (paid for by `A`, which cannot pay), leaving
+/// each its zero sum at `_tandem.credit.<path>`.
+pub async fn undone_credits_at(paths: &[&str]) -> MemoryStore {
+    let (store, _clock, _) = bank(&["A"], 10).await;
+    store
+        .insert_one(&stats(), doc! { "_id": "X", "n": 1_i64 })
+        .await
+        .unwrap();
+    let coordinator = two_phase(Arc::new(store.clone()));
+    for path in paths {
+        let refused = coordinator
+            .run(
+                tandem::Transaction::new()
+                    .change(DocumentChange::update(stats(), "X").inc(*path, 5_i64))
+                    .change(
+                        DocumentChange::update(accounts(), "A")
+                            .inc("balance", -1_000_i64)
+                            .require_gte("balance", 1_000_i64),
+                    ),
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(tandem::TxError::Canceled { undone: true, .. })),
+            "{refused:?}"
+        );
+    }
+    let x = get(&store, &stats(), "X").await.unwrap();
+    for path in paths {
+        assert_eq!(
+            credit_sums(&x).get(*path),
+            Some(&bson::Bson::Int64(0)),
+            "the undone credit's zero sum: {x}"
+        );
+    }
+    store
+}
