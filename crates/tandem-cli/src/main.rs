@@ -1407,6 +1407,41 @@ mod commands_under_load {
     /// Transactions the application finishes while the command runs.
     const TRAFFIC: usize = 200;
 
+    /// A memory store on a manual clock with accounts `A` and `B`.
+    async fn accounts_a_and_b() -> (tandem::MemoryStore, Arc<tandem::ManualClock>) {
+        let clock = Arc::new(tandem::ManualClock::default());
+        let store = tandem::MemoryStore::with_clock(clock.clone());
+        for id in ["A", "B"] {
+            store
+                .insert_one(&accounts(), doc! { "_id": id, "balance": 1_000_000_i64 })
+                .await
+                .unwrap();
+        }
+        (store, clock)
+    }
+
+    fn accounts() -> Namespace {
+        Namespace::new("bank", "accounts")
+    }
+
+    /// One unit from `A` to `B`.
+    fn transfer() -> Transaction {
+        Transaction::new()
+            .change(DocumentChange::update(accounts(), "A").inc("balance", -1_i64))
+            .change(DocumentChange::update(accounts(), "B").inc("balance", 1_i64))
+    }
+
+    /// The ids of the documents of `ns`.
+    async fn ids(store: &tandem::MemoryStore, ns: &Namespace) -> Vec<bson::Bson> {
+        store
+            .find(ns, doc! {}, Default::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.get("_id").unwrap().clone())
+            .collect()
+    }
+
     /// The application commits a transfer, a lease plus the margin passes,
     /// and so on: every record it finished becomes due a moment later.
     /// `tandem gc` ran until the application stopped (a collection that
@@ -1414,41 +1449,19 @@ mod commands_under_load {
     /// after the records due at its start (here, ten) are collected.
     #[tokio::test]
     async fn gc_ends_while_transactions_keep_finishing() {
-        let accounts = Namespace::new("bank", "accounts");
+        let (store, clock) = accounts_a_and_b().await;
         let records = Namespace::new("tandem", "transactions");
-        let clock = Arc::new(tandem::ManualClock::default());
-        let store = tandem::MemoryStore::with_clock(clock.clone());
-        for id in ["A", "B"] {
-            store
-                .insert_one(&accounts, doc! { "_id": id, "balance": 1_000_000_i64 })
-                .await
-                .unwrap();
-        }
         let app = Coordinator::builder(store.clone())
             .lease(LEASE)
             .clock_margin(MARGIN)
             .commit_point(CommitPoint::Done)
             .build();
-        let transfer = {
-            let accounts = accounts.clone();
-            move || {
-                Transaction::new()
-                    .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -1_i64))
-                    .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 1_i64))
-            }
-        };
         // Ten records due when the command starts.
         for _ in 0..10 {
             app.run(transfer()).await.unwrap();
         }
         clock.advance(LEASE + MARGIN + Duration::from_secs(1));
-        let due_at_start: Vec<bson::Bson> = store
-            .find(&records, doc! {}, Default::default())
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.get("_id").unwrap().clone())
-            .collect();
+        let due_at_start = ids(&store, &records).await;
         assert_eq!(due_at_start.len(), 10);
 
         let finished = Arc::new(AtomicUsize::new(0));
@@ -1492,24 +1505,8 @@ mod commands_under_load {
     /// due at its start (here, ten) are finished.
     #[tokio::test]
     async fn recover_ends_while_transactions_keep_coming_due() {
-        let accounts = Namespace::new("bank", "accounts");
+        let (store, clock) = accounts_a_and_b().await;
         let records = Namespace::new("tandem", "transactions");
-        let clock = Arc::new(tandem::ManualClock::default());
-        let store = tandem::MemoryStore::with_clock(clock.clone());
-        for id in ["A", "B"] {
-            store
-                .insert_one(&accounts, doc! { "_id": id, "balance": 1_000_000_i64 })
-                .await
-                .unwrap();
-        }
-        let transfer = {
-            let accounts = accounts.clone();
-            move || {
-                Transaction::new()
-                    .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -1_i64))
-                    .change(DocumentChange::update(accounts.clone(), "B").inc("balance", 1_i64))
-            }
-        };
         // An application process that dies after writing its record.
         let dying = {
             let store = store.clone();
@@ -1525,13 +1522,7 @@ mod commands_under_load {
             assert!(dying().run(transfer()).await.is_err());
         }
         clock.advance(LEASE + MARGIN + Duration::from_secs(1));
-        let due_at_start: Vec<bson::Bson> = store
-            .find(&records, doc! {}, Default::default())
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.get("_id").unwrap().clone())
-            .collect();
+        let due_at_start = ids(&store, &records).await;
         assert_eq!(due_at_start.len(), 10);
 
         let started = Arc::new(AtomicUsize::new(0));
