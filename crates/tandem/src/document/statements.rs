@@ -362,34 +362,18 @@ impl DocumentChange {
                 .increments()
                 .find_map(|(path, _)| self.parent_not_a_document(current, path));
         }
+        // A credit pending in the way first (a conflict, which ends); a
+        // zero only where nothing else is.
         let mut zero = None;
-        let mut in_the_way = |sum: &Bson, at: &str, path: &str| {
-            let e = self.sum_in_the_way(sum, at, path);
-            if !all_zero(sum) {
-                return Some(e);
-            }
-            zero.get_or_insert(e);
-            None
-        };
         for (path, _) in self.deferred_credits() {
             if let Some(e) = self.parent_not_a_document(current, path) {
                 return Some(e);
             }
-            for parent in parents(path) {
-                let sum = query::lookup(current, &credit_path(parent));
-                if let Some(
-                    sum @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)),
-                ) = sum
-                {
-                    if let Some(e) = in_the_way(sum, parent, path) {
-                        return Some(e);
-                    }
+            for (at, sum) in sums_in_the_way_of(current, path) {
+                if !all_zero(sum) {
+                    return Some(self.sum_in_the_way(sum, at, path));
                 }
-            }
-            if let Some(sum @ Bson::Document(_)) = query::lookup(current, &credit_path(path)) {
-                if let Some(e) = in_the_way(sum, path, path) {
-                    return Some(e);
-                }
+                zero.get_or_insert_with(|| self.sum_in_the_way(sum, at, path));
             }
         }
         zero
@@ -447,30 +431,14 @@ impl DocumentChange {
     /// credit is pending there, and dropping it changes nothing any step
     /// reads (a missing sum counts as zero).
     fn zero_sums_in_the_way(&self, current: &Document) -> Document {
-        let mut zeros = Document::new();
         if self.is_exclusive() {
-            return zeros;
+            return Document::new();
         }
-        for (path, _) in self.deferred_credits() {
-            for parent in parents(path) {
-                let at = credit_path(parent);
-                if let Some(
-                    sum @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)),
-                ) = query::lookup(current, &at)
-                {
-                    if all_zero(sum) {
-                        zeros.insert(at, sum.clone());
-                    }
-                }
-            }
-            let at = credit_path(path);
-            if let Some(sum @ Bson::Document(_)) = query::lookup(current, &at) {
-                if all_zero(sum) {
-                    zeros.insert(at, sum.clone());
-                }
-            }
-        }
-        zeros
+        self.deferred_credits()
+            .flat_map(|(path, _)| sums_in_the_way_of(current, path))
+            .filter(|(_, sum)| all_zero(sum))
+            .map(|(at, sum)| (credit_path(at), sum.clone()))
+            .collect()
     }
 
     /// Drops the [zero sums in the way](Self::zero_sums_in_the_way) of this
@@ -1837,6 +1805,29 @@ pub(super) fn type_conditions(path: &str, value: &Bson) -> Option<Vec<(String, B
 /// The largest sub-document an `unset` of one of its fields images whole
 /// (to keep its field order): a larger one is imaged at the field.
 const WHOLE_IMAGE_LIMIT: usize = 16 * 1024;
+
+/// The pending sums in the way of a credit of `path` on `current`, each
+/// with where it is kept: a number at one of its parents (a credit pending
+/// on the parent, or the zero one left), or a document of sums at the path
+/// itself (credits below it).
+fn sums_in_the_way_of<'a>(
+    current: &'a Document,
+    path: &'a str,
+) -> impl Iterator<Item = (&'a str, &'a Bson)> + 'a {
+    let at_parents = parents(path).filter_map(move |parent| {
+        match query::lookup(current, &credit_path(parent)) {
+            Some(
+                sum @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)),
+            ) => Some((parent, sum)),
+            _ => None,
+        }
+    });
+    let below = match query::lookup(current, &credit_path(path)) {
+        Some(sum @ Bson::Document(_)) => Some((path, sum)),
+        _ => None,
+    };
+    at_parents.chain(below)
+}
 
 /// Whether every number in `sum` (a pending sum, or a document of them)
 /// is zero.
