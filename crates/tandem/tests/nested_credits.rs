@@ -233,7 +233,7 @@ async fn a_credit_under_a_field_that_is_no_document_is_refused() {
 /// once, with no collection in between.
 #[tokio::test]
 async fn a_zero_sum_left_by_an_undone_credit_makes_way() {
-    let store = undone_credits_at(&["a"]).await;
+    let (store, _clock) = undone_credits_at(&["a"]).await;
     let coordinator = two_phase(Arc::new(store.clone()));
     let answer = coordinator.run(credit("a.b", 7_i64)).await;
     assert!(

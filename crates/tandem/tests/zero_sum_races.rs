@@ -19,7 +19,7 @@ fn credit(path: &str, by: i64) -> Transaction {
 /// operation `op`, while a credit of `a.c` runs whole; then let go. Both
 /// must commit, `a` holding both credits.
 async fn a_b_beside_a_c_landing_at(op: u64) {
-    let store = undone_credits_at(&["a"]).await;
+    let (store, _clock) = undone_credits_at(&["a"]).await;
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     let faulty = FaultStore::new(shared.clone());
     let pause = faulty.pause_at(op);
@@ -82,7 +82,7 @@ async fn a_zero_dropped_before_the_tidy_reads_still_makes_way() {
 /// of a zero in the way (the unset, guarded by both zeros, matched nothing).
 #[tokio::test]
 async fn a_credit_pending_meanwhile_is_told_as_a_conflict() {
-    let store = undone_credits_at(&["a", "d"]).await;
+    let (store, _clock) = undone_credits_at(&["a", "d"]).await;
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     let faulty = FaultStore::new(shared.clone());
     let pause = faulty.pause_at(5);
@@ -120,4 +120,50 @@ async fn a_credit_pending_meanwhile_is_told_as_a_conflict() {
         ),
         "{answer:?}"
     );
+}
+
+/// A lost answer on the way of a credit beside a zero (the apply refused,
+/// its explaining read, the tidy's read or unset, the apply tried again):
+/// the credit is answered committed and lands once, finished by recovery
+/// where the coordinator left it, and leaves no marker, pending count or
+/// room behind.
+#[tokio::test]
+async fn a_lost_answer_around_the_tidy_lands_the_credit_once() {
+    for op in 2..=7 {
+        let (store, clock) = undone_credits_at(&["a"]).await;
+        let shared: Arc<dyn Store> = Arc::new(store.clone());
+        let faulty = FaultStore::new(shared.clone()).lose_answer_at(op);
+        let answer = two_phase(Arc::new(faulty)).run(credit("a.b", 7)).await;
+        assert!(answer.is_ok(), "answer lost at {op}: {answer:?}");
+        clock.advance(LEASE * 3);
+        two_phase(shared)
+            .recovery(tandem::RecoveryConfig::default())
+            .run_once()
+            .await
+            .unwrap();
+        let x = get(&store, &stats(), "X").await.unwrap();
+        assert_eq!(
+            x.get("a"),
+            Some(&Bson::Document(doc! { "b": 7_i64 })),
+            "answer lost at {op}: {x}"
+        );
+        assert_eq!(
+            x.get_array("pendingTransactions").map(Vec::len),
+            Ok(0),
+            "answer lost at {op}: {x}"
+        );
+        let meta = x.get_document("_tandem").unwrap();
+        assert_eq!(
+            meta.get("pending"),
+            Some(&Bson::Int32(0)),
+            "answer lost at {op}: {x}"
+        );
+        assert!(
+            matches!(
+                meta.get("room"),
+                None | Some(Bson::Int32(0) | Bson::Int64(0))
+            ),
+            "answer lost at {op}: {x}"
+        );
+    }
 }

@@ -97,9 +97,9 @@ pub fn credit_sums(d: &Document) -> Document {
 
 /// A memory store with account `A` (10) and counters `X`, whose credits of
 /// `paths` were each undone (paid for by `A`, which cannot pay), leaving
-/// each its zero sum at `_tandem.credit.<path>`.
-pub async fn undone_credits_at(paths: &[&str]) -> MemoryStore {
-    let (store, _clock, _) = bank(&["A"], 10).await;
+/// each its zero sum at `_tandem.credit.<path>`; and the store's clock.
+pub async fn undone_credits_at(paths: &[&str]) -> (MemoryStore, Arc<ManualClock>) {
+    let (store, clock, _) = bank(&["A"], 10).await;
     store
         .insert_one(&stats(), doc! { "_id": "X", "n": 1_i64 })
         .await
@@ -130,5 +130,5 @@ pub async fn undone_credits_at(paths: &[&str]) -> MemoryStore {
             "the undone credit's zero sum: {x}"
         );
     }
-    store
+    (store, clock)
 }
