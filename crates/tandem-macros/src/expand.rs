@@ -445,7 +445,7 @@ impl<'a> Gen<'a> {
         );
         let path_methods = self.path_methods(&quote!(TandemDoc), Some(quote!(&self.path)));
         let fields_at_body = self.body(quote! {
-            #fields { path, nullable, document: #p::PhantomData }
+            #fields { path, nullable, optional_parents, document: #p::PhantomData }
         });
         let allow_stub = self.stub.then(|| quote!(#[allow(unused_variables)]));
         let wrappers = self.wrappers.borrow();
@@ -463,6 +463,10 @@ impl<'a> Gen<'a> {
                     fn nullable(&self) -> bool {
                         self.nullable
                     }
+
+                    fn optional_parents(&self) -> &[::std::string::String] {
+                        &self.optional_parents
+                    }
                 }
             }
         });
@@ -472,6 +476,7 @@ impl<'a> Gen<'a> {
             #vis struct #fields<TandemDoc> {
                 path: ::std::string::String,
                 nullable: bool,
+                optional_parents: ::std::vec::Vec<::std::string::String>,
                 document: #p::PhantomData<fn() -> TandemDoc>,
             }
 
@@ -486,6 +491,7 @@ impl<'a> Gen<'a> {
                     fn fields_at<TandemDoc>(
                         path: ::std::string::String,
                         nullable: bool,
+                        optional_parents: ::std::vec::Vec<::std::string::String>,
                     ) -> #fields<TandemDoc> {
                         #fields_at_body
                     }
@@ -499,6 +505,7 @@ impl<'a> Gen<'a> {
                         #fields {
                             path: ::core::clone::Clone::clone(&self.path),
                             nullable: self.nullable,
+                            optional_parents: ::core::clone::Clone::clone(&self.optional_parents),
                             document: #p::PhantomData,
                         }
                     }
@@ -768,22 +775,33 @@ impl<'a> Gen<'a> {
 
         let set_doc = format!(
             "Sets `field` (a path from {fields_link}) to `value`.\n\n\
-             If the transaction is canceled, the field gets back the value it had before."
+             If the transaction is canceled, the field gets back the value it had before.\n\n\
+             A path below an `Option` embedded document guards the change on that document \
+             existing (`FieldPath::optional_parents`)."
         );
-        let set = body(quote!(#change { inner: self.inner.set(#path, value) }));
+        // A change that would create the field guards its optional parents
+        // (`FieldPath::optional_parents`).
+        let held = quote!(#p::parents_held::<#doc, F>(self.inner, &field));
+        let set = body(quote!(#change { inner: #held.set(#path, value) }));
         let inc_doc = format!(
             "Adds `by` to the number `field` (a path from {fields_link}).\n\n\
              Increments commute: other transactions may increment the same document at the same \
-             time. If the transaction is canceled, `by` is subtracted again."
+             time. If the transaction is canceled, `by` is subtracted again.\n\n\
+             A path below an `Option` embedded document guards the change on that document \
+             existing (`FieldPath::optional_parents`)."
         );
-        let inc = body(quote!(#change { inner: self.inner.inc(#path, by) }));
+        let inc = body(quote!(#change { inner: #held.inc(#path, by) }));
         let unset_doc = format!(
             "Removes the optional `field` (a path from {fields_link}) from the document.\n\n\
              If the transaction is canceled, the field gets back the value it had before."
         );
         let unset = body(quote!(#change { inner: self.inner.unset(#path) }));
-        let push_doc = format!("Appends `value` to the array `field` (a path from {fields_link}).");
-        let push = body(quote!(#change { inner: self.inner.push(#path, value) }));
+        let push_doc = format!(
+            "Appends `value` to the array `field` (a path from {fields_link}).\n\n\
+             A path below an `Option` embedded document guards the change on that document \
+             existing (`FieldPath::optional_parents`)."
+        );
+        let push = body(quote!(#change { inner: #held.push(#path, value) }));
         let pull_doc =
             format!("Removes every element equal to `value` from the array `field` (a path from {fields_link}).");
         let pull = body(quote!(#change { inner: self.inner.pull(#path, value) }));
@@ -943,6 +961,14 @@ impl<'a> Gen<'a> {
                 Some(prefix) => quote!(#p::join(#prefix, #stored)),
                 None => quote!(::std::string::String::from(#stored)),
             };
+            // The `Option` embedded documents the field lies below: the
+            // embedded document's own, and itself if it is an `Option`.
+            let parents = match &prefix {
+                Some(_) => {
+                    quote!(#p::parents_below(&self.optional_parents, &self.path, self.nullable))
+                }
+                None => quote!(::std::vec::Vec::new()),
+            };
             let tokens = match &f.nested {
                 Some(nested) => {
                     let doc_text = format!(
@@ -955,7 +981,8 @@ impl<'a> Gen<'a> {
                     let fields_at =
                         respan(quote!(<#nested as #p::Embedded>::fields_at::<#doc>), span);
                     let nullable = matches!(f.shape, Shape::Option);
-                    let body = self.body(respan(quote!(#fields_at(#path, #nullable)), span));
+                    let body =
+                        self.body(respan(quote!(#fields_at(#path, #nullable, #parents)), span));
                     quote! {
                         #[doc = #doc_text]
                         #[must_use]
@@ -966,11 +993,8 @@ impl<'a> Gen<'a> {
                 }
                 None => {
                     let doc_text = format!("The path of `{name}`, stored at {shown}.");
-                    let body = if matches!(f.shape, Shape::Option) {
-                        self.body(quote!(#p::Field::optional(#path)))
-                    } else {
-                        self.body(quote!(#p::Field::new(#path)))
-                    };
+                    let nullable = matches!(f.shape, Shape::Option);
+                    let body = self.body(quote!(#p::field_below(#path, #nullable, #parents)));
                     quote! {
                         #[doc = #doc_text]
                         #[must_use]

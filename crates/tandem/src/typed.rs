@@ -266,9 +266,12 @@ pub trait Embedded {
     type Fields<D>;
 
     /// The field paths of an embedded document stored at `path`; `nullable`
-    /// for an `Option` of it (see [`FieldPath::nullable`]).
+    /// for an `Option` of it (see [`FieldPath::nullable`]), below the
+    /// `Option` embedded documents `optional_parents` (see
+    /// [`FieldPath::optional_parents`]).
     #[doc(hidden)]
-    fn fields_at<D>(path: String, nullable: bool) -> Self::Fields<D>;
+    fn fields_at<D>(path: String, nullable: bool, optional_parents: Vec<String>)
+        -> Self::Fields<D>;
 }
 
 /// A number that `$inc` can add: `i32`, `i64` or `f64`.
@@ -308,6 +311,24 @@ pub trait FieldPath<D> {
     fn nullable(&self) -> bool {
         false
     }
+
+    /// The paths of the `Option` embedded documents this path lies below,
+    /// outermost first (`address` for `f.address().city()` of
+    /// `address: Option<Address>`).
+    ///
+    /// Where one is absent, a `set`, `inc` or `push` through the path would
+    /// create a sub-document holding that one field, which the embedded
+    /// struct could not read back. So the generic builder methods guard such
+    /// a change on each of them existing: on a document without one, the
+    /// transaction is refused as by a failed guard, and nothing is written.
+    /// (A stored `null` is refused by the store, with
+    /// [`StepError::TypeMismatch`](crate::StepError::TypeMismatch).)
+    ///
+    /// Empty unless the path was made below an `Option` field by
+    /// `#[participant(nested)]`.
+    fn optional_parents(&self) -> &[String] {
+        &[]
+    }
 }
 
 /// The typed path of a field holding a `T` inside documents of type `D`.
@@ -319,6 +340,7 @@ pub trait FieldPath<D> {
 pub struct Field<D, T> {
     path: String,
     nullable: bool,
+    optional_parents: Vec<String>,
     types: PhantomData<fn() -> (D, T)>,
 }
 
@@ -335,6 +357,7 @@ impl<D, T> Field<D, T> {
         Field {
             path: path.into(),
             nullable: false,
+            optional_parents: Vec::new(),
             types: PhantomData,
         }
     }
@@ -358,6 +381,7 @@ impl<D, T> Field<D, Option<T>> {
         Field {
             path: path.into(),
             nullable: true,
+            optional_parents: Vec::new(),
             types: PhantomData,
         }
     }
@@ -369,7 +393,10 @@ impl<D, T> Field<D, Vec<T>> {
     /// Its presence guards test presence; for an element of type `Option`,
     /// build it with [`Field::optional`].
     pub fn index(&self, index: usize) -> Field<D, T> {
-        Field::new(format!("{}.{index}", self.path))
+        Field {
+            optional_parents: self.optional_parents.clone(),
+            ..Field::new(format!("{}.{index}", self.path))
+        }
     }
 }
 
@@ -383,6 +410,10 @@ impl<D, T> FieldPath<D> for Field<D, T> {
     fn nullable(&self) -> bool {
         self.nullable
     }
+
+    fn optional_parents(&self) -> &[String] {
+        &self.optional_parents
+    }
 }
 
 impl<D, T> Clone for Field<D, T> {
@@ -390,6 +421,7 @@ impl<D, T> Clone for Field<D, T> {
         Field {
             path: self.path.clone(),
             nullable: self.nullable,
+            optional_parents: self.optional_parents.clone(),
             types: PhantomData,
         }
     }
@@ -414,7 +446,9 @@ impl<D, T> fmt::Display for Field<D, T> {
 
 impl<D, T> PartialEq for Field<D, T> {
     fn eq(&self, other: &Self) -> bool {
-        self.path == other.path && self.nullable == other.nullable
+        self.path == other.path
+            && self.nullable == other.nullable
+            && self.optional_parents == other.optional_parents
     }
 }
 
@@ -424,6 +458,7 @@ impl<D, T> Hash for Field<D, T> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.path.hash(state);
         self.nullable.hash(state);
+        self.optional_parents.hash(state);
     }
 }
 
@@ -475,6 +510,50 @@ pub mod __private {
             doc.remove(D::MARKER);
         }
         change.origin = crate::change::Origin(Some(std::any::type_name::<D>()));
+        change
+    }
+
+    /// The path of a field of an embedded document stored at `path` (an
+    /// `Option` of one if `nullable`), itself below `optional_parents`.
+    pub fn field_below<D, T>(
+        path: String,
+        nullable: bool,
+        optional_parents: Vec<String>,
+    ) -> Field<D, T> {
+        Field {
+            path,
+            nullable,
+            optional_parents,
+            types: PhantomData,
+        }
+    }
+
+    /// The optional parents of the fields of an embedded document stored at
+    /// `path`, below `optional_parents`: those, and `path` itself if it is
+    /// an `Option` (`nullable`).
+    pub fn parents_below(optional_parents: &[String], path: &str, nullable: bool) -> Vec<String> {
+        let mut parents = optional_parents.to_vec();
+        if nullable {
+            parents.push(path.to_owned());
+        }
+        parents
+    }
+
+    /// `change` guarded on every optional parent of `field` existing (see
+    /// [`FieldPath::optional_parents`]), each guard once.
+    pub fn parents_held<D, F: FieldPath<D>>(
+        mut change: DocumentChange,
+        field: &F,
+    ) -> DocumentChange {
+        for parent in field.optional_parents() {
+            let held = change
+                .guards
+                .iter()
+                .any(|g| g.path == *parent && g.op == GuardOp::Exists);
+            if !held {
+                change = change.require(parent.clone(), GuardOp::Exists, Bson::Null);
+            }
+        }
         change
     }
 

@@ -317,6 +317,8 @@ fn nested_fields_are_dotted_paths() {
         .set("address.city", "Paris")
         .unset("address.zipCode")
         .inc("address.geo.lat", 0.5_f64)
+        // Below the optional `bill`: guarded on it existing, once.
+        .require_exists("bill")
         .inc("bill.visits", 1_i64)
         .require_gte("address.visits", 0_i64)
         .set("bill.geo", doc! { "lat": 3.0, "lon": 4.0 });
@@ -327,6 +329,22 @@ fn nested_fields_are_dotted_paths() {
     assert!(FieldPath::nullable(&f.billing()));
     assert!(!FieldPath::nullable(&f.address()));
     assert!(!FieldPath::nullable(&f.billing().city()));
+    // The optional embedded documents a path lies below.
+    assert!(f.billing().optional_parents().is_empty());
+    assert_eq!(f.billing().city().optional_parents(), ["bill"]);
+    assert_eq!(f.billing().geo().optional_parents(), ["bill"]);
+    assert_eq!(f.billing().geo().lat().optional_parents(), ["bill"]);
+    assert!(f.address().geo().lat().optional_parents().is_empty());
+    // An increment below it keeps its document shared: the guard is a
+    // presence guard.
+    assert!(
+        !DocumentChange::from(Customer::change(id).inc(f.billing().visits(), 1)).is_exclusive()
+    );
+    // Unsets and pulls create nothing: not guarded.
+    assert_eq!(
+        DocumentChange::from(Customer::change(id).unset(f.billing().zip_code())),
+        DocumentChange::update(Namespace::new("crm", "customers"), id).unset("bill.zipCode")
+    );
     assert_eq!(
         DocumentChange::from(
             Customer::change(id)
