@@ -30,14 +30,9 @@ const MAX_TIME_MS_EXPIRED: i32 = 50;
 enum Stop {
     /// A participant refused: abort and report it.
     Refused(StepError),
-    /// The driver failed: maybe retry the whole transaction.
-    Driver(DriverError),
-}
-
-impl From<DriverError> for Stop {
-    fn from(e: DriverError) -> Self {
-        Stop::Driver(e)
-    }
+    /// The driver failed while sending a command of the change labeled so:
+    /// maybe retry the whole transaction.
+    Driver(DriverError, String),
 }
 
 fn code_of(e: &DriverError) -> Option<i32> {
@@ -82,13 +77,16 @@ pub(crate) async fn run(
     secrets: &[String],
     changes: &[DocumentChange],
 ) -> Result<(), NativeFailure> {
+    // A failure of the session itself, before any change was sent, is
+    // laid at the first change's door; a change's own, at its.
     let label = changes.first().map(|c| c.label()).unwrap_or_default();
-    let failed = |e: &DriverError| {
+    let failed_at = |e: &DriverError, participant: &str| {
         NativeFailure::Aborted(StepError::Store {
-            participant: label.clone(),
+            participant: participant.to_owned(),
             source: map_driver_error(e, secrets),
         })
     };
+    let failed = |e: &DriverError| failed_at(e, &label);
     let started = Instant::now();
     let mut attempt = 0_u32;
     let mut session = client.start_session().await.map_err(|e| failed(&e))?;
@@ -122,7 +120,7 @@ pub(crate) async fn run(
                 .await;
                 return Err(NativeFailure::Aborted(refusal));
             }
-            Err(Stop::Driver(e)) => {
+            Err(Stop::Driver(e, participant)) => {
                 let _ = counted(
                     counters,
                     Command::AbortTransaction,
@@ -135,7 +133,7 @@ pub(crate) async fn run(
                         continue 'transaction;
                     }
                 }
-                return Err(failed(&e));
+                return Err(failed_at(&e, &participant));
             }
         }
         // A failed commit may have landed, whatever the error says: the
@@ -190,6 +188,7 @@ async fn body(
     changes: &[DocumentChange],
 ) -> Result<(), Stop> {
     for change in changes {
+        let driver = |e: DriverError| Stop::Driver(e, change.label());
         // A plain handle: operations inside a transaction carry no concerns of their own.
         let coll: Collection<Document> = client
             .database(&change.namespace.db)
@@ -211,7 +210,9 @@ async fn body(
                         let read = coll
                             .find_one(doc! { "_id": change.id.clone() })
                             .selection_criteria(crate::store::primary());
-                        let current = counted(counters, Command::FindOne, read).await?;
+                        let current = counted(counters, Command::FindOne, read)
+                            .await
+                            .map_err(driver)?;
                         let refusal = change.explain(current.as_ref(), None).err().unwrap_or(
                             StepError::AlreadyExists {
                                 participant: change.label(),
@@ -241,7 +242,9 @@ async fn body(
             let read = coll
                 .find_one(doc! { "_id": change.id.clone() })
                 .session(&mut *session);
-            let current = counted(counters, Command::FindOne, read).await?;
+            let current = counted(counters, Command::FindOne, read)
+                .await
+                .map_err(driver)?;
             let refusal = change
                 .explain(current.as_ref(), None)
                 .err()
@@ -258,11 +261,11 @@ async fn body(
 /// A store refusal of the change itself (wrong type, too large, overflow) is a
 /// participant's refusal; anything else is the driver's failure.
 fn refusal_or_driver(change: &DocumentChange, e: DriverError) -> Stop {
+    let participant = change.label();
     if e.contains_label(TRANSIENT_TRANSACTION_ERROR) {
-        return Stop::Driver(e);
+        return Stop::Driver(e, participant);
     }
     let mapped: StoreError = map_driver_error(&e, &[]);
-    let participant = change.label();
     match mapped.kind {
         StoreErrorKind::TypeMismatch => Stop::Refused(StepError::TypeMismatch {
             participant,
@@ -274,6 +277,6 @@ fn refusal_or_driver(change: &DocumentChange, e: DriverError) -> Stop {
             participant,
             message: mapped.message,
         }),
-        _ => Stop::Driver(e),
+        _ => Stop::Driver(e, participant),
     }
 }

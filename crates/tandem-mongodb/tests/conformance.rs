@@ -482,6 +482,75 @@ async fn a_refusal_names_its_participant() {
     client.database(&db).drop().await.unwrap();
 }
 
+/// A change the server refuses with an error of its own (here a unique
+/// index's duplicate key, on the second change) is named as the one that
+/// refused, whichever strategy ran it: natively, every failure of the
+/// transaction's body was laid at the first change's door.
+#[tokio::test]
+async fn a_store_refusal_names_the_change_it_refused() {
+    let Some((store, client, db, _)) = native_fixture("uniq").await else {
+        return;
+    };
+    let accounts = Namespace::new(&db, "accounts");
+    client
+        .database(&db)
+        .run_command(doc! {
+            "createIndexes": "accounts",
+            "indexes": [{ "key": { "email": 1 }, "name": "email_1", "unique": true, "sparse": true }],
+        })
+        .await
+        .unwrap();
+    store
+        .insert_one(
+            &accounts,
+            doc! { "_id": "C", "balance": 0_i64, "email": "c@example.com" },
+        )
+        .await
+        .unwrap();
+    for strategy in [TxStrategy::TwoPhase, TxStrategy::Native] {
+        for keyed in [false, true] {
+            let coordinator = Coordinator::builder(store.clone())
+                .database(&db)
+                .commit_point(CommitPoint::Done)
+                .strategy(strategy)
+                .build();
+            let tx = if keyed {
+                Transaction::with_id(unique_name("uniq-key"))
+            } else {
+                Transaction::new()
+            };
+            let err = coordinator
+                .run(
+                    tx.change(
+                        DocumentChange::update(accounts.clone(), "A")
+                            .inc("balance", -10_i64)
+                            .require_gte("balance", 10_i64),
+                    )
+                    .change(
+                        DocumentChange::update(accounts.clone(), "B").set("email", "c@example.com"),
+                    ),
+                )
+                .await
+                .unwrap_err();
+            let ctx = format!("{strategy:?} keyed={keyed}: {err:?}");
+            match &err {
+                TxError::Canceled {
+                    cause: StepError::Store { participant, .. },
+                    ..
+                } => assert_eq!(participant, &format!("{db}.accounts/B"), "{ctx}"),
+                other => panic!("a store refusal cancels: {other:?} ({ctx})"),
+            }
+            let by = err
+                .participant()
+                .expect("the refusal names its participant");
+            assert_eq!(by.index, 1, "{ctx}");
+            assert_eq!(by.id, Some(bson::Bson::String("B".into())), "{ctx}");
+            assert_eq!(balance(store.as_ref(), &db, "A").await, 100, "{ctx}");
+        }
+    }
+    client.database(&db).drop().await.unwrap();
+}
+
 /// `Strategy::Auto` on one server that has transactions runs natively.
 #[tokio::test]
 async fn auto_runs_natively_on_one_server() {
