@@ -203,6 +203,12 @@ async fn body(
                 let insert = coll.insert_one(doc).session(&mut *session);
                 match counted(counters, Command::InsertOne, insert).await {
                     Ok(_) => true,
+                    // A unique index of the collection's own refused the
+                    // document: the store's refusal, as two-phase meets it
+                    // at its fill (no concurrent write to wait out).
+                    Err(e) if code_of(&e) == Some(11000) && on_another_index(&e) => {
+                        return Err(driver(e));
+                    }
                     Err(e) if code_of(&e) == Some(11000) => {
                         // The error aborted the transaction on the server:
                         // what holds the `_id` is read outside it, and
@@ -256,6 +262,21 @@ async fn body(
         }
     }
     Ok(())
+}
+
+/// Whether a duplicate key error names a unique index other than `_id`'s
+/// (`... index: email_1 dup key: ...`). An error that names none is taken
+/// to be on the `_id`.
+fn on_another_index(e: &DriverError) -> bool {
+    let message = match e.kind.as_ref() {
+        ErrorKind::Write(mongodb::error::WriteFailure::WriteError(w)) => w.message.as_str(),
+        ErrorKind::Command(c) => c.message.as_str(),
+        _ => return false,
+    };
+    message
+        .split_once(" index: ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|index| index != "_id_")
 }
 
 /// A store refusal of the change itself (wrong type, too large, overflow) is a

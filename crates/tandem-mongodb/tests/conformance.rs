@@ -551,6 +551,80 @@ async fn a_store_refusal_names_the_change_it_refused() {
     client.database(&db).drop().await.unwrap();
 }
 
+/// An insert refused by a unique index other than `_id`'s is the store's
+/// refusal under either strategy, answered at once: natively it was read
+/// as a concurrent write on the `_id` (nothing holds it), a `Conflict` that
+/// `ConflictPolicy::Wait` waited out to its timeout before answering it.
+#[tokio::test]
+async fn an_insert_refused_by_a_unique_index_is_the_stores_refusal() {
+    let Some((store, client, db, _)) = native_fixture("uniqins").await else {
+        return;
+    };
+    let accounts = Namespace::new(&db, "accounts");
+    client
+        .database(&db)
+        .run_command(doc! {
+            "createIndexes": "accounts",
+            "indexes": [{ "key": { "email": 1 }, "name": "email_1", "unique": true, "sparse": true }],
+        })
+        .await
+        .unwrap();
+    store
+        .insert_one(
+            &accounts,
+            doc! { "_id": "C", "balance": 0_i64, "email": "c@example.com" },
+        )
+        .await
+        .unwrap();
+    let timeout = Duration::from_secs(3);
+    for strategy in [TxStrategy::TwoPhase, TxStrategy::Native] {
+        let coordinator = Coordinator::builder(store.clone())
+            .database(&db)
+            .commit_point(CommitPoint::Done)
+            .conflict(tandem::ConflictPolicy::Wait { timeout })
+            .strategy(strategy)
+            .build();
+        let started = std::time::Instant::now();
+        let err = coordinator
+            .run(
+                Transaction::new()
+                    .change(
+                        DocumentChange::update(accounts.clone(), "A")
+                            .inc("balance", -10_i64)
+                            .require_gte("balance", 10_i64),
+                    )
+                    .change(DocumentChange::insert(
+                        accounts.clone(),
+                        "D",
+                        doc! { "balance": 10_i64, "email": "c@example.com" },
+                    )),
+            )
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        let ctx = format!("{strategy:?}: {err:?} after {took:?}");
+        match &err {
+            TxError::Canceled {
+                cause:
+                    StepError::Store {
+                        participant,
+                        source,
+                    },
+                ..
+            } => {
+                assert_eq!(participant, &format!("{db}.accounts/D"), "{ctx}");
+                assert_eq!(source.kind, tandem::StoreErrorKind::DuplicateKey, "{ctx}");
+            }
+            other => panic!("the unique index refuses the insert: {other:?} ({ctx})"),
+        }
+        assert_eq!(err.participant().map(|p| p.index), Some(1), "{ctx}");
+        assert!(took < timeout, "not waited for: {ctx}");
+        assert_eq!(balance(store.as_ref(), &db, "A").await, 100, "{ctx}");
+        coordinator.drain().await;
+    }
+    client.database(&db).drop().await.unwrap();
+}
+
 /// `Strategy::Auto` on one server that has transactions runs natively.
 #[tokio::test]
 async fn auto_runs_natively_on_one_server() {
