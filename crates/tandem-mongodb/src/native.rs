@@ -154,14 +154,15 @@ pub(crate) async fn run(
             .await
             {
                 Ok(()) => return Ok(()),
-                Err(e)
-                    if retryable(&e, UNKNOWN_TRANSACTION_COMMIT_RESULT)
-                        && retry.next_delay(attempt, started.elapsed()).is_some() =>
-                {
-                    attempt += 1;
-                    tokio::time::sleep(retry.jittered_backoff(attempt - 1)).await;
-                }
                 Err(e) => {
+                    if retryable(&e, UNKNOWN_TRANSACTION_COMMIT_RESULT) {
+                        // The delay the budget was checked with is the one slept.
+                        if let Some(d) = retry.next_delay(attempt, started.elapsed()) {
+                            attempt += 1;
+                            tokio::time::sleep(d).await;
+                            continue;
+                        }
+                    }
                     // The commit's outcome is unknown and will not be retried: end the
                     // session on the server so a transaction still open there is aborted
                     // now rather than holding its locks until its lifetime runs out.
