@@ -12,7 +12,9 @@
 //! One harness ([`run`]) drives four scenarios ([`Scenario`]): `stress`
 //! (plain transfers), `stress_gc` (transfers with a ledger entry, paused
 //! coordinators, garbage collection), `stress_skew` (`stress_gc` with the
-//! accounts and ledger in a second store whose clock is skewed) and
+//! accounts and ledger in a second store whose clock is skewed, and each
+//! coordinator's and recovery worker's faults and pause striking the
+//! operations of either store) and
 //! `stress_mixed` (`stress_gc` with native transactions beside two-phase
 //! ones, nested and prefix-related paths, guards on them and fields that
 //! are sometimes missing, checked field by field).
@@ -104,6 +106,9 @@ struct Scenario {
     transfers: Transfers,
     /// Accounts and ledger live in a second store, `p`, whose clock starts up
     /// to 5 s off the records store's; both clocks step back now and then.
+    /// A coordinator's or recovery worker's faults (and a coordinator's
+    /// pause) strike `p`'s operations in half the draws: applies, probes,
+    /// clears and undos lost, late or cut short on the skewed clock.
     two_stores: bool,
     /// How many coordinators run a transfer each.
     coordinators: u64,
@@ -213,9 +218,19 @@ impl Bank {
     /// A coordinator on `records` (the records store, perhaps behind faults)
     /// with the bank's other store, database, lease and clock margin.
     fn builder(&self, records: Arc<dyn Store>) -> CoordinatorBuilder {
+        self.builder_with(records, self.p.as_ref().map(|(p, _)| p.clone()))
+    }
+
+    /// [`builder`](Self::builder) with `p` (perhaps behind faults) as the
+    /// second store, where the bank has one.
+    fn builder_with(
+        &self,
+        records: Arc<dyn Store>,
+        p: Option<Arc<dyn Store>>,
+    ) -> CoordinatorBuilder {
         let mut b = Coordinator::builder_shared(records);
-        if let Some((p, _)) = &self.p {
-            b = b.store_shared("p", p.clone());
+        if let Some(p) = p {
+            b = b.store_shared("p", p);
         }
         b.database("bank").lease(LEASE).clock_margin(MARGIN)
     }
@@ -448,15 +463,24 @@ fn native(s: &Scenario, bank: &Bank, i: u64, seed: &mut u64) -> JoinHandle<Answe
     })
 }
 
-/// Spawns coordinator `i`, on a records store with the scenario's faults,
-/// with early or late commit, either commit point and sometimes
+/// Spawns coordinator `i`, on a records store (or, with two stores, in
+/// half the draws, a store `p`) with the scenario's faults, with early or late commit, either commit point and sometimes
 /// `ConflictPolicy::Wait`, running its transfer; and, if it pauses, the task
 /// that recovers around it ([`pauser`]).
 fn coordinator(s: &Scenario, bank: &Bank, i: u64, seed: &mut u64) -> Vec<JoinHandle<Answer>> {
     if s.transfers == Transfers::Mixed && rng(seed) % 3 == 0 {
         return vec![native(s, bank, i, seed)];
     }
-    let mut faulty = bank.faulty(rng(seed));
+    // With two stores, the faults strike the accounts' store, with its
+    // own clock, as often as the records store.
+    let on_p = match &bank.p {
+        Some((p, _)) if rng(seed) % 2 == 0 => Some(p.clone()),
+        _ => None,
+    };
+    let mut faulty = match &on_p {
+        Some(p) => FaultStore::new(p.clone()).with_yields(rng(seed)),
+        None => bank.faulty(rng(seed)),
+    };
     match rng(seed) % s.faults.odds {
         0 => faulty = faulty.crash_after(rng(seed) % s.faults.crash),
         1 => faulty = faulty.lose_at(1 + rng(seed) % s.faults.lose),
@@ -464,8 +488,13 @@ fn coordinator(s: &Scenario, bank: &Bank, i: u64, seed: &mut u64) -> Vec<JoinHan
         _ => {}
     }
     let pause = (s.pauses && rng(seed) % 3 == 0).then(|| faulty.pause_at(1 + rng(seed) % 10));
+    let faulty: Arc<dyn Store> = Arc::new(faulty);
+    let (records, p) = match on_p {
+        Some(_) => (bank.records.clone(), Some(faulty)),
+        None => (faulty, bank.p.as_ref().map(|(p, _)| p.clone())),
+    };
     let mut b = bank
-        .builder(Arc::new(faulty))
+        .builder_with(records, p)
         .early_commit(rng(seed) % 3 != 0)
         .commit_point(if rng(seed) % 2 == 0 {
             CommitPoint::Done
@@ -521,15 +550,28 @@ fn pauser(bank: &Bank, pause: Pause, seed: &mut u64) -> JoinHandle<Answer> {
     })
 }
 
-/// Spawns recovery worker `r`, on a records store that may lose a request or
-/// an answer: up to 7 rounds rolling forward or back in batches of 1 to 3
+/// Spawns recovery worker `r`, on a records store (or, with two stores, in
+/// half the draws, a store `p`) that may lose a request or an answer: up to 7 rounds rolling forward or back in batches of 1 to 3
 /// (with `gc`, collecting garbage too in half the workers).
 fn recovery(s: &Scenario, bank: &Bank, r: u64, seed: &mut u64) -> JoinHandle<Answer> {
-    let faulty = bank.faulty(rng(seed));
+    // With two stores, on the accounts' store as often as on the records.
+    let on_p = match &bank.p {
+        Some((p, _)) if rng(seed) % 2 == 0 => Some(p.clone()),
+        _ => None,
+    };
+    let faulty = match &on_p {
+        Some(p) => FaultStore::new(p.clone()).with_yields(rng(seed)),
+        None => bank.faulty(rng(seed)),
+    };
     let faulty = match rng(seed) % 4 {
         0 => faulty.lose_answer_at(1 + rng(seed) % 20),
         1 => faulty.lose_at(1 + rng(seed) % 20),
         _ => faulty,
+    };
+    let faulty: Arc<dyn Store> = Arc::new(faulty);
+    let (records, p) = match on_p {
+        Some(_) => (bank.records.clone(), Some(faulty)),
+        None => (faulty, bank.p.as_ref().map(|(p, _)| p.clone())),
     };
     let forward = rng(seed) % 2 == 0;
     let mut config = RecoveryConfig {
@@ -541,7 +583,7 @@ fn recovery(s: &Scenario, bank: &Bank, r: u64, seed: &mut u64) -> JoinHandle<Ans
         config.idempotency_window = Duration::from_secs(1 + rng(seed) % 5);
     }
     let worker = bank
-        .builder(Arc::new(faulty))
+        .builder_with(records, p)
         .owner(format!("rec{r}"))
         .build()
         .recovery(config);
