@@ -79,18 +79,29 @@ pub struct CoordinatorConfig {
     pub owner: String,
     /// How long a transaction may go without progress before recovery may take it over.
     ///
-    /// It is also the deadline of the applies: an apply that reaches its
-    /// store later than the lease after the record was written (or claimed),
-    /// by that store's clock, changes nothing and the transaction is canceled
-    /// ([`StepError::Expired`](crate::StepError::Expired)). Choose it well above
-    /// the time the applies of one transaction take.
+    /// It is also the deadline of the applies: the time, by the records
+    /// store's clock, at which the record was written (or at which a recovery
+    /// worker's claim rolls a `pending` record forward; other claims keep the
+    /// deadline) plus the lease. Each apply carries that time, and lands
+    /// only while its own store's clock reads earlier: one that arrives
+    /// later changes nothing and the transaction is canceled
+    /// ([`StepError::Expired`](crate::StepError::Expired)). A participant
+    /// store whose clock is behind the records store's admits applies for
+    /// that much longer, one ahead for that much less (safety does not
+    /// depend on it; keep the clocks far closer than the lease). Choose it
+    /// well above the time the applies of one transaction take.
     pub lease: Duration,
-    /// How far the clock of a store holding participants may step back, or
-    /// differ between the servers that answer for it over time (a failover to
-    /// a node whose clock is behind). Markers that an earlier owner's late
-    /// apply could still race are removed only once the deadline plus this
-    /// margin has passed on that store's clock. Clocks that differ between
-    /// stores by a constant do not matter; only steps backward do.
+    /// How far the clock of a store may step back, or differ between the
+    /// servers that answer for it over time (a failover to a node whose
+    /// clock is behind): of every store holding participants, and of the
+    /// records store. Markers that an earlier owner's late apply could still
+    /// race are removed only once the deadline plus this margin has passed
+    /// on the participant store's clock; a record is collected only once its
+    /// create deadline plus this margin has passed on the records store's
+    /// clock, so that a late copy of its create writes an inert record. Clocks
+    /// that differ between stores by a constant do not matter; only steps
+    /// backward do. Every process sharing the records must use the same
+    /// margin: the smallest one in use is the one the fences keep.
     pub clock_margin: Duration,
     /// Where `run` returns.
     pub commit_point: CommitPoint,

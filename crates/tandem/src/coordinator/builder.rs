@@ -96,8 +96,8 @@ impl CoordinatorBuilder {
         self
     }
 
-    /// How far a participant store's clock may step back
-    /// ([`CoordinatorConfig::clock_margin`]).
+    /// How far a store's clock (a participant store's, or the records
+    /// store's) may step back ([`CoordinatorConfig::clock_margin`]).
     pub fn clock_margin(mut self, margin: Duration) -> Self {
         self.config.clock_margin = margin;
         self
