@@ -3,7 +3,9 @@
 //! commit points, `ConflictPolicy::Wait`), recovery workers rolling forward
 //! and back, operator cancels of any record at any time, garbage collection
 //! at the smallest age allowed, coordinators paused past their lease, lost
-//! requests, lost answers and crashes, a records store and a participant
+//! requests (half of those a coordinator or worker loses arrive late: a
+//! while into the run, or after quiescence, which is then reached again),
+//! lost answers and crashes, a records store and a participant
 //! store with clocks that disagree and step back within the margin. Each run
 //! ends with recovery to quiescence and checks record states, balances
 //! (against the ledger, or by `audit` and their total), markers and the
@@ -27,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bson::{doc, Bson, Document};
-use tandem::testing::{audit, FaultStore, Pause};
+use tandem::testing::{audit, FaultStore, LostWrites, Pause};
 use tandem::{
     CommitPoint, ConflictPolicy, Coordinator, CoordinatorBuilder, DocumentChange, ManualClock,
     MemoryStore, Namespace, PendingPolicy, RecoveryConfig, Store, Strategy, Transaction, TxId,
@@ -40,8 +42,9 @@ use tokio::task::JoinHandle;
 /// that run no transaction.
 type Answer = Option<(u64, Result<TxState, String>)>;
 
-/// Answers ok, canceled and other; transfers that took effect and that did not.
-type Tally = [u32; 5];
+/// Answers ok, canceled and other; transfers that took effect and that did
+/// not; writes lost on their way that arrived late.
+type Tally = [u32; 6];
 
 /// The next number of the xorshift sequence `seed` holds.
 fn rng(seed: &mut u64) -> u64 {
@@ -170,6 +173,11 @@ struct Bank {
     clock: Arc<ManualClock>,
     /// With two stores: the store `p`, holding accounts and ledger, and its clock.
     p: Option<(Arc<dyn Store>, Arc<ManualClock>)>,
+    /// The fault wrappers keeping the writes they lost, to be delivered
+    /// late ([`late`]); what is left of them arrives after quiescence.
+    late: Arc<std::sync::Mutex<Vec<LostWrites>>>,
+    /// How many lost writes arrived late.
+    delivered: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Bank {
@@ -187,7 +195,13 @@ impl Bank {
             let p: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(pclock.clone()));
             (p, pclock)
         });
-        let bank = Bank { records, clock, p };
+        let bank = Bank {
+            records,
+            clock,
+            p,
+            late: Arc::default(),
+            delivered: Arc::default(),
+        };
         let mut seeded = Vec::new();
         for name in NAMES {
             let d = match s.transfers {
@@ -481,9 +495,16 @@ fn coordinator(s: &Scenario, bank: &Bank, i: u64, seed: &mut u64) -> Vec<JoinHan
         Some(p) => FaultStore::new(p.clone()).with_yields(rng(seed)),
         None => bank.faulty(rng(seed)),
     };
+    let mut tasks = Vec::new();
     match rng(seed) % s.faults.odds {
         0 => faulty = faulty.crash_after(rng(seed) % s.faults.crash),
-        1 => faulty = faulty.lose_at(1 + rng(seed) % s.faults.lose),
+        1 => {
+            faulty = faulty.lose_at(1 + rng(seed) % s.faults.lose);
+            if rng(seed) % 2 == 0 {
+                faulty = faulty.keeping_lost();
+                tasks.push(late(bank, &faulty, seed));
+            }
+        }
         2 => faulty = faulty.lose_answer_at(1 + rng(seed) % s.faults.lose),
         _ => {}
     }
@@ -508,11 +529,11 @@ fn coordinator(s: &Scenario, bank: &Bank, i: u64, seed: &mut u64) -> Vec<JoinHan
     }
     let c = b.build();
     let t = transfer(s, i, seed);
-    let mut tasks = vec![tokio::spawn(async move {
+    tasks.push(tokio::spawn(async move {
         let r = c.run(t).await;
         c.drain().await;
         Some((i, r.map(|r| r.state).map_err(|e| format!("{e:?}"))))
-    })];
+    }));
     if let Some(pause) = pause {
         tasks.push(pauser(bank, pause, seed));
     }
@@ -563,8 +584,14 @@ fn recovery(s: &Scenario, bank: &Bank, r: u64, seed: &mut u64) -> JoinHandle<Ans
         Some(p) => FaultStore::new(p.clone()).with_yields(rng(seed)),
         None => bank.faulty(rng(seed)),
     };
+    let mut delivery = None;
     let faulty = match rng(seed) % 4 {
         0 => faulty.lose_answer_at(1 + rng(seed) % 20),
+        1 if rng(seed) % 2 == 0 => {
+            let faulty = faulty.lose_at(1 + rng(seed) % 20).keeping_lost();
+            delivery = Some(late(bank, &faulty, seed));
+            faulty
+        }
         1 => faulty.lose_at(1 + rng(seed) % 20),
         _ => faulty,
     };
@@ -597,6 +624,25 @@ fn recovery(s: &Scenario, bank: &Bank, r: u64, seed: &mut u64) -> JoinHandle<Ans
             }
             tokio::task::yield_now().await;
         }
+        if let Some(delivery) = delivery {
+            let _ = delivery.await;
+        }
+        None
+    })
+}
+
+/// Spawns the network's late delivery of what `faulty` loses on its way:
+/// after 0 to 119 yields, every write it lost so far lands; what it loses
+/// later lands after quiescence, before the checks.
+fn late(bank: &Bank, faulty: &FaultStore, seed: &mut u64) -> JoinHandle<Answer> {
+    let lost = faulty.lost_writes();
+    bank.late.lock().unwrap().push(lost.clone());
+    let wait = rng(seed) % 120;
+    let delivered = bank.delivered.clone();
+    tokio::spawn(async move {
+        yields(wait).await;
+        let n = lost.deliver().await;
+        delivered.fetch_add(n as u32, std::sync::atomic::Ordering::SeqCst);
         None
     })
 }
@@ -929,6 +975,18 @@ async fn run(s: &Scenario, seed0: u64) -> Tally {
         answers.extend(t.await.unwrap());
     }
     bank.quiesce().await;
+    // Whatever was lost and has not arrived yet arrives now, very late (a
+    // record's create as an inert record, which recovery then cancels).
+    let late: Vec<LostWrites> = bank.late.lock().unwrap().drain(..).collect();
+    let mut very_late = 0;
+    for lost in late {
+        very_late += lost.deliver().await;
+    }
+    if very_late > 0 {
+        bank.delivered
+            .fetch_add(very_late as u32, std::sync::atomic::Ordering::SeqCst);
+        bank.quiesce().await;
+    }
     let recs = find_all(bank.records.as_ref(), records()).await;
     for r in &recs {
         let st = r.get_str("state").unwrap();
@@ -963,6 +1021,7 @@ async fn run(s: &Scenario, seed0: u64) -> Tally {
         }] += 1;
         tally[if took { 3 } else { 4 }] += 1;
     }
+    tally[5] = bank.delivered.load(std::sync::atomic::Ordering::SeqCst);
     tally
 }
 
@@ -989,7 +1048,13 @@ fn runs(name: &str, s: &Scenario) {
             *sum += x;
         }
     }
-    eprintln!("{name}: ok/canceled/other answers, done/not transfers: {tally:?}");
+    eprintln!(
+        "{name}: ok/canceled/other answers, done/not transfers, lost writes arrived late: {tally:?}"
+    );
+    // The late arrivals happen: a harness that delivered none would test none.
+    if n >= 50 {
+        assert!(tally[5] > 0, "{name}: no lost write arrived late");
+    }
 }
 
 #[test]

@@ -32,6 +32,78 @@ struct Plan {
     upserts: Option<Vec<Upsert>>,
 }
 
+/// The writes a [`FaultStore`] lost on their way
+/// ([`lose_at`](FaultStore::lose_at)) and kept
+/// ([`keeping_lost`](FaultStore::keeping_lost)), held as a network (or a
+/// queue in the server) would hold them: [`deliver`](Self::deliver) lets
+/// them arrive late. It holds nothing else of the wrapper (no pause), so
+/// it can outlive it.
+#[derive(Clone)]
+pub struct LostWrites {
+    inner: Arc<dyn Store>,
+    lost: Arc<Mutex<Option<Vec<Lost>>>>,
+}
+
+impl std::fmt::Debug for LostWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LostWrites")
+            .field("inner", &self.inner.name())
+            .field("held", &self.held())
+            .finish()
+    }
+}
+
+impl LostWrites {
+    /// How many lost writes are held.
+    pub fn held(&self) -> usize {
+        self.lock().as_ref().map_or(0, Vec::len)
+    }
+
+    /// Sends every write held so far to the wrapped store, in the order they
+    /// were sent, as late copies of them would arrive, ignoring their
+    /// answers; returns how many were sent.
+    pub async fn deliver(&self) -> usize {
+        let lost = self.lock().as_mut().map(std::mem::take).unwrap_or_default();
+        let inner = &self.inner;
+        for write in &lost {
+            let _ = match write.clone() {
+                Lost::Insert(ns, doc) => inner.insert_one(&ns, doc).await.map(drop),
+                Lost::Update(ns, f, u, o) => inner.update_one(&ns, f, u, o).await.map(drop),
+                Lost::FindAndModify(ns, f, u, o) => {
+                    inner.find_one_and_update(&ns, f, u, o).await.map(drop)
+                }
+                Lost::Replace(ns, f, r) => inner.replace_one(&ns, f, r).await.map(drop),
+                Lost::DeleteOne(ns, f) => inner.delete_one(&ns, f).await.map(drop),
+                Lost::DeleteMany(ns, f) => inner.delete_many(&ns, f).await.map(drop),
+                Lost::UpdateMany(ns, f, u) => inner.update_many(&ns, f, u).await.map(drop),
+            };
+        }
+        lost.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<Lost>>> {
+        self.lost.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A write lost on its way ([`FaultStore::lose_at`]), kept to be delivered
+/// late ([`FaultStore::deliver_lost`]).
+#[derive(Clone, Debug)]
+enum Lost {
+    Insert(Namespace, Document),
+    Update(Namespace, Document, Document, crate::store::UpdateOptions),
+    FindAndModify(
+        Namespace,
+        Document,
+        Document,
+        crate::store::FindOneAndUpdateOptions,
+    ),
+    Replace(Namespace, Document, Document),
+    DeleteOne(Namespace, Document),
+    DeleteMany(Namespace, Document),
+    UpdateMany(Namespace, Document, Document),
+}
+
 /// A copy of an upsert (a record's create by `findAndModify`, an insert's
 /// reservation by `update`) sent through a [`FaultStore`]:
 /// [`FaultStore::deliver_again`] sends it to the wrapped store once more, as
@@ -52,6 +124,7 @@ pub struct FaultStore {
     inner: Arc<dyn Store>,
     ops: Arc<AtomicU64>,
     plan: Arc<Mutex<Plan>>,
+    lost: LostWrites,
 }
 
 impl std::fmt::Debug for FaultStore {
@@ -67,6 +140,10 @@ impl FaultStore {
     /// Wraps `inner`; it behaves exactly like `inner` until told otherwise.
     pub fn new(inner: Arc<dyn Store>) -> Self {
         FaultStore {
+            lost: LostWrites {
+                inner: inner.clone(),
+                lost: Arc::default(),
+            },
             inner,
             ops: Arc::new(AtomicU64::new(0)),
             plan: Arc::new(Mutex::new(Plan::default())),
@@ -95,7 +172,9 @@ impl FaultStore {
     /// the caller, a request whose answer was lost, its outcome unknown. The
     /// request itself may still arrive: an upserting `findAndModify` lost so
     /// is kept (with [`keeping_upserts`](Self::keeping_upserts)), to be
-    /// delivered late with [`deliver_again`](Self::deliver_again).
+    /// delivered late with [`deliver_again`](Self::deliver_again), and any
+    /// write lost so (with [`keeping_lost`](Self::keeping_lost)) with
+    /// [`deliver_lost`](Self::deliver_lost).
     pub fn lose_at(self, n: u64) -> Self {
         self.lock().lose_at = Some(n);
         self
@@ -133,6 +212,36 @@ impl FaultStore {
     pub fn keeping_upserts(self) -> Self {
         self.lock().upserts = Some(Vec::new());
         self
+    }
+
+    /// From now on, keeps every write that [`lose_at`](Self::lose_at) loses
+    /// on its way, for [`deliver_lost`](Self::deliver_lost): a request the
+    /// caller gave up on that the network (or a queue in the server)
+    /// delivers later.
+    pub fn keeping_lost(self) -> Self {
+        *self.lost.lock() = Some(Vec::new());
+        self
+    }
+
+    /// The writes lost on their way and kept ([`keeping_lost`](Self::keeping_lost)),
+    /// to be delivered late.
+    pub fn lost_writes(&self) -> LostWrites {
+        self.lost.clone()
+    }
+
+    /// Delivers the writes lost on their way and kept so far
+    /// ([`LostWrites::deliver`]); returns how many were sent.
+    pub async fn deliver_lost(&self) -> usize {
+        self.lost.deliver().await
+    }
+
+    /// Keeps a write lost on its way, when asked to.
+    fn keep_lost(&self, gate: &Result<bool, StoreError>, write: impl FnOnce() -> Lost) {
+        if matches!(gate, Err(e) if e.kind == StoreErrorKind::Transient) {
+            if let Some(kept) = &mut *self.lost.lock() {
+                kept.push(write());
+            }
+        }
     }
 
     /// The upserts kept so far, in the order they were sent.
@@ -242,7 +351,9 @@ impl Store for FaultStore {
         self.inner.shutdown().await
     }
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
-        let lose = self.gate().await?;
+        let gate = self.gate().await;
+        self.keep_lost(&gate, || Lost::Insert(ns.clone(), doc.clone()));
+        let lose = gate?;
         let answer = self.inner.insert_one(ns, doc).await;
         self.answered(lose, answer)
     }
@@ -258,6 +369,9 @@ impl Store for FaultStore {
         if options.upsert && (gate.is_ok() || lost) {
             self.keep_upsert(ns, &filter, &update);
         }
+        self.keep_lost(&gate, || {
+            Lost::Update(ns.clone(), filter.clone(), update.clone(), options)
+        });
         let lose = gate?;
         let answer = self.inner.update_one(ns, filter, update, options).await;
         self.answered(lose, answer)
@@ -274,6 +388,9 @@ impl Store for FaultStore {
         if options.upsert && (gate.is_ok() || lost) {
             self.keep_upsert(ns, &filter, &update);
         }
+        self.keep_lost(&gate, || {
+            Lost::FindAndModify(ns.clone(), filter.clone(), update.clone(), options)
+        });
         let lose = gate?;
         let answer = self
             .inner
@@ -287,17 +404,25 @@ impl Store for FaultStore {
         filter: Document,
         replacement: Document,
     ) -> Result<UpdateOutcome, StoreError> {
-        let lose = self.gate().await?;
+        let gate = self.gate().await;
+        self.keep_lost(&gate, || {
+            Lost::Replace(ns.clone(), filter.clone(), replacement.clone())
+        });
+        let lose = gate?;
         let answer = self.inner.replace_one(ns, filter, replacement).await;
         self.answered(lose, answer)
     }
     async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
-        let lose = self.gate().await?;
+        let gate = self.gate().await;
+        self.keep_lost(&gate, || Lost::DeleteOne(ns.clone(), filter.clone()));
+        let lose = gate?;
         let answer = self.inner.delete_one(ns, filter).await;
         self.answered(lose, answer)
     }
     async fn delete_many(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
-        let lose = self.gate().await?;
+        let gate = self.gate().await;
+        self.keep_lost(&gate, || Lost::DeleteMany(ns.clone(), filter.clone()));
+        let lose = gate?;
         let answer = self.inner.delete_many(ns, filter).await;
         self.answered(lose, answer)
     }
@@ -307,7 +432,11 @@ impl Store for FaultStore {
         filter: Document,
         update: Document,
     ) -> Result<UpdateOutcome, StoreError> {
-        let lose = self.gate().await?;
+        let gate = self.gate().await;
+        self.keep_lost(&gate, || {
+            Lost::UpdateMany(ns.clone(), filter.clone(), update.clone())
+        });
+        let lose = gate?;
         let answer = self.inner.update_many(ns, filter, update).await;
         self.answered(lose, answer)
     }

@@ -37,7 +37,7 @@ pub mod store_contract;
 
 pub use audit::{audit, Audit, FieldKey};
 pub use crash::{CrashHarness, CrashReport};
-pub use fault::{FaultStore, Pause, Upsert};
+pub use fault::{FaultStore, LostWrites, Pause, Upsert};
 pub use proxy::LosingProxy;
 
 /// Makes a fresh store for each run of a scenario, and lets time pass on it.
