@@ -366,7 +366,10 @@ fn server_time(reply: &Document) -> Option<bson::DateTime> {
     if let Ok(t) = reply.get_datetime("localTime") {
         return Some(*t);
     }
-    // A server without `localTime` still stamps its replies with its cluster time.
+    // A server without `localTime` still stamps its replies with its cluster
+    // time, in whole seconds: truncated, the reading lags the server's clock
+    // by under a second, never leads it, so a wait for a time on it (a
+    // claim's, a marker removal's `notBefore`) only waits longer.
     reply
         .get_timestamp("operationTime")
         .ok()

@@ -99,8 +99,10 @@ pub struct CoordinatorConfig {
     /// on the participant store's clock; a record is collected only once its
     /// create deadline plus this margin has passed on the records store's
     /// clock, so that a late copy of its create writes an inert record. Clocks
-    /// that differ between stores by a constant do not matter; only steps
-    /// backward do. Every process sharing the records must use the same
+    /// that differ between stores by a constant do not matter to safety; only
+    /// steps backward do. They cost liveness: a participant store whose clock
+    /// is ahead of the records store's by more than the lease refuses every
+    /// apply as late. Every process sharing the records must use the same
     /// margin: the smallest one in use is the one the fences keep.
     pub clock_margin: Duration,
     /// Where `run` returns.
