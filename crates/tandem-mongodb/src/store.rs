@@ -194,7 +194,8 @@ impl MongoStore {
             .clone()
     }
 
-    /// Sends `ping` to the deployment (with retries of transient errors).
+    /// Sends `ping` to the deployment, once: a transient error comes back as
+    /// it is, as for every command of the store.
     ///
     /// Fails with [`Unavailable`](StoreErrorKind::Unavailable) when no server
     /// can be selected within the server selection timeout.
@@ -282,7 +283,7 @@ pub(crate) async fn connect(
         client_options.app_name = Some(app_name.clone());
     }
     // Every step tandem sends is guarded, so sending it again is harmless, and
-    // the store retries transient errors itself (`RetryPolicy`). The driver's
+    // the coordinator repeats what failed transiently (`RetryPolicy`). The driver's
     // retryable writes would only add a record per write on the server (kept
     // for 30 minutes, and looked up on every retryable write), so they are
     // off unless the URI asks for them.
