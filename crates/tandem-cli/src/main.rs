@@ -102,7 +102,7 @@ enum Command {
         owner: Option<String>,
         /// Only transactions in flight that recovery claimed at least this
         /// many times without finishing them (e.g. a participant's store is
-        /// down); each claim after the first doubles their lease, up to eight times.
+        /// down); each claim after the first doubles their lease, up to eight times the lease.
         #[arg(long, value_name = "CLAIMS")]
         stuck: Option<i32>,
         /// The most rows (at least 1).

@@ -494,7 +494,7 @@ impl RecoveryWorker {
         let engine = &self.engine;
         let owner = &engine.config.owner;
         // Back off per record: each claim after the first doubles the lease,
-        // up to eight times, so a transaction whose store stays down is tried
+        // up to eight times the lease, so a transaction whose store stays down is tried
         // less and less often (its applies get the longer deadline too).
         let lease = i64::try_from(engine.config.lease.as_millis())
             .unwrap_or(i64::MAX)
