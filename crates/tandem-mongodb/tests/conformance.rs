@@ -482,15 +482,12 @@ async fn a_refusal_names_its_participant() {
     client.database(&db).drop().await.unwrap();
 }
 
-/// A change the server refuses with an error of its own (here a unique
-/// index's duplicate key, on the second change) is named as the one that
-/// refused, whichever strategy ran it: natively, every failure of the
-/// transaction's body was laid at the first change's door.
-#[tokio::test]
-async fn a_store_refusal_names_the_change_it_refused() {
-    let Some((store, client, db, _)) = native_fixture("uniq").await else {
-        return;
-    };
+/// [`native_fixture`] with a unique index on the accounts' `email` and an
+/// account `C` holding `c@example.com`; returns the accounts' namespace last.
+async fn unique_email_fixture(
+    prefix: &str,
+) -> Option<(Arc<dyn Store>, mongodb::Client, String, Namespace)> {
+    let (store, client, db, _) = native_fixture(prefix).await?;
     let accounts = Namespace::new(&db, "accounts");
     client
         .database(&db)
@@ -507,6 +504,18 @@ async fn a_store_refusal_names_the_change_it_refused() {
         )
         .await
         .unwrap();
+    Some((store, client, db, accounts))
+}
+
+/// A change the server refuses with an error of its own (here a unique
+/// index's duplicate key, on the second change) is named as the one that
+/// refused, whichever strategy ran it: natively, every failure of the
+/// transaction's body was laid at the first change's door.
+#[tokio::test]
+async fn a_store_refusal_names_the_change_it_refused() {
+    let Some((store, client, db, accounts)) = unique_email_fixture("uniq").await else {
+        return;
+    };
     for strategy in [TxStrategy::TwoPhase, TxStrategy::Native] {
         for keyed in [false, true] {
             let coordinator = Coordinator::builder(store.clone())
@@ -557,25 +566,9 @@ async fn a_store_refusal_names_the_change_it_refused() {
 /// `ConflictPolicy::Wait` waited out to its timeout before answering it.
 #[tokio::test]
 async fn an_insert_refused_by_a_unique_index_is_the_stores_refusal() {
-    let Some((store, client, db, _)) = native_fixture("uniqins").await else {
+    let Some((store, client, db, accounts)) = unique_email_fixture("uniqins").await else {
         return;
     };
-    let accounts = Namespace::new(&db, "accounts");
-    client
-        .database(&db)
-        .run_command(doc! {
-            "createIndexes": "accounts",
-            "indexes": [{ "key": { "email": 1 }, "name": "email_1", "unique": true, "sparse": true }],
-        })
-        .await
-        .unwrap();
-    store
-        .insert_one(
-            &accounts,
-            doc! { "_id": "C", "balance": 0_i64, "email": "c@example.com" },
-        )
-        .await
-        .unwrap();
     let timeout = Duration::from_secs(3);
     for strategy in [TxStrategy::TwoPhase, TxStrategy::Native] {
         let coordinator = Coordinator::builder(store.clone())
