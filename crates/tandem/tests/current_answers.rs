@@ -10,20 +10,6 @@ use common::*;
 use tandem::testing::FaultStore;
 use tandem::{Coordinator, MemoryStore, Store, TxError, TxId, TxState};
 
-/// A record left `pending` with nothing applied: its owner crashed after writing it.
-async fn stuck_transfer(store: &MemoryStore) -> TxId {
-    let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(1);
-    let dead = Coordinator::builder(faulty).build();
-    match dead.run(transfer("A", "B", 100)).await.unwrap_err() {
-        TxError::Interrupted {
-            id,
-            state: Some(TxState::Pending),
-            ..
-        } => id,
-        other => panic!("{other:?}"),
-    }
-}
-
 /// A record `pending` after its owner crashed, past its lease, and a
 /// cancel of it held after it read the record (operation 1), before its
 /// claim (operation 2). Returns the store, the id, the cancel's task and

@@ -15,20 +15,6 @@ use tandem::{
     Coordinator, MemoryStore, PendingPolicy, RecoveryConfig, Store, TxError, TxId, TxState,
 };
 
-/// A record left `pending` with nothing applied: its owner crashed after writing it.
-async fn stuck_transfer(store: &MemoryStore) -> TxId {
-    let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(1);
-    let dead = Coordinator::builder(faulty).build();
-    match dead.run(transfer("A", "B", 100)).await.unwrap_err() {
-        TxError::Interrupted {
-            id,
-            state: Some(TxState::Pending),
-            ..
-        } => id,
-        other => panic!("{other:?}"),
-    }
-}
-
 async fn state_of(store: &MemoryStore, id: &TxId) -> TxState {
     Coordinator::new(store.clone())
         .record(id)

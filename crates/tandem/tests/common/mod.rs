@@ -132,3 +132,17 @@ pub async fn undone_credits_at(paths: &[&str]) -> (MemoryStore, Arc<ManualClock>
     }
     (store, clock)
 }
+
+/// A record left `pending` with nothing applied: its owner crashed after writing it.
+pub async fn stuck_transfer(store: &MemoryStore) -> tandem::TxId {
+    let faulty = tandem::testing::FaultStore::new(Arc::new(store.clone())).crash_after(1);
+    let dead = tandem::Coordinator::builder(faulty).build();
+    match dead.run(transfer("A", "B", 100)).await.unwrap_err() {
+        tandem::TxError::Interrupted {
+            id,
+            state: Some(tandem::TxState::Pending),
+            ..
+        } => id,
+        other => panic!("{other:?}"),
+    }
+}
