@@ -197,25 +197,15 @@ async fn a_credit_under_a_field_that_is_no_document_is_refused() {
             let seeded = doc! { "_id": "X", "a": parent.clone(), "s": 1_i64 };
             store.insert_one(&stats(), seeded.clone()).await.unwrap();
             let coordinator = two_phase(Arc::new(store.clone()));
-            let mut change = DocumentChange::update(stats(), "X").inc("a.b", 7_i64);
-            if alone {
-                change = change.unset("s");
-            }
-            let answer = coordinator
-                .run(Transaction::new().change(change).strategy(strategy))
-                .await;
-            coordinator.drain().await;
-            assert!(
-                matches!(
-                    &answer,
-                    Err(TxError::Canceled {
-                        cause: StepError::TypeMismatch { .. },
-                        undone: true,
-                        ..
-                    })
-                ),
-                "{strategy:?}, alone: {alone}, a = {parent}: {answer:?}"
-            );
+            let change = DocumentChange::update(stats(), "X").inc("a.b", 7_i64);
+            refused_as_type_mismatch(
+                &coordinator,
+                change,
+                alone,
+                strategy,
+                &format!("a = {parent}"),
+            )
+            .await;
             let x = get(&store, &stats(), "X").await.unwrap();
             assert_eq!(x.get("a"), Some(&parent), "{strategy:?}: {x}");
             let report = audit(&store, &records(), &[(stats(), seeded)])
@@ -282,25 +272,8 @@ async fn an_increment_beside_a_document_of_sums_is_a_type_mismatch() {
             Ok(Some(Bson::Int64(0))),
             "the credit of a.b leaves a document of sums at a: {before}"
         );
-        let mut change = DocumentChange::update(stats(), "X").inc("a", 1_i64);
-        if alone {
-            change = change.unset("s");
-        }
-        let answer = coordinator
-            .run(Transaction::new().change(change).strategy(strategy))
-            .await;
-        coordinator.drain().await;
-        assert!(
-            matches!(
-                &answer,
-                Err(TxError::Canceled {
-                    cause: StepError::TypeMismatch { .. },
-                    undone: true,
-                    ..
-                })
-            ),
-            "{strategy:?}, alone: {alone}: {answer:?}"
-        );
+        let change = DocumentChange::update(stats(), "X").inc("a", 1_i64);
+        refused_as_type_mismatch(&coordinator, change, alone, strategy, "").await;
         let after = get(&store, &stats(), "X").await.unwrap();
         assert_eq!(
             after.get_document("a").map(|a| a.get("b").cloned()),
@@ -308,4 +281,34 @@ async fn an_increment_beside_a_document_of_sums_is_a_type_mismatch() {
             "{strategy:?}, alone: {alone}: {after}"
         );
     }
+}
+
+/// Runs `change` under `strategy` (holding its document alone, by an unset
+/// of `s`, when `alone`), waits for its background work, and asserts that
+/// it was canceled with `TypeMismatch` and undone.
+async fn refused_as_type_mismatch(
+    coordinator: &tandem::Coordinator,
+    mut change: DocumentChange,
+    alone: bool,
+    strategy: Strategy,
+    ctx: &str,
+) {
+    if alone {
+        change = change.unset("s");
+    }
+    let answer = coordinator
+        .run(Transaction::new().change(change).strategy(strategy))
+        .await;
+    coordinator.drain().await;
+    assert!(
+        matches!(
+            &answer,
+            Err(TxError::Canceled {
+                cause: StepError::TypeMismatch { .. },
+                undone: true,
+                ..
+            })
+        ),
+        "{strategy:?}, alone: {alone}, {ctx}: {answer:?}"
+    );
 }
