@@ -365,7 +365,8 @@ pub struct TxRecord {
     /// earlier owner may still have in flight can land after the removal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<bson::DateTime>,
-    /// How many times a recovery worker claimed it.
+    /// How many times recovery claimed it: the claims that lengthen the lease
+    /// of the next. An operator's cancel is not counted.
     #[serde(default)]
     pub attempts: i32,
     /// The last error that moved it toward cancellation.

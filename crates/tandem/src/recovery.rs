@@ -486,16 +486,22 @@ impl RecoveryWorker {
     /// any other keeps the old one, so that `notBefore` does not move on with
     /// every claim (it would chase a participant store whose clock is behind
     /// the records' store's, and recovery would never finish).
+    ///
+    /// A claim by a recovery pass (`attempt`) counts in the record's
+    /// `attempts`, and so lengthens the lease of its later claims; an
+    /// operator's [`cancel`](Self::cancel) is no failed recovery attempt,
+    /// and leaves the count (and the back-off) as it was.
     async fn claim(
         &self,
         record: &TxRecord,
         applies: bool,
+        attempt: bool,
     ) -> Result<Option<TxRecord>, StoreError> {
         let engine = &self.engine;
         let owner = &engine.config.owner;
-        // Back off per record: each claim after the first doubles the lease,
-        // up to eight times the lease, so a transaction whose store stays down is tried
-        // less and less often (its applies get the longer deadline too).
+        // Back off per record: each recovery claim after the first doubles the
+        // lease, up to eight times the lease, so a transaction whose store stays
+        // down is tried less and less often (its applies get the longer deadline too).
         let lease = i64::try_from(engine.config.lease.as_millis())
             .unwrap_or(i64::MAX)
             .saturating_mul(1_i64 << record.attempts.clamp(0, 3));
@@ -534,8 +540,12 @@ impl RecoveryWorker {
                     ),
                 );
             }
+            let mut inc = doc! { "epoch": 1_i64 };
+            if attempt {
+                inc.insert("attempts", 1_i32);
+            }
             let update = doc! {
-                "$inc": { "epoch": 1_i64, "attempts": 1 },
+                "$inc": inc,
                 "$set": set,
                 "$currentDate": stamps,
                 "$push": { "history": {
@@ -627,7 +637,7 @@ impl RecoveryWorker {
             && self.config.pending == PendingPolicy::RollForward
             && !record.is_inert()
             && !record.early_commit;
-        let claimed = match self.claim(&record, applies).await {
+        let claimed = match self.claim(&record, applies, true).await {
             Ok(Some(r)) => r,
             Ok(None) => return (false, Err(Outcome::Lost)),
             Err(e) => {
@@ -742,7 +752,7 @@ impl RecoveryWorker {
                         }
                         Some(false) if forward => {
                             // Not committed: roll forward in a new epoch, with a new deadline.
-                            let again = self.claim(record, true).await.map_err(|source| {
+                            let again = self.claim(record, true, true).await.map_err(|source| {
                                 TxError::Interrupted {
                                     id: record.id.clone(),
                                     state: Some(TxState::Pending),
@@ -830,6 +840,10 @@ impl RecoveryWorker {
     /// [`TxError::Interrupted`] in `pending`; an id without a record,
     /// [`TxError::NoRecord`] (never there, or finished and collected). A `reason` longer than 1 KiB
     /// is cut (the record keeps it twice).
+    ///
+    /// The takeover raises the record's epoch but not its
+    /// [`attempts`](crate::TxRecord::attempts): cancels, however many, do not
+    /// lengthen the lease recovery's next claims give it.
     pub async fn cancel(&self, id: &TxId, reason: &str) -> Result<TxState, TxError> {
         // The reason goes into the record twice (last error, history): cut
         // to a size that cannot make the record too large.
@@ -863,14 +877,14 @@ impl RecoveryWorker {
             refuse_to_drive(id, &why);
             return Err(TxError::Invalid(why));
         }
-        let claimed = self
-            .claim(&record, false)
-            .await
-            .map_err(|source| TxError::Interrupted {
-                id: id.clone(),
-                state: Some(record.state),
-                source,
-            })?;
+        let claimed =
+            self.claim(&record, false, false)
+                .await
+                .map_err(|source| TxError::Interrupted {
+                    id: id.clone(),
+                    state: Some(record.state),
+                    source,
+                })?;
         let Some(claimed) = claimed else {
             return Err(self.superseded(&record).await);
         };

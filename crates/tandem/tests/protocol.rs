@@ -1571,6 +1571,43 @@ async fn a_record_recovered_in_vain_stays_bounded_and_backs_off() {
     assert_eq!(&leases[..5], &[30, 60, 120, 240, 240]);
 }
 
+/// An operator's cancel is no failed recovery attempt. Cancels of a
+/// transaction that cannot be decided yet (its applies may still land)
+/// leave its `attempts` as they were, so the lease recovery gives it when
+/// it rolls it forward is its first attempts' (not eight times the lease,
+/// which would keep it from every worker that long if that attempt failed).
+#[tokio::test]
+async fn cancels_do_not_back_off_recovery() {
+    let (store, clock, seeded) = bank(&["A", "B"], 1000).await;
+    let id = stuck_transfer(&store).await;
+    let coordinator = done(&store);
+    for n in 0..4 {
+        let state = coordinator.cancel(&id, "operator request").await.unwrap();
+        assert_eq!(state, TxState::Pending, "cancel {n}: undecided");
+    }
+    let record = coordinator.record(&id).await.unwrap().unwrap();
+    assert_eq!(record.attempts, 0, "{record:?}");
+    // The lease (30 s) and the clock margin (2 s) pass: nothing was applied.
+    clock.advance(Duration::from_secs(33));
+    let worker = coordinator.recovery(RecoveryConfig {
+        pending: PendingPolicy::RollForward,
+        ..RecoveryConfig::default()
+    });
+    let report = worker.run_once().await.unwrap();
+    assert_eq!((report.claimed, report.committed), (1, 1), "{report:?}");
+    let record = coordinator.record(&id).await.unwrap().unwrap();
+    // Claimed to be probed, then again to roll forward: the second claim
+    // of recovery doubles the lease, once.
+    assert_eq!(record.attempts, 2, "{record:?}");
+    assert_eq!(record.lease_millis, 60_000, "{record:?}");
+    assert_eq!(balance(&store, "A").await, 900);
+    assert_eq!(balance(&store, "B").await, 1100);
+    audit(&store, &records(), &seeded)
+        .await
+        .unwrap()
+        .assert_clean();
+}
+
 /// Recovery pages past records it cannot act on yet (long leases), oldest
 /// first, instead of looking at the oldest `batch` only: they used to starve
 /// every record behind them.
