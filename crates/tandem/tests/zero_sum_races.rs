@@ -1,15 +1,21 @@
 //! Zero credit sums dropped by the increments they stand in the way of
-//! (`tidy_zero_sums`), raced by other increments of the same document.
+//! (`tidy_zero_sums`), raced by other increments of the same document,
+//! or failed by the store under the native strategy.
 //! Each test failed on the code before the fix.
 
 mod common;
 
 use std::sync::Arc;
 
-use bson::{doc, Bson};
+use async_trait::async_trait;
+use bson::{doc, Bson, Document};
 use common::*;
+use tandem::store::{FindOneAndUpdateOptions, FindOptions, UpdateOptions, UpdateOutcome};
 use tandem::testing::FaultStore;
-use tandem::{DocumentChange, StepError, Store, Transaction, TxError, TxState};
+use tandem::{
+    Coordinator, DocumentChange, MemoryStore, Namespace, NativeTransactions, StepError, Store,
+    StoreError, StoreErrorKind, Strategy, Transaction, TxError, TxState,
+};
 
 fn credit(path: &str, by: i64) -> Transaction {
     Transaction::new().change(DocumentChange::update(stats(), "X").inc(path, by))
@@ -166,4 +172,167 @@ async fn a_lost_answer_around_the_tidy_lands_the_credit_once() {
             "answer lost at {op}: {x}"
         );
     }
+}
+
+/// A store whose plain requests go through a [`FaultStore`] and whose
+/// native transactions run on the memory store beneath it (a `FaultStore`
+/// has none): the faults reach what the native strategy sends outside its
+/// transaction, such as the tidy of the zero sums in a credit's way.
+#[derive(Clone)]
+struct NativeBeside {
+    plain: FaultStore,
+    native: MemoryStore,
+}
+
+#[async_trait]
+impl Store for NativeBeside {
+    fn name(&self) -> &str {
+        self.native.name()
+    }
+    async fn now(&self) -> Result<bson::DateTime, StoreError> {
+        self.plain.now().await
+    }
+    async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
+        self.plain.insert_one(ns, doc).await
+    }
+    async fn update_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+        options: UpdateOptions,
+    ) -> Result<UpdateOutcome, StoreError> {
+        self.plain.update_one(ns, filter, update, options).await
+    }
+    async fn update_each(
+        &self,
+        ns: &Namespace,
+        statements: Vec<(Document, Document)>,
+    ) -> Result<u64, StoreError> {
+        self.plain.update_each(ns, statements).await
+    }
+    async fn find_one_and_update(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+        options: FindOneAndUpdateOptions,
+    ) -> Result<Option<Document>, StoreError> {
+        self.plain
+            .find_one_and_update(ns, filter, update, options)
+            .await
+    }
+    async fn replace_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        replacement: Document,
+    ) -> Result<UpdateOutcome, StoreError> {
+        self.plain.replace_one(ns, filter, replacement).await
+    }
+    async fn delete_one(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        self.plain.delete_one(ns, filter).await
+    }
+    async fn delete_many(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        self.plain.delete_many(ns, filter).await
+    }
+    async fn update_many(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: Document,
+    ) -> Result<UpdateOutcome, StoreError> {
+        self.plain.update_many(ns, filter, update).await
+    }
+    async fn find_one(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+    ) -> Result<Option<Document>, StoreError> {
+        self.plain.find_one(ns, filter).await
+    }
+    async fn find(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        options: FindOptions,
+    ) -> Result<Vec<Document>, StoreError> {
+        self.plain.find(ns, filter, options).await
+    }
+    async fn exists(&self, ns: &Namespace, filter: Document) -> Result<bool, StoreError> {
+        self.plain.exists(ns, filter).await
+    }
+    async fn count(&self, ns: &Namespace, filter: Document) -> Result<u64, StoreError> {
+        self.plain.count(ns, filter).await
+    }
+    fn native(&self) -> Option<&dyn NativeTransactions> {
+        self.native.native()
+    }
+}
+
+/// A native credit of `a.b` beside the zero of `a` is refused, the zero
+/// dropped outside the transaction, and the transaction run once more. A
+/// transient failure of that tidy (its read lost, its unset lost on the way
+/// or its answer lost) is repeated under the coordinator's retry policy, as
+/// every other request is: the credit commits. It was canceled with the
+/// `TypeMismatch` the zero made, the tidy left undone.
+#[tokio::test]
+async fn a_transient_failure_of_a_native_tidy_is_retried() {
+    // Through the `FaultStore`: 1 is the tidy's read, 2 its unset.
+    for (op, answer_lost) in [(1, false), (2, false), (2, true)] {
+        let (store, _clock) = undone_credits_at(&["a"]).await;
+        let plain = FaultStore::new(Arc::new(store.clone()));
+        let plain = if answer_lost {
+            plain.lose_answer_at(op)
+        } else {
+            plain.lose_at(op)
+        };
+        let native = Coordinator::builder(NativeBeside {
+            plain: plain.clone(),
+            native: store.clone(),
+        })
+        .strategy(Strategy::Native)
+        .build();
+        let answer = native.run(credit("a.b", 7)).await;
+        let x = get(&store, &stats(), "X").await.unwrap();
+        assert!(
+            matches!(&answer, Ok(r) if r.state == TxState::Done),
+            "op {op} lost (answer only: {answer_lost}): {answer:?}; {x}"
+        );
+        assert!(plain.ops() > op, "op {op}: the tidy was tried again");
+        assert_eq!(
+            x.get("a"),
+            Some(&Bson::Document(doc! { "b": 7_i64 })),
+            "op {op} lost (answer only: {answer_lost}): {x}"
+        );
+    }
+}
+
+/// A tidy whose store stays down is answered with the store's failure, not
+/// with the `TypeMismatch` of the zero it could not drop: the credit is no
+/// refusal, and nothing of it was written.
+#[tokio::test]
+async fn a_native_tidy_that_cannot_reach_its_store_answers_the_failure() {
+    let (store, _clock) = undone_credits_at(&["a"]).await;
+    let native = Coordinator::builder(NativeBeside {
+        plain: FaultStore::new(Arc::new(store.clone())).crash_after(0),
+        native: store.clone(),
+    })
+    .strategy(Strategy::Native)
+    .build();
+    let answer = native.run(credit("a.b", 7)).await;
+    assert!(
+        matches!(
+            &answer,
+            Err(TxError::Canceled {
+                cause: StepError::Store { source, .. },
+                undone: true,
+                ..
+            }) if source.kind == StoreErrorKind::Crashed
+        ),
+        "{answer:?}"
+    );
+    let x = get(&store, &stats(), "X").await.unwrap();
+    assert!(x.get("a").is_none(), "{x}");
+    assert_eq!(credit_sums(&x).get("a"), Some(&Bson::Int64(0)), "{x}");
 }

@@ -254,10 +254,13 @@ impl Coordinator {
         let mut tidied = false;
         let outcome = loop {
             attempt += 1;
-            let outcome = native.run_native(&changes, config.retry).await;
+            let mut outcome = native.run_native(&changes, config.retry).await;
             // Refused for the zero credit sums in the way of a credit (what
             // credits that landed or were undone leave): dropped, and run
-            // once more.
+            // once more. The tidy's read and guarded unset are repeated
+            // after a transient failure, as every other request is (a
+            // repeat reads the sums again); a store failure it cannot get
+            // past is the answer, not the refusal the sums in the way made.
             if let (
                 false,
                 Err(NativeFailure::Aborted(StepError::TypeMismatch { participant, .. })),
@@ -266,8 +269,24 @@ impl Coordinator {
                 tidied = true;
                 let change = changes.iter().find(|c| c.label() == *participant);
                 if let Some(change) = change {
-                    if let Ok(true) = change.tidy_zero_sums(store.as_ref()).await {
-                        continue;
+                    let tidy = self
+                        .engine
+                        .retry(|| async {
+                            match change.tidy_zero_sums(store.as_ref()).await {
+                                Err(StepError::Store { source, .. }) => Err(source),
+                                other => Ok(other),
+                            }
+                        })
+                        .await;
+                    match tidy {
+                        Ok(Ok(true)) => continue,
+                        Ok(_) => {}
+                        Err(source) => {
+                            outcome = Err(NativeFailure::Aborted(StepError::Store {
+                                participant: change.label(),
+                                source,
+                            }));
+                        }
                     }
                 }
             }
