@@ -45,6 +45,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = tandem_mongodb::store_from_env().await?;
     let db = std::env::var("TANDEM_DB").unwrap_or_else(|_| "shop".to_owned());
     let coordinator = Coordinator::builder_shared(store).database(&db).build();
+    // The index on the transaction records that recovery's scans use
+    // (idempotent: at every start-up; the embedded store needs none).
+    coordinator.ensure_indexes().await?;
 
     // ANCHOR: recovery
     // Recovery finishes what a crashed or interrupted run left behind: once at
