@@ -14,8 +14,9 @@ tandem-bank: the bank test of tandem under faults
 
 Runs random transactions from several worker processes while a nemesis kills
 workers, kills either database server, arms failCommand failpoints, pauses
-workers and delays writes past the lease; then stops everything, runs
-recovery until nothing is left in flight, and checks the bank.
+workers and delays writes past the lease, while the controller runs recovery
+every second; then stops everything, runs recovery until nothing is left in
+flight, and checks the bank.
 
 The bank spans two servers: customers, the ledger and the transaction records
 on server 1; merchants, the fee account and the vouchers on server 2 (a named

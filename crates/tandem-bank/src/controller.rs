@@ -10,6 +10,14 @@
 //!   become stubs (id and state), kept for an idempotency window of
 //!   [`STUB_WINDOWS`] times that age, and are then removed: a run sees full
 //!   records, stubs, and records gone.
+//! * The recovery job calls
+//!   [`RecoveryWorker::run_once`](tandem::RecoveryWorker::run_once) every
+//!   [`RECOVER_EVERY`], with the configuration the final recovery uses
+//!   ([`recovery_config`]), from the start of the run until the workers are
+//!   stopped, as a recovery job runs beside the coordinators of a
+//!   deployment: transactions of killed workers are finished or rolled back
+//!   while the run goes on, racing the live coordinators and the garbage
+//!   collector, not only at the end.
 //! * The sampler reads the fee account (the document every transaction
 //!   touches) every [`SAMPLE_EVERY`], and once more at the end, and keeps the
 //!   peak of its BSON size, which must stay within
@@ -74,6 +82,26 @@ pub const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
 /// The pause between two garbage collections.
 pub const GC_EVERY: Duration = Duration::from_millis(500);
+
+/// The pause between two recovery passes of the controller during the run.
+pub const RECOVER_EVERY: Duration = Duration::from_secs(1);
+
+/// The longest one recovery pass of the controller may take during the run;
+/// one that takes longer is dropped, as a crash would leave it, and the next
+/// one picks its transactions up.
+pub const RECOVER_PASS_LIMIT: Duration = Duration::from_secs(20);
+
+/// The configuration of the controller's recovery, during the run and at the
+/// end: stuck `pending` transactions rolled back (the workers' own passes
+/// roll them back or forward at random), large batches.
+pub fn recovery_config() -> RecoveryConfig {
+    RecoveryConfig {
+        pending: PendingPolicy::RollBack,
+        batch: 1000,
+        concurrency: 8,
+        ..RecoveryConfig::default()
+    }
+}
 
 /// The idempotency window of the garbage collector, in multiples of its age:
 /// short, so that stubs are removed within a run too.
@@ -169,6 +197,19 @@ struct GcStats {
     sent: Sent,
     /// The longest call, in milliseconds.
     slowest_ms: AtomicU64,
+}
+
+/// What the controller's recovery did during the run.
+#[derive(Debug, Default)]
+struct RecoveryStats {
+    /// The passes' reports, summed.
+    total: Mutex<RecoveryReport>,
+    /// Passes made.
+    passes: AtomicU64,
+    /// Passes that failed or found no answer in time.
+    failed: AtomicU64,
+    /// The last failure.
+    last_error: Mutex<Option<String>>,
 }
 
 fn say(line: impl AsRef<str>) {
@@ -540,6 +581,33 @@ async fn run_in(
         say("garbage collection: off (--no-gc)");
         None
     };
+    say(format!(
+        "recovery: every {RECOVER_EVERY:?} during the run (pending rolled back), besides the workers' own passes, then to quiescence at the end"
+    ));
+    let recovering = Arc::new(RecoveryStats::default());
+    let recoverer = {
+        let worker = coordinator.recovery(recovery_config());
+        let (stats, done) = (recovering.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                stats.passes.fetch_add(1, Ordering::SeqCst);
+                let outcome = tokio::time::timeout(RECOVER_PASS_LIMIT, worker.run_once()).await;
+                let failure = match outcome {
+                    Ok(Ok(r)) => {
+                        *stats.total.lock().unwrap_or_else(|e| e.into_inner()) += &r;
+                        None
+                    }
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(_) => Some(format!("no answer within {RECOVER_PASS_LIMIT:?}")),
+                };
+                if let Some(why) = failure {
+                    stats.failed.fetch_add(1, Ordering::SeqCst);
+                    *stats.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+                }
+                tokio::time::sleep(RECOVER_EVERY).await;
+            }
+        })
+    };
     let progress = {
         let (tail, faults, done) = (tail.clone(), faults.clone(), done.clone());
         let (hot, gc) = (hot.clone(), gc.clone());
@@ -679,6 +747,31 @@ async fn run_in(
     let _ = sampler.await;
     if let Some(collector) = collector {
         let _ = collector.await;
+    }
+    let _ = recoverer.await;
+    {
+        let r = recovering
+            .total
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let last = recovering
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        say(format!(
+            "recovery during the run: {} passes, claimed {}, committed {}, canceled {}, removed {}, waited {}; {} passes failed{}",
+            recovering.passes.load(Ordering::SeqCst),
+            r.claimed,
+            r.committed,
+            r.canceled,
+            r.removed,
+            r.waiting,
+            recovering.failed.load(Ordering::SeqCst),
+            last.map(|e| format!(", the last with: {e}"))
+                .unwrap_or_default()
+        ));
     }
     let logs = tail.lock().unwrap_or_else(|e| e.into_inner()).finish();
     let collected = gc.collected.load(Ordering::SeqCst);

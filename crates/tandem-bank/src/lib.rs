@@ -4,6 +4,8 @@
 //! while a nemesis kills workers (SIGKILL), kills and restarts either of the
 //! two database servers, arms `failCommand` failpoints on either, pauses
 //! workers past their lease (SIGSTOP) and delays writes past the lease.
+//! Recovery runs in the controller during the run too, every second, racing
+//! the live coordinators and the garbage collector.
 //! Afterwards everything is stopped, recovery runs until nothing is in
 //! flight, and a checker verifies that money was conserved, that every
 //! committed transaction applied exactly once, that every canceled one left
