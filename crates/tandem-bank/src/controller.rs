@@ -798,17 +798,29 @@ async fn run_in(
     }
 
     // Recovery to quiescence, then the checks.
-    let (passes, recovered, quiescent) =
-        recover_to_quiescence(&coordinator, &stores[0], &ns, options.lease).await;
+    let q = recover_to_quiescence(
+        &coordinator,
+        &stores[0],
+        &ns,
+        options.lease,
+        options.clock_skew,
+    )
+    .await;
     say(format!(
-        "final recovery: {passes} pass(es), claimed {}, committed {}, canceled {}, removed {}, failed {}, waited {}{}",
-        recovered.claimed,
-        recovered.committed,
-        recovered.canceled,
-        recovered.removed,
-        recovered.failed,
-        recovered.waiting,
-        if quiescent { "; nothing left in flight" } else { "; NOT quiescent (counted below)" }
+        "final recovery: {} pass(es) in {:.1} s from {} record(s) in flight, claimed {}, committed {}, canceled {}, removed {}, failed {}, waited {}; {}",
+        q.passes,
+        q.took.as_secs_f64(),
+        q.at_start.map_or("?".to_owned(), |n| n.to_string()),
+        q.total.claimed,
+        q.total.committed,
+        q.total.canceled,
+        q.total.removed,
+        q.total.failed,
+        q.total.waiting,
+        match &q.left {
+            None => "nothing left in flight".to_owned(),
+            Some(left) => format!("NOT quiescent (counted below): it stopped because {left}"),
+        }
     ));
     let hot = {
         let last = read_hot(&stores[1], &ns).await;
@@ -1279,45 +1291,178 @@ fn through(uri: &str, port: u16) -> Result<String, String> {
     ))
 }
 
-/// Runs recovery passes until no record is in flight, waiting for leases to
-/// end between passes; gives up after a bounded time. Returns the number of
-/// passes, their totals, and whether nothing was left in flight.
+/// The longest one pass of the final recovery may take; one that takes
+/// longer is dropped (as a crash would leave it) and the next picks up.
+const FINAL_PASS_LIMIT: Duration = Duration::from_secs(60);
+
+/// What the final recovery may spend per record in flight when it starts,
+/// on top of [`quiet_limit`]: its overall bound grows with what is left.
+const FINAL_PER_RECORD: Duration = Duration::from_millis(200);
+
+/// In-flight records the final recovery names when it gives up.
+const FINAL_NAMED: usize = 5;
+
+/// How long the final recovery goes on while no record in flight finishes.
+///
+/// A record left in flight becomes due once its lease has passed on the
+/// records' server and the clock margin after that; a rolled-back record's
+/// markers on server 2 may be removed only once that server's clock, which
+/// may be up to `2 x clock_skew` behind server 1's, reads past its deadline
+/// plus the margin (a waiting record, finished by a later pass). Three leases,
+/// two margins and twice the skew cover that for every record, and 30 s more
+/// cover the passes themselves on a busy machine: a quiet spell longer than
+/// this is a record recovery cannot finish.
+pub fn quiet_limit(lease: Duration, clock_margin: Duration, clock_skew: Duration) -> Duration {
+    lease * 3 + clock_margin * 2 + clock_skew * 2 + Duration::from_secs(30)
+}
+
+/// What the final recovery did.
+#[derive(Debug, Default)]
+struct Quiescence {
+    /// Passes made.
+    passes: u32,
+    /// Their reports, summed.
+    total: RecoveryReport,
+    /// Records in flight when it started, if they could be counted.
+    at_start: Option<u64>,
+    /// How long it took.
+    took: Duration,
+    /// `None` when nothing was left in flight; otherwise why it stopped and
+    /// what was left.
+    left: Option<String>,
+}
+
+/// Counts the records in flight, by state; `None` when the server does not
+/// answer in time.
+async fn in_flight_by_state(store: &MongoStore, ns: &BankNs) -> Option<Vec<(TxState, u64)>> {
+    let records = ns.records();
+    let mut counts = Vec::new();
+    for state in TxState::in_flight() {
+        let count = store.count(&records, doc! { "state": state.as_str() });
+        match tokio::time::timeout(SHORT, count).await {
+            Ok(Ok(n)) => counts.push((state, n)),
+            _ => return None,
+        }
+    }
+    Some(counts)
+}
+
+/// What is still in flight, in words: the count by state and the oldest few
+/// records (id, state, owner, last change).
+async fn describe_in_flight(store: &MongoStore, ns: &BankNs) -> String {
+    let counts = match in_flight_by_state(store, ns).await {
+        Some(c) => {
+            let total: u64 = c.iter().map(|(_, n)| n).sum();
+            let parts: Vec<String> = c
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(s, n)| format!("{n} {s}"))
+                .collect();
+            format!("{total} record(s) in flight ({})", parts.join(", "))
+        }
+        None => "the records could not be counted".to_owned(),
+    };
+    let in_flight: Vec<bson::Bson> = TxState::in_flight().into_iter().map(Into::into).collect();
+    let records = ns.records();
+    let oldest = store.find(
+        &records,
+        doc! { "state": { "$in": in_flight } },
+        FindOptions {
+            sort: Some(doc! { "lastModified": 1 }),
+            limit: Some(FINAL_NAMED as i64),
+        },
+    );
+    let named = match tokio::time::timeout(SHORT, oldest).await {
+        Ok(Ok(docs)) => docs
+            .iter()
+            .map(|d| {
+                format!(
+                    "{} ({}, owner {}, last changed {})",
+                    id_of(d),
+                    d.get_str("state").unwrap_or("?"),
+                    d.get_str("owner").unwrap_or("?"),
+                    d.get_datetime("lastModified")
+                        .map_or("?".to_owned(), |t| t.to_string())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        _ => "(the records could not be read)".to_owned(),
+    };
+    format!("{counts}; the oldest: {named}")
+}
+
+fn id_of(doc: &Document) -> String {
+    match doc.get("_id") {
+        Some(bson::Bson::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => "(no _id)".into(),
+    }
+}
+
+/// Runs recovery passes until no record is in flight.
+///
+/// It goes on as long as the records in flight keep finishing: it stops when
+/// none is left, when none has finished for [`quiet_limit`], or at an overall
+/// bound that grows with what was left when it started ([`quiet_limit`] plus
+/// [`FINAL_PER_RECORD`] per record in flight). Records that are not due yet
+/// are waited for between passes. When it stops short, it says what is left.
 async fn recover_to_quiescence(
     coordinator: &Coordinator,
     store: &MongoStore,
     ns: &BankNs,
     lease: Duration,
-) -> (u32, RecoveryReport, bool) {
-    let worker = coordinator.recovery(RecoveryConfig {
-        pending: PendingPolicy::RollBack,
-        batch: 1000,
-        concurrency: 8,
-        ..RecoveryConfig::default()
-    });
-    let give_up = Instant::now() + lease * 3 + Duration::from_secs(60);
-    let in_flight: Vec<bson::Bson> = TxState::in_flight().into_iter().map(Into::into).collect();
-    let mut total = RecoveryReport::default();
-    let mut passes = 0;
+    clock_skew: Duration,
+) -> Quiescence {
+    let worker = coordinator.recovery(recovery_config());
+    let started = Instant::now();
+    let quiet = quiet_limit(lease, coordinator.config().clock_margin, clock_skew);
+    let count = || async {
+        in_flight_by_state(store, ns)
+            .await
+            .map(|c| c.iter().map(|(_, n)| n).sum::<u64>())
+    };
+    let at_start = count().await;
+    let per_record = FINAL_PER_RECORD * u32::try_from(at_start.unwrap_or(0)).unwrap_or(u32::MAX);
+    let give_up = started + quiet + per_record;
+    let mut q = Quiescence {
+        at_start,
+        ..Quiescence::default()
+    };
+    let mut fewest = at_start.unwrap_or(u64::MAX);
+    let mut last_progress = Instant::now();
     loop {
-        passes += 1;
-        if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(60), worker.run_once()).await {
-            total += &r;
+        q.passes += 1;
+        if let Ok(Ok(r)) = tokio::time::timeout(FINAL_PASS_LIMIT, worker.run_once()).await {
+            q.total += &r;
         }
-        let records = ns.records();
-        let left = store.find(
-            &records,
-            doc! { "state": { "$in": in_flight.clone() } },
-            FindOptions {
-                sort: None,
-                limit: Some(1),
-            },
-        );
-        let left = tokio::time::timeout(SHORT, left).await;
-        if matches!(&left, Ok(Ok(v)) if v.is_empty()) {
-            return (passes, total, true);
+        let left = count().await;
+        if left == Some(0) {
+            q.took = started.elapsed();
+            return q;
         }
-        if Instant::now() >= give_up {
-            return (passes, total, false);
+        if let Some(n) = left.filter(|n| *n < fewest) {
+            fewest = n;
+            last_progress = Instant::now();
+        }
+        let now = Instant::now();
+        let why = if now >= give_up {
+            Some(format!(
+                "its overall bound of {:?} ({quiet:?}, plus {FINAL_PER_RECORD:?} for each of the {} record(s) in flight at the start) ran out",
+                give_up - started,
+                at_start.map_or("?".to_owned(), |n| n.to_string())
+            ))
+        } else if now.duration_since(last_progress) >= quiet {
+            Some(format!(
+                "no record in flight finished for {quiet:?} (three leases, two clock margins, twice the clock skew and 30 s)"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            q.took = started.elapsed();
+            q.left = Some(format!("{why}; {}", describe_in_flight(store, ns).await));
+            return q;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
