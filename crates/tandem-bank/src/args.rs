@@ -22,8 +22,9 @@ The bank spans two servers: customers, the ledger and the transaction records
 on server 1; merchants, the fee account and the vouchers on server 2 (a named
 store of the coordinator). Every transaction pays a fee into the fee account,
 the hot document all of them touch; its size is sampled every 250 ms and must
-stay within a bound (4 KiB plus a marker entry per transaction the workers can
-have in flight). Merchant 0, the vault, starts at i64::MAX - 200: payments
+stay within a bound: 4 KiB beside its markers, and a marker entry per
+transaction that can have one at once (those the workers run, and those
+abandoned by killed workers or store errors until recovery finishes them). Merchant 0, the vault, starts at i64::MAX - 200: payments
 into it are credits near the limit, refused when they would not fit together
 with those pending. Vouchers come from a small pool: an issue inserts voucher-k,
 a redeem deletes it, and the same _id is issued again later. Meanwhile the

@@ -108,8 +108,11 @@ pub enum Check {
     AcknowledgedCancel,
     /// No transaction was logged with two different outcomes.
     Log,
-    /// The hot document ([`FEES`]) never outgrew its bound
-    /// ([`hot_bound`](crate::bank::hot_bound)); checked by the controller on its samples.
+    /// The hot document ([`FEES`]) never outgrew its bounds: its fields
+    /// beside the markers within [`HOT_BASE`](crate::bank::HOT_BASE), its
+    /// markers within [`hot_markers_bound`](crate::controller::hot_markers_bound),
+    /// and the whole within [`hot_bound`](crate::bank::hot_bound) of those;
+    /// checked by the controller on its samples.
     HotDocument,
     /// `tandem::testing::audit` found nothing (a cross-check run on the live
     /// store, when no record was collected).

@@ -20,8 +20,9 @@
 //!   collector, not only at the end.
 //! * The sampler reads the fee account (the document every transaction
 //!   touches) every [`SAMPLE_EVERY`], and once more at the end, and keeps the
-//!   peak of its BSON size, which must stay within
-//!   [`hot_bound`].
+//!   peak of its BSON size, which must stay within [`hot_bound`] of
+//!   [`hot_markers_bound`] markers: the markers of the transactions the
+//!   workers run and of those abandoned and not recovered yet.
 //!
 //! The file is long because it holds one concern only: the run's timeline,
 //! from setup through the nemesis and the garbage collector to quiescence,
@@ -42,7 +43,7 @@ use tandem::{
 use tandem_mongodb::MongoStore;
 
 use crate::args::Options;
-use crate::bank::{hot_bound, BankNs, BankSpec, FEES, REMOTE};
+use crate::bank::{hot_bound, BankNs, BankSpec, FEES, HOT_BASE, MARKER_ENTRY_MAX, REMOTE};
 use crate::checker::{check, check_collected, Check, Report, Snapshot, Violation};
 use crate::nemesis::{
     failpoint_off, is_loopback, probe_failpoints, random_failpoint, slow_failpoint, Nemesis,
@@ -142,6 +143,59 @@ impl Outcome {
     }
 }
 
+/// The most failed or delayed commands one nemesis round causes (a
+/// failpoint's 1 to 8 times; a lost answer or a slow write takes at most 3).
+pub const MOST_COMMANDS_PER_ROUND: usize = 8;
+
+/// The most transactions that may have a marker entry on the fee account
+/// ([`FEES`]) at once, given the run's settings and the clock margin.
+///
+/// The workers' tasks run `workers x tasks` transactions at a time. Beside
+/// those, a transaction its task gave up on (its worker killed, a store error
+/// in a worker that repeats nothing, an answer lost, a write held past the
+/// lease, recovery taking it over) keeps its marker until recovery finishes
+/// it: the controller's, every [`RECOVER_EVERY`], or a worker's. While the
+/// servers answer, that happens within
+///
+/// ```text
+/// W = lease + clock margin + 2 x clock skew + RECOVER_EVERY + RECOVER_PASS_LIMIT
+/// ```
+///
+/// of its last change: it is due once its lease and the margin have passed,
+/// its markers on server 2 go once that server's clock (up to twice the skew
+/// behind) reads past them, and the next pass, which may take up to
+/// [`RECOVER_PASS_LIMIT`], finishes it. A server that is down holds recovery
+/// up, but the nemesis round that killed it lasts until it is back and
+/// starts no other meanwhile. Rounds start at least half the interval apart,
+/// so at most `R = W / (interval / 2) + 1` start within `W`; one round
+/// abandons at most `A = max(workers x tasks, MOST_COMMANDS_PER_ROUND)`
+/// transactions (a killed server fails every transaction in flight, a killed
+/// or paused worker those of its tasks, a failpoint at most 8 commands, a lost
+/// answer or a slow write at most 3). One more `A` covers transactions taken
+/// over without a fault (a coordinator slower than its lease on a busy
+/// machine). So at most
+///
+/// ```text
+/// workers x tasks + A x (R + 1)
+/// ```
+///
+/// transactions have a marker on it at once (`R = 0` without a nemesis). For
+/// the defaults (4 x 2, lease 2 s, margin 2 s, a round every 3 s) that is
+/// `8 + 8 x 18 = 152`. It does not grow with the length of the run.
+pub fn hot_markers_bound(options: &Options, clock_margin: Duration) -> usize {
+    let slots = options.workers * options.tasks;
+    let per_round = slots.max(MOST_COMMANDS_PER_ROUND);
+    let window =
+        options.lease + clock_margin + options.clock_skew * 2 + RECOVER_EVERY + RECOVER_PASS_LIMIT;
+    let half = (options.nemesis_interval / 2).as_millis().max(1);
+    let rounds = if options.nemeses.is_empty() {
+        0
+    } else {
+        usize::try_from(window.as_millis() / half).unwrap_or(usize::MAX) + 1
+    };
+    slots.saturating_add(per_round.saturating_mul(rounds.saturating_add(1)))
+}
+
 /// What the sampler of the hot document saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HotStats {
@@ -151,6 +205,8 @@ pub struct HotStats {
     pub markers_at_peak: usize,
     /// The most marker entries sampled.
     pub most_markers: usize,
+    /// The largest size sampled of the document without its marker array, in bytes.
+    pub rest_peak: usize,
     /// Samples taken.
     pub samples: u64,
     /// Samples that found no answer (a server down, a failpoint).
@@ -162,6 +218,10 @@ impl HotStats {
     pub fn add(&mut self, doc: &Document) {
         let size = bson::to_vec(doc).map_or(0, |b| b.len());
         let markers = doc.get_array(DEFAULT_MARKER).map_or(0, Vec::len);
+        let mut rest = doc.clone();
+        rest.remove(DEFAULT_MARKER);
+        let rest = bson::to_vec(&rest).map_or(0, |b| b.len());
+        self.rest_peak = self.rest_peak.max(rest);
         self.samples += 1;
         self.most_markers = self.most_markers.max(markers);
         if size > self.peak {
@@ -507,13 +567,13 @@ async fn run_in(
     let done = Arc::new(AtomicBool::new(false));
     let hot = Arc::new(Mutex::new(HotStats::default()));
     let gc = Arc::new(GcStats::default());
-    let bound = hot_bound(options.workers, options.tasks);
+    let most_markers = hot_markers_bound(&options, coordinator.config().clock_margin);
+    let bound = hot_bound(most_markers);
     let age = options.lease + coordinator.config().clock_margin;
     say(format!(
-        "hot document {}/{FEES}: sampled every {SAMPLE_EVERY:?}, bound {bound} bytes (4 KiB + {} x {} marker bytes)",
+        "hot document {}/{FEES}: sampled every {SAMPLE_EVERY:?}, bound {bound} bytes ({HOT_BASE} beside the markers + {most_markers} x {MARKER_ENTRY_MAX} marker bytes: {} run by the workers' tasks, the rest abandoned ones awaiting recovery)",
         ns.db2,
         options.workers * options.tasks,
-        crate::bank::MARKER_ENTRY_MAX
     ));
     let sampler = {
         let (hot, done, store, ns) = (hot.clone(), done.clone(), stores[1].clone(), ns.clone());
@@ -835,6 +895,24 @@ async fn run_in(
     let mut report = check(&spec, &ns, &snapshot, Some(&logs));
     let sent = gc.sent.lock().unwrap_or_else(|e| e.into_inner()).clone();
     check_collected(&mut report, &sent);
+    if hot.rest_peak > HOT_BASE {
+        report.violations.push(Violation {
+            check: Check::HotDocument,
+            detail: format!(
+                "{FEES} reached {} bytes beside its markers, above its bound of {HOT_BASE} bytes",
+                hot.rest_peak
+            ),
+        });
+    }
+    if hot.most_markers > most_markers {
+        report.violations.push(Violation {
+            check: Check::HotDocument,
+            detail: format!(
+                "{FEES} held {} markers at once, above the {most_markers} transactions that can have one at once",
+                hot.most_markers
+            ),
+        });
+    }
     if hot.peak > bound {
         report.violations.push(Violation {
             check: Check::HotDocument,
@@ -892,8 +970,8 @@ async fn run_in(
     };
     say(gc_text);
     say(format!(
-        "hot document {FEES}: peak {} bytes with {} markers (at most {} markers seen), {} samples ({} missed while a server was away); bound {bound} bytes",
-        hot.peak, hot.markers_at_peak, hot.most_markers, hot.samples, hot.missed
+        "hot document {FEES}: peak {} bytes with {} markers (at most {} markers seen, bound {most_markers}; at most {} bytes beside them, bound {HOT_BASE}), {} samples ({} missed while a server was away); bound {bound} bytes",
+        hot.peak, hot.markers_at_peak, hot.most_markers, hot.rest_peak, hot.samples, hot.missed
     ));
     print_summary(
         &report,
@@ -1648,5 +1726,37 @@ mod tests {
         // Each marker entry stays within the bound's allowance.
         let per_entry = (hot.peak - bson::to_vec(&small).unwrap().len()) / 2;
         assert!(per_entry <= crate::bank::MARKER_ENTRY_MAX, "{per_entry}");
+        // The rest of the document is measured without the marker array.
+        let bare = doc! { "_id": FEES, "balance": 1_i64 };
+        assert_eq!(hot.rest_peak, bson::to_vec(&bare).unwrap().len());
+    }
+
+    #[test]
+    fn the_marker_bound_counts_abandoned_transactions_not_the_run_length() {
+        let margin = Duration::from_secs(2);
+        let defaults = Options::default();
+        // 8 slots + 8 per round x (25 s / 1.5 s + 1 + 1) rounds.
+        assert_eq!(hot_markers_bound(&defaults, margin), 8 + 8 * 18);
+        let longer = Options {
+            duration: Duration::from_secs(3600),
+            ..defaults.clone()
+        };
+        assert_eq!(
+            hot_markers_bound(&longer, margin),
+            hot_markers_bound(&defaults, margin)
+        );
+        let quiet = Options {
+            nemeses: Default::default(),
+            ..defaults.clone()
+        };
+        assert_eq!(hot_markers_bound(&quiet, margin), 8 + 8);
+        let harsh = Options {
+            nemesis_interval: Duration::from_millis(300),
+            ..defaults
+        };
+        assert_eq!(
+            hot_markers_bound(&harsh, margin),
+            8 + 8 * (25_000 / 150 + 2)
+        );
     }
 }

@@ -26,7 +26,8 @@
 //!   late insert; no placeholder stands where a committed insert belongs.
 //! * **A hot document.** Every transaction pays a fee into the fee account
 //!   [`bank::FEES`]; the controller samples its size every 250 ms and at the
-//!   end, and its peak must stay within [`bank::hot_bound`].
+//!   end, and its peak must stay within [`bank::hot_bound`] of
+//!   [`controller::hot_markers_bound`] markers.
 //! * **Concurrent garbage collection** at the smallest age allowed (the lease
 //!   plus the clock margin). The checker works without the collected records:
 //!   it takes what it needs from the workers' outcome logs, and the money
