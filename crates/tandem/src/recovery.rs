@@ -752,7 +752,9 @@ impl RecoveryWorker {
                         }
                         Some(false) if forward => {
                             // Not committed: roll forward in a new epoch, with a new deadline.
-                            let again = self.claim(record, true, true).await.map_err(|source| {
+                            // The same attempt as the probe's claim: a pass counts once,
+                            // or the back-off would come at twice the pace.
+                            let again = self.claim(record, true, false).await.map_err(|source| {
                                 TxError::Interrupted {
                                     id: record.id.clone(),
                                     state: Some(TxState::Pending),
