@@ -46,6 +46,74 @@ async fn store_with(docs: Vec<Document>) -> MemoryStore {
     s
 }
 
+/// Decimal amounts through the store: `$inc` adds in decimal (an integer
+/// field becoming a decimal), a guard's `$expr` adds and subtracts in
+/// decimal, and a refused `$inc` (a double and a decimal) changes nothing.
+#[tokio::test]
+async fn decimal_increments_and_guards() {
+    let dec = |t: &str| Bson::Decimal128(t.parse().unwrap());
+    let s = store_with(vec![
+        doc! { "_id": "a", "balance": dec("100.10") },
+        doc! { "_id": "b", "balance": 5 },
+        doc! { "_id": "c", "balance": 1.5 },
+    ])
+    .await;
+    let inc = |id: &'static str, by: Bson| {
+        let s = &s;
+        async move {
+            s.update_one(
+                &ns(),
+                doc! {
+                    "_id": id,
+                    // Enough left: balance + by >= 0.
+                    "$expr": { "$gte": [{ "$add": ["$balance", by.clone()] }, 0] },
+                },
+                doc! { "$inc": { "balance": by } },
+                crate::store::UpdateOptions::default(),
+            )
+            .await
+        }
+    };
+    let matched = |r: Result<crate::store::UpdateOutcome, StoreError>| r.unwrap().matched;
+    assert_eq!(matched(inc("a", dec("-20.25")).await), 1);
+    assert_eq!(matched(inc("a", dec("-79.86")).await), 0, "not enough");
+    assert_eq!(matched(inc("b", dec("-0.50")).await), 1);
+    let balance = |id: &'static str| {
+        let s = &s;
+        async move {
+            s.find_one(&ns(), doc! { "_id": id })
+                .await
+                .unwrap()
+                .and_then(|d| d.get("balance").cloned())
+        }
+    };
+    let bytes = |v: Option<Bson>| match v {
+        Some(Bson::Decimal128(d)) => d.bytes(),
+        other => panic!("not a decimal: {other:?}"),
+    };
+    assert_eq!(bytes(balance("a").await), bytes(Some(dec("79.85"))));
+    assert_eq!(bytes(balance("b").await), bytes(Some(dec("4.50"))));
+    let e = s
+        .update_one(
+            &ns(),
+            doc! { "_id": "c" },
+            doc! { "$inc": { "balance": dec("1") } },
+            crate::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::BadRequest);
+    assert_eq!(balance("c").await, Some(Bson::Double(1.5)));
+    // `$subtract` in a guard: 79.85 - 79.85 is 0.00, not below 0.
+    assert!(s
+        .exists(
+            &ns(),
+            doc! { "_id": "a", "$expr": { "$gte": [{ "$subtract": ["$balance", dec("79.85")] }, 0] } },
+        )
+        .await
+        .unwrap());
+}
+
 #[tokio::test]
 async fn insert_generates_ids_and_rejects_duplicates() {
     let s = MemoryStore::new();

@@ -1,12 +1,13 @@
 //! Exact comparison of numbers when a Decimal128 is among them.
 //!
-//! MongoDB compares a Decimal128 numerically with Int32, Int64 and Double
-//! (`Decimal128("1.0")` equals `1`). The store has no decimal arithmetic, so
-//! it compares through an exact decimal form of each number: its sign, its
-//! significant digits and the power of ten of the last one. Every finite
-//! double is such a decimal (at most 767 significant digits), written out
-//! exactly by Rust's formatting with enough precision. Only comparisons that
-//! meet a Decimal128 take this path.
+//! MongoDB compares a Decimal128 numerically and exactly with Int32, Int64
+//! and Double (`Decimal128("1.0")` equals `1`; the decimal `0.1` is below
+//! the double `0.1`). The store compares through an exact decimal form of
+//! each number: its sign, its significant digits and the power of ten of
+//! the last one. Every finite double is such a decimal (at most 767
+//! significant digits), written out exactly by Rust's formatting with
+//! enough precision. Only comparisons that meet a Decimal128 take this
+//! path; decimal arithmetic is in `decimal_arith`.
 
 use std::cmp::Ordering;
 

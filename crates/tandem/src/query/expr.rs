@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use bson::{Bson, Document};
 
 use super::decimal::Exact;
+use super::decimal_arith;
 use super::eval::truthy;
 use super::validate::expr_args;
 use super::{bad_request, split_dot, total_cmp, type_name, Ctx, CONVERSION_FAILURE};
@@ -389,7 +390,8 @@ fn array_elem_at<'a>(array: Value<'a>, index: Option<&Bson>) -> Result<Value<'a>
 
 /// `$subtract` of two numbers: null if either is null or missing; a 32-bit
 /// result when both are 32-bit and it fits, else 64-bit, else (or with a
-/// double) a double, as MongoDB computes it.
+/// double) a double; with a decimal (and integers) a decimal, as MongoDB
+/// computes it. A double and a decimal are refused.
 fn subtract(left: Option<&Bson>, right: Option<&Bson>) -> Result<Bson, StoreError> {
     let (Some(left), Some(right)) = (left, right) else {
         return Ok(Bson::Null);
@@ -399,6 +401,9 @@ fn subtract(left: Option<&Bson>, right: Option<&Bson>) -> Result<Bson, StoreErro
         Bson::Int64(n) => *n,
         _ => 0,
     };
+    if let Some(difference) = decimal_arith::subtract_numbers(left, right) {
+        return Ok(Bson::Decimal128(difference));
+    }
     Ok(match (left, right) {
         (Bson::Null | Bson::Undefined, _) | (_, Bson::Null | Bson::Undefined) => Bson::Null,
         (Bson::Int32(a), Bson::Int32(b)) => match a.checked_sub(*b) {
@@ -436,11 +441,12 @@ fn subtract(left: Option<&Bson>, right: Option<&Bson>) -> Result<Bson, StoreErro
                 }
             }
         }
-        (Bson::Decimal128(_), _) | (_, Bson::Decimal128(_)) => {
-            // MongoDB subtracts in decimal; this store has no decimal
-            // arithmetic, and says so rather than answer otherwise.
+        (Bson::Decimal128(_), Bson::Double(_)) | (Bson::Double(_), Bson::Decimal128(_)) => {
+            // MongoDB first converts the double to a decimal of 15
+            // significant digits; this store does not, and says so rather
+            // than answer otherwise.
             return Err(bad_request(format!(
-                "the embedded store does not $subtract with a decimal ({} from {})",
+                "the embedded store does not $subtract a double and a decimal ({} from {})",
                 type_name(right),
                 type_name(left)
             )));
@@ -458,8 +464,10 @@ fn subtract(left: Option<&Bson>, right: Option<&Bson>) -> Result<Bson, StoreErro
 
 /// One step of `$add`: `sum` (the operands so far, from `0`) plus `v`: null
 /// once an operand is null or missing; 32-bit while both are and it fits,
-/// else 64-bit, else (or with a double) a double; a date plus a number of
-/// milliseconds is a date (one date at most), as MongoDB computes it.
+/// else 64-bit, else (or with a double) a double; with a decimal (and
+/// integers) a decimal; a date plus a number of milliseconds is a date (one
+/// date at most), as MongoDB computes it. A decimal with a double or a date
+/// is refused.
 fn add(sum: &Bson, v: Option<&Bson>) -> Result<Bson, StoreError> {
     let Some(v) = v else {
         return Ok(Bson::Null);
@@ -469,6 +477,9 @@ fn add(sum: &Bson, v: Option<&Bson>) -> Result<Bson, StoreError> {
         Bson::Int64(n) => *n,
         _ => 0,
     };
+    if let Some(sum) = decimal_arith::add_numbers(sum, v) {
+        return Ok(Bson::Decimal128(sum));
+    }
     Ok(match (sum, v) {
         (Bson::Null | Bson::Undefined, _) | (_, Bson::Null | Bson::Undefined) => Bson::Null,
         (Bson::Int32(a), Bson::Int32(b)) => match a.checked_add(*b) {
@@ -508,17 +519,25 @@ fn add(sum: &Bson, v: Option<&Bson>) -> Result<Bson, StoreError> {
             };
             Bson::DateTime(bson::DateTime::from_millis(millis))
         }
-        (Bson::Decimal128(_), _) | (_, Bson::Decimal128(_)) => {
-            // MongoDB adds in decimal; this store has no decimal
-            // arithmetic, and says so rather than answer otherwise.
-            return Err(bad_request(
-                "the embedded store does not $add with a decimal",
-            ));
+        (Bson::Decimal128(_), Bson::Double(_) | Bson::DateTime(_))
+        | (Bson::Double(_) | Bson::DateTime(_), Bson::Decimal128(_)) => {
+            // MongoDB first converts a double to a decimal of 15 significant
+            // digits, and adds a date's milliseconds in decimal; this store
+            // does neither, and says so rather than answer otherwise.
+            return Err(bad_request(format!(
+                "the embedded store does not $add a {} and a {}",
+                type_name(sum),
+                type_name(v)
+            )));
         }
         _ => {
             let odd = if matches!(
                 sum,
-                Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::DateTime(_)
+                Bson::Int32(_)
+                    | Bson::Int64(_)
+                    | Bson::Double(_)
+                    | Bson::Decimal128(_)
+                    | Bson::DateTime(_)
             ) {
                 v
             } else {

@@ -42,8 +42,11 @@
 //!     out of range, fails the operation (code 241, `ConversionFailure`), as
 //!     on MongoDB;
 //!   - `$add` of numbers, and of one date with numbers (milliseconds): null
-//!     if an operand is null or missing; a decimal is refused (this store
-//!     has no decimal arithmetic);
+//!     if an operand is null or missing; with a decimal, integers and
+//!     decimals add in decimal as MongoDB adds them (see below); a decimal
+//!     with a double or a date is refused;
+//!   - `$subtract` of two numbers, two dates, or a date and a number of
+//!     milliseconds; with a decimal, as `$add`;
 //!   - `$cond` of three operands (`[if, then, else]`), `$isArray` and
 //!     `$isNumber` (true for an int, a long, a double or a decimal) of one, and
 //!     `$arrayElemAt` of an array and an integral index (from the end if
@@ -74,22 +77,31 @@
 //! lies in no range: `$lt` and `$gt` are false when either side is NaN,
 //! `$lte` and `$gte` true only for NaN against NaN (in `$expr` and in sorting,
 //! NaN is below every other number). A Decimal128 compares exactly with
-//! the other numbers. Embedded documents and arrays compare as whole
+//! the other numbers.
+//!
+//! Decimal128 arithmetic (`$inc`, and `$add` and `$subtract` in `$expr`) is
+//! MongoDB's: IEEE 754-2008 decimal128, rounded half to even to 34 digits;
+//! an exact result keeps the smaller exponent (`1.50 + 1` is `2.50`); an
+//! Int32 or Int64 operand is the decimal of that integer, and the result a
+//! decimal. A double mixed with a decimal is refused
+//! ([`StoreErrorKind::BadRequest`]): MongoDB first converts the double to a
+//! decimal of 15 significant digits, which this store does not do. Embedded documents and arrays compare as whole
 //! values (field names and order matter, numbers compare numerically).
 //!
 //! # Not supported
 //!
 //! `$regex` and regular-expression values, `$elemMatch`, `$all`,
 //! `$size`, `$mod`, `$where`, `$text`, geospatial and
-//! bitwise operators, collations, and arithmetic on Decimal128 (`$inc` of or
-//! by one). Inside `$expr`: every other
-//! expression operator (`$add`, `$map`, `$getField`, ...), every other
+//! bitwise operators, collations, and arithmetic mixing a Decimal128 with a
+//! double. Inside `$expr`: every other
+//! expression operator (`$multiply`, `$map`, `$getField`, ...), every other
 //! variable (`$$ROOT`, `$$CLUSTER_TIME`, ...), and document and array
 //! expressions; `$expr` is not allowed in a `$pull` condition either (as in
 //! MongoDB). They are rejected with [`StoreErrorKind::BadRequest`] rather
 //! than silently misread.
 
 mod decimal;
+mod decimal_arith;
 mod eval;
 mod expr;
 mod order;

@@ -14,8 +14,7 @@ use bson::{Bson, Document};
 /// data; ObjectIds; booleans; dates; timestamps; regular expressions;
 /// DBPointers; JavaScript; JavaScript with scope; MaxKey. Documents and arrays
 /// compare element by element. A Decimal128 compares exactly with every
-/// number (`Decimal128("1.0")` equals `1`; a NaN decimal a NaN double);
-/// arithmetic on Decimal128 is not supported.
+/// number (`Decimal128("1.0")` equals `1`; a NaN decimal a NaN double).
 ///
 /// (Run as the unit test `query::doc_examples::compare`: the module is internal.)
 /// ```ignore

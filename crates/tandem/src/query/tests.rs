@@ -831,19 +831,31 @@ fn to_long_truncates_a_decimal() {
     }
 }
 
-/// `$subtract` with a decimal is refused as this store's limit, not as a
-/// type error MongoDB would not raise; a date less milliseconds is a date.
+/// `$subtract` with a decimal subtracts in decimal; a double and a decimal
+/// are refused as this store's limit, not as a type error MongoDB would not
+/// raise; a date less milliseconds is a date.
 #[test]
-fn subtract_refuses_decimals_and_moves_dates() {
+fn subtract_decimals_and_moves_dates() {
+    assert!(m(
+        &doc! { "a": 95, "p": decimal("5") },
+        doc! { "$expr": { "$eq": ["$a", { "$subtract": [100_i64, "$p"] }] } },
+    ));
     let e = err(
         &doc! { "a": 90, "p": decimal("5") },
-        doc! { "$expr": { "$lte": ["$a", { "$subtract": [100_i64, "$p"] }] } },
+        doc! { "$expr": { "$lte": ["$a", { "$subtract": [100.0, "$p"] }] } },
     );
     assert_eq!(e.kind, StoreErrorKind::BadRequest);
     assert!(
-        e.message.contains("does not $subtract with a decimal"),
+        e.message
+            .contains("does not $subtract a double and a decimal"),
         "{e}"
     );
+    // A number less a date is MongoDB's type error.
+    let e = err(
+        &doc! { "p": decimal("5"), "t": bson::DateTime::from_millis(1) },
+        doc! { "$expr": { "$subtract": ["$p", "$t"] } },
+    );
+    assert_eq!(e.code, Some(16556), "{e}");
     let at = bson::DateTime::from_millis(10_000);
     for ms in [Bson::Double(1_000.9), decimal("1000.2")] {
         assert!(
@@ -863,7 +875,8 @@ fn subtract_refuses_decimals_and_moves_dates() {
 /// `$add`: numbers, widening as MongoDB does; a date plus milliseconds is
 /// a date; null or missing gives null, which no number compares below (a
 /// placeholder's validity `reservedAt + leaseMillis` without its lease
-/// never holds); a decimal is refused as this store's limit.
+/// never holds); a decimal adds in decimal, and is refused with a double or
+/// a date as this store's limit.
 #[test]
 fn add_numbers_and_dates() {
     let d = doc! { "i": 2_i32, "l": 40_i64, "f": 0.5, "t": bson::DateTime::from_millis(10_000) };
@@ -900,10 +913,18 @@ fn add_numbers_and_dates() {
         &d,
         doc! { "$expr": { "$lt": [1_i64, { "$add": [{ "$toLong": "$t" }, "$missing"] }] } }
     ));
-    assert_eq!(
-        err(&d, doc! { "$expr": { "$add": ["$l", decimal("1")] } }).kind,
-        StoreErrorKind::BadRequest
-    );
+    assert!(eq(
+        Bson::Document(doc! { "$add": ["$l", decimal("1.5")] }),
+        decimal("41.5")
+    ));
+    for refused in [
+        doc! { "$add": ["$f", decimal("1")] },
+        doc! { "$add": [decimal("1"), "$t"] },
+    ] {
+        let e = err(&d, doc! { "$expr": refused.clone() });
+        assert_eq!(e.kind, StoreErrorKind::BadRequest, "{refused}");
+        assert!(e.message.contains("embedded store"), "{refused}: {e}");
+    }
     assert_eq!(
         err(&d, doc! { "$expr": { "$add": ["$t", "$t"] } }).kind,
         StoreErrorKind::BadRequest
@@ -948,4 +969,44 @@ fn bson_size_of_the_document_and_its_fields() {
     )
     .unwrap_err();
     assert_eq!(e.code, Some(31393), "{e}");
+}
+
+/// `$add` and `$subtract` with a decimal give a decimal of MongoDB's
+/// exponent (`1.50 + 1` is `2.50`), compared here by its bytes; integers
+/// are decimals of exponent 0; one operand is added to `0` (so `1E+2`
+/// alone is `100`, as MongoDB's running total of an `Int32` 0 makes it).
+#[test]
+fn decimal_add_and_subtract_keep_mongodb_exponents() {
+    let d = doc! { "p": decimal("1.50"), "q": decimal("0.1"), "i": 1, "l": -3_i64 };
+    let value = |expr: Document| {
+        let c = Ctx::at(None);
+        let expr = Bson::Document(expr);
+        eval_expr(&d, &expr, &c).unwrap().map(|v| v.into_owned())
+    };
+    let bytes = |v: Option<Bson>| match v {
+        Some(Bson::Decimal128(d)) => d.bytes(),
+        other => panic!("not a decimal: {other:?}"),
+    };
+    let want = |text: &str| text.parse::<bson::Decimal128>().unwrap().bytes();
+    for (expr, result) in [
+        (doc! { "$add": ["$p", "$i"] }, "2.50"),
+        (doc! { "$add": ["$i", "$p"] }, "2.50"),
+        (doc! { "$add": ["$q", decimal("0.2")] }, "0.3"),
+        (doc! { "$add": ["$p", "$l", "$q"] }, "-1.40"),
+        (doc! { "$add": [decimal("1E+2")] }, "100"),
+        (doc! { "$add": ["$i", decimal("-1.0")] }, "0.0"),
+        (
+            doc! { "$subtract": [decimal("100.10"), decimal("20.25")] },
+            "79.85",
+        ),
+        (doc! { "$subtract": ["$l", "$p"] }, "-4.50"),
+        (doc! { "$subtract": ["$p", "$p"] }, "0.00"),
+    ] {
+        assert_eq!(bytes(value(expr.clone())), want(result), "{expr}");
+    }
+    assert_eq!(value(doc! { "$add": ["$p", "$missing"] }), Some(Bson::Null));
+    assert_eq!(
+        value(doc! { "$subtract": ["$p", Bson::Null] }),
+        Some(Bson::Null)
+    );
 }

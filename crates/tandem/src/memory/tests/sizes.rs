@@ -112,6 +112,8 @@ async fn stored_sizes_follow_updates() {
     };
     for u in [
         doc! { "$push": { "l": { "$each": (1..12).map(|i| format!("t{i}")).collect::<Vec<_>>() } } },
+        // An Int32 becoming a Decimal128: 12 bytes more.
+        doc! { "$inc": { "n": Bson::Decimal128("0.25".parse().unwrap()) } },
         doc! { "$pull": { "l": { "$in": ["t0", "t5"] } }, "$set": { "m.x": [1, 2] } },
         doc! { "$addToSet": { "_tandem.tombstones": "tx1" }, "$inc": { "n": 2_i64 } },
         doc! { "$unset": { "m": "", "n": "" }, "$currentDate": { "at": true } },

@@ -32,7 +32,10 @@
 //!
 //! `$min`, `$mul`, `$rename`, `$pop`, `$pullAll`, `$bit`, positional
 //! paths (`$`, `$[]`, `$[id]`), the `$push` modifiers `$slice`, `$sort` and
-//! `$position`, pipeline updates, and arithmetic on Decimal128.
+//! `$position`, pipeline updates, and `$inc` mixing a Decimal128 with a
+//! double (MongoDB first converts the double to a decimal of 15 significant
+//! digits). `$inc` of or by a Decimal128 with integers adds in decimal, as
+//! MongoDB does (an integer field becomes a decimal).
 //!
 //! Paths are applied in MongoDB's order, whatever the order the update lists
 //! them in: segment by segment, names compared as strings (as numbers when

@@ -6,7 +6,7 @@ use bson::{Bson, DateTime, Document, Timestamp};
 use super::path::{leaf_mut, parent, put_leaf};
 use super::validate::{bad_request, type_mismatch};
 use super::{Arg, BAD_VALUE, TYPE_MISMATCH};
-use crate::query::{self, is_operator_doc, type_name};
+use crate::query::{self, decimal_arith, is_operator_doc, type_name};
 use crate::store::{StoreError, StoreErrorKind};
 
 fn id_of(doc: &Document) -> String {
@@ -19,7 +19,9 @@ fn id_of(doc: &Document) -> String {
 /// Why an `$inc` failed, before the message (which names the document) is built.
 enum IncFailure {
     Overflow(Bson),
-    Decimal,
+    /// A double and a decimal: MongoDB converts the double to a decimal of
+    /// 15 significant digits first, which this store does not do.
+    DoubleAndDecimal(&'static str, &'static str),
     NonNumeric(&'static str),
 }
 
@@ -48,9 +50,12 @@ pub(super) fn inc(doc: &mut Document, path: &str, by: &Bson) -> Result<(), Store
             ),
         )
         .with_code(BAD_VALUE),
-        IncFailure::Decimal => bad_request(
+        IncFailure::DoubleAndDecimal(field, by) => bad_request(
             BAD_VALUE,
-            format!("Cannot apply $inc to the Decimal128 field '{path}' in document {id}: not supported"),
+            format!(
+                "Cannot apply $inc by a {by} to the field '{path}' of type {field} in document {id}: \
+                 the embedded store does not add a double and a decimal"
+            ),
         ),
         IncFailure::NonNumeric(ty) => type_mismatch(
             TYPE_MISMATCH,
@@ -62,9 +67,21 @@ pub(super) fn inc(doc: &mut Document, path: &str, by: &Bson) -> Result<(), Store
 }
 
 /// `current + by` with MongoDB's promotions: Int32 overflowing becomes
-/// Int64, integers mixed with a Double become a Double.
+/// Int64, integers mixed with a Double become a Double, integers mixed with
+/// a Decimal128 become a Decimal128 (added in decimal, exactly as MongoDB
+/// adds them).
 fn add(current: &Bson, by: &Bson) -> Result<Bson, IncFailure> {
+    if let Some(sum) = decimal_arith::add_numbers(current, by) {
+        return Ok(Bson::Decimal128(sum));
+    }
     Ok(match (current, by) {
+        // `by` is a number: a double here.
+        (Bson::Double(_), Bson::Decimal128(_)) | (Bson::Decimal128(_), _) => {
+            return Err(IncFailure::DoubleAndDecimal(
+                type_name(current),
+                type_name(by),
+            ))
+        }
         (Bson::Int32(a), Bson::Int32(b)) => match a.checked_add(*b) {
             Some(sum) => Bson::Int32(sum),
             None => Bson::Int64(i64::from(*a) + i64::from(*b)),
@@ -77,7 +94,6 @@ fn add(current: &Bson, by: &Bson) -> Result<Bson, IncFailure> {
         (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_), _) => {
             Bson::Double(as_f64(current) + as_f64(by))
         }
-        (Bson::Decimal128(_), _) => return Err(IncFailure::Decimal),
         _ => return Err(IncFailure::NonNumeric(type_name(current))),
     })
 }

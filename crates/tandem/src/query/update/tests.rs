@@ -112,6 +112,51 @@ fn inc_numbers() {
     assert_eq!(d, doc! { "l": [1, 12] });
 }
 
+/// `$inc` with a decimal adds in decimal, as MongoDB does: an integer
+/// field becomes a decimal, the exponent is the smaller one (`1.50 + 1` is
+/// `2.50`), compared here by the bytes. A double and a decimal are refused.
+#[test]
+fn inc_decimals() {
+    let dec = |t: &str| Bson::Decimal128(t.parse().unwrap());
+    let bytes = |v: Option<&Bson>| match v {
+        Some(Bson::Decimal128(d)) => d.bytes(),
+        other => panic!("not a decimal: {other:?}"),
+    };
+    let d = upd(
+        doc! { "a": dec("1.50"), "b": 7, "c": 2_i64, "d": dec("100.10"), "e": dec("0.1") },
+        doc! { "$inc": {
+            "a": 1, "b": dec("0.25"), "c": dec("-2.0"), "d": dec("-20.25"), "e": dec("0.2"),
+            "new": dec("1.0"),
+        } },
+    );
+    for (field, want) in [
+        ("a", "2.50"),
+        ("b", "7.25"),
+        ("c", "0.0"),
+        ("d", "79.85"),
+        ("e", "0.3"),
+        ("new", "1.0"),
+    ] {
+        assert_eq!(bytes(d.get(field)), bytes(Some(&dec(want))), "{field}");
+    }
+    // Rounded to 34 digits, half to even.
+    let d = upd(
+        doc! { "a": dec("1000000000000000000000000000000001") },
+        doc! { "$inc": { "a": dec("0.5") } },
+    );
+    assert_eq!(
+        bytes(d.get("a")),
+        bytes(Some(&dec("1000000000000000000000000000000002")))
+    );
+    for (field, by) in [(Bson::Double(1.5), dec("1")), (dec("1"), Bson::Double(1.5))] {
+        let e = fail(doc! { "_id": 1, "a": field }, doc! { "$inc": { "a": by } });
+        assert_eq!(e.kind, StoreErrorKind::BadRequest);
+        assert!(e.message.contains("double and a decimal"), "{}", e.message);
+    }
+    let e = fail(doc! { "a": "x" }, doc! { "$inc": { "a": dec("1") } });
+    assert_eq!(e.kind, StoreErrorKind::TypeMismatch);
+}
+
 #[test]
 fn inc_overflow() {
     let d = upd(doc! { "a": i32::MAX }, doc! { "$inc": { "a": 1 } });

@@ -200,11 +200,7 @@ pub(crate) fn leading_zero_number(rest: &[u8]) -> bool {
 fn validate_argument(op: &str, path: &str, value: &Bson) -> Result<(), StoreError> {
     match op {
         "$inc" => match value {
-            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => Ok(()),
-            Bson::Decimal128(_) => Err(bad_request(
-                BAD_VALUE,
-                format!("Cannot increment '{path}' by a Decimal128: not supported"),
-            )),
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => Ok(()),
             // MongoDB refuses it with code 14, TypeMismatch, whether or not a
             // document matches; MongoStore classifies code 14 as TypeMismatch.
             _ => Err(type_mismatch(
