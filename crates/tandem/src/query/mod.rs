@@ -179,6 +179,19 @@ pub fn matches_at(
     matches_in(doc, filter, &Ctx::at(now))
 }
 
+/// The value of the aggregation expression `expr` on `doc` (validated as
+/// inside `$expr`), with `$$NOW` at `now`; `None` for a missing value.
+#[cfg(feature = "test-util")]
+pub(crate) fn expr_value(
+    doc: &Document,
+    expr: &Bson,
+    now: Option<DateTime>,
+) -> Result<Option<Bson>, StoreError> {
+    validate(&bson::doc! { "$expr": expr.clone() })?;
+    let value = expr::eval_expr(doc, expr, &Ctx::at(now))?;
+    Ok(value.map(std::borrow::Cow::into_owned))
+}
+
 /// Validates `filter`, then evaluates it in `cx`.
 fn matches_in(doc: &Document, filter: &Document, cx: &Ctx<'_>) -> Result<bool, StoreError> {
     validate(filter)?;

@@ -40,6 +40,21 @@ pub use crash::{CrashHarness, CrashReport};
 pub use fault::{FaultStore, LostWrites, Pause, Upsert};
 pub use proxy::LosingProxy;
 
+/// The value of the aggregation expression `expr` on `doc` as the
+/// [`MemoryStore`] evaluates it inside `$expr` (`None` for a missing value),
+/// with `now` as `$$NOW` (`None`: unavailable). For differential tests,
+/// which compare it with what a server's aggregation projects for the same
+/// expression (a decimal sum's exponent, say, which no filter tells apart).
+/// An expression outside the store's subset is refused with
+/// [`StoreErrorKind::BadRequest`](crate::store::StoreErrorKind::BadRequest).
+pub fn expr_value(
+    doc: &bson::Document,
+    expr: &bson::Bson,
+    now: Option<bson::DateTime>,
+) -> Result<Option<bson::Bson>, crate::store::StoreError> {
+    crate::query::expr_value(doc, expr, now)
+}
+
 /// Makes a fresh store for each run of a scenario, and lets time pass on it.
 ///
 /// Leases and deadlines are judged by the store's clock, so a scenario in
