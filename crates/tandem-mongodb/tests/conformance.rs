@@ -174,6 +174,17 @@ async fn transfers_finished_together_on_mongodb() {
     done(f).await;
 }
 
+#[tokio::test]
+async fn decimal_transfers_on_mongodb() {
+    let Some(f) = factory("decimal").await else {
+        return;
+    };
+    let covered = scenarios::decimal_transfers(&f, &f.db.clone()).await;
+    println!("decimal transfer runs on MongoDB: {covered}");
+    assert!(covered >= 7, "only {covered} runs");
+    done(f).await;
+}
+
 fn planned() -> impl Strategy<Value = Interleaving> {
     let transfer = (
         0..BANK.len(),

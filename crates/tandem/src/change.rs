@@ -496,7 +496,12 @@ impl DocumentChange {
         self.push_op(FieldOp::Unset { path: path.into() })
     }
 
-    /// Adds `by` (an i32, i64 or f64) to `path`.
+    /// Adds `by` (an `i32`, `i64`, `f64` or `bson::Decimal128`) to `path`.
+    ///
+    /// A `Decimal128`, MongoDB's type for money, adds exactly (to 34
+    /// significant digits); its debit of a document others share needs a
+    /// decimal field, and its credit a field that is not a double (an undo
+    /// of a debit pending there could not be exact otherwise).
     pub fn inc<T: Serialize>(mut self, path: impl Into<String>, by: T) -> Self {
         let path = path.into();
         let by = self.value_of(&path, by);
@@ -621,6 +626,10 @@ impl DocumentChange {
                 Bson::Int32(i) => *i < 0,
                 Bson::Int64(i) => *i < 0,
                 Bson::Double(d) => *d < 0.0,
+                Bson::Decimal128(_) => matches!(
+                    crate::query::Exact::of(by),
+                    Some(crate::query::Exact::Finite { negative: true, .. })
+                ),
                 _ => true,
             },
             _ => true,
@@ -753,7 +762,12 @@ fn check_amount(path: &str, by: &Bson) -> Result<(), ChangeError> {
         Bson::Double(d) if !d.is_finite() => bad("not a finite number"),
         Bson::Int32(i32::MIN) | Bson::Int64(i64::MIN) => bad("cannot be negated for compensation"),
         Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => Ok(()),
-        _ => bad("not an i32, i64 or f64"),
+        Bson::Decimal128(_) => match crate::query::Exact::of(by) {
+            Some(crate::query::Exact::Finite { digits, .. }) if digits.is_empty() => bad("zero"),
+            Some(crate::query::Exact::Finite { .. }) => Ok(()),
+            _ => bad("not a finite number"),
+        },
+        _ => bad("not an i32, i64, f64 or Decimal128"),
     }
 }
 

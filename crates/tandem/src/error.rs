@@ -54,7 +54,7 @@ pub enum ChangeError {
     },
     /// An increment by zero, by a value that cannot be negated (`i32::MIN`,
     /// `i64::MIN`), by a NaN or an infinity, or by anything but an `i32`,
-    /// `i64` or `f64`.
+    /// `i64`, `f64` or `Decimal128`.
     #[error("invalid increment of {path:?}: {reason}")]
     InvalidAmount {
         /// The field.

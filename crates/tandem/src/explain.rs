@@ -57,6 +57,7 @@ fn negated(by: &Bson) -> String {
         Bson::Int32(i) => i.saturating_neg().to_string(),
         Bson::Int64(i) => i.saturating_neg().to_string(),
         Bson::Double(d) => (-d).to_string(),
+        Bson::Decimal128(d) => value(&Bson::Decimal128(crate::document::negate_decimal(d))),
         other => format!("-{}", value(other)),
     }
 }
@@ -109,6 +110,16 @@ fn plan_change(index: usize, change: &DocumentChange, default_db: &str) -> Plann
                     } => {
                         forward.push(format!(
                             "check that {path} is a double, a decimal or missing (on an integer, a debit pending there could not be undone exactly once this credit lands)"
+                        ));
+                        at_commit.push(format!("add {} to {path}", value(by)));
+                        undo.push(format!("nothing for {path}: the credit never landed"));
+                    }
+                    FieldOp::Inc {
+                        path,
+                        by: by @ Bson::Decimal128(_),
+                    } => {
+                        forward.push(format!(
+                            "check that {path} is a decimal, an integer or missing (on a double, a debit pending there could not be undone exactly once this credit lands)"
                         ));
                         at_commit.push(format!("add {} to {path}", value(by)));
                         undo.push(format!("nothing for {path}: the credit never landed"));

@@ -135,6 +135,41 @@ fn bad_amounts_are_rejected() {
     assert!(matches!(err, Err(ChangeError::InvalidAmount { .. })));
 }
 
+/// A `Decimal128` amount is taken unless it is zero (whatever its sign and
+/// exponent) or not finite; its sign says debit or credit.
+#[test]
+fn decimal_amounts_are_checked_and_signed() {
+    let dec = |text: &str| Bson::Decimal128(text.parse().unwrap());
+    for (text, reason) in [
+        ("0", "zero"),
+        ("-0.00", "zero"),
+        ("0E+10", "zero"),
+        ("NaN", "not a finite number"),
+        ("-Infinity", "not a finite number"),
+    ] {
+        let err = DocumentChange::update(ns(), "A")
+            .inc("n", dec(text))
+            .validate();
+        assert!(
+            matches!(&err, Err(ChangeError::InvalidAmount { reason: r, .. }) if *r == reason),
+            "{text}: {err:?}"
+        );
+    }
+    for (text, early) in [
+        ("-20.25", true),
+        ("0.01", false),
+        ("-1E-30", true),
+        ("1E+30", false),
+    ] {
+        let change = DocumentChange::update(ns(), "A").inc("n", dec(text));
+        assert!(change.validate().is_ok(), "{text}");
+        let DocumentOp::Update { ops } = &change.op else {
+            unreachable!()
+        };
+        assert_eq!(change.applies_early(&ops[0]), early, "{text}");
+    }
+}
+
 #[test]
 fn exclusivity_follows_the_operators() {
     assert!(!DocumentChange::update(ns(), "A").inc("n", 1).is_exclusive());

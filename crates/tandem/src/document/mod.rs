@@ -737,8 +737,17 @@ fn negate(by: &Bson) -> Bson {
         Bson::Int32(i) => Bson::Int32(-i),
         Bson::Int64(i) => Bson::Int64(-i),
         Bson::Double(d) => Bson::Double(-d),
+        Bson::Decimal128(d) => Bson::Decimal128(negate_decimal(d)),
         other => other.clone(),
     }
+}
+
+/// `-d`, exactly: the sign bit flipped (the highest bit of the last byte,
+/// the encoding being little-endian), the digits and exponent kept.
+pub(crate) fn negate_decimal(d: &bson::Decimal128) -> bson::Decimal128 {
+    let mut bytes = d.bytes();
+    bytes[15] ^= 0x80;
+    bson::Decimal128::from_bytes(bytes)
 }
 
 #[cfg(test)]

@@ -236,6 +236,28 @@ impl DocumentChange {
         })
     }
 
+    /// The credits of a decimal amount to a document others share, with
+    /// their amounts. Adding a decimal to a double makes it a decimal (the
+    /// double read with 15 significant digits), under which the undo of a
+    /// double debit pending on the field adds back a decimal of 15 digits
+    /// to a value that the double subtraction rounded: they apply only
+    /// where the field is not a double ([`types_kept`](Self::types_kept)).
+    /// On an integer or a decimal, every undo is exact.
+    fn shared_decimal_credits(&self) -> impl Iterator<Item = (&str, &Bson)> {
+        let shared = !self.is_exclusive();
+        self.increments_where(move |op| {
+            shared
+                && !self.applies_early(op)
+                && matches!(
+                    op,
+                    FieldOp::Inc {
+                        by: Bson::Decimal128(_),
+                        ..
+                    }
+                )
+        })
+    }
+
     /// The conditions under which every [shared debit](Self::shared_debits)
     /// keeps its field's type: the field exists (an `$inc` creates a missing
     /// one, which adding the amount back would leave at zero), of a type at
@@ -251,6 +273,8 @@ impl DocumentChange {
     /// while an integer debit may be pending on it: the field is a double,
     /// a decimal, or missing (`$not` of the integer types, which also
     /// admits a field no `$inc` applies to: the store refuses that one).
+    /// And likewise that no [shared decimal
+    /// credit](Self::shared_decimal_credits) makes a double field a decimal.
     pub(super) fn types_kept(&self) -> Vec<(String, Bson)> {
         // A change an earlier version recorded (its float debits shared)
         // keeps that version's conditions, which admitted a double field.
@@ -285,6 +309,12 @@ impl DocumentChange {
                 (
                     path.to_owned(),
                     Bson::Document(doc! { "$not": { "$type": ["int", "long"] } }),
+                )
+            }))
+            .chain(self.shared_decimal_credits().map(|(path, _)| {
+                (
+                    path.to_owned(),
+                    Bson::Document(doc! { "$not": { "$type": "double" } }),
                 )
             }))
             .collect()
@@ -492,6 +522,17 @@ impl DocumentChange {
     /// credit](Self::shared_float_credits) without making an integer a
     /// double, if it cannot.
     pub(super) fn type_not_kept(&self, current: &Document) -> Option<StepError> {
+        for (path, by) in self.shared_decimal_credits() {
+            if let Some(f @ Bson::Double(_)) = query::lookup(current, path) {
+                return Some(StepError::TypeMismatch {
+                    participant: self.label(),
+                    path: path.to_owned(),
+                    message: format!(
+                        "stored double {f}; adding the decimal {by} makes it a decimal, under which the cancel of a double debit pending on the field could not restore it exactly: store the field as a decimal (keep money in decimals or integers)",
+                    ),
+                });
+            }
+        }
         for (path, by) in self.shared_float_credits() {
             if let Some(f @ (Bson::Int32(_) | Bson::Int64(_))) = query::lookup(current, path) {
                 return Some(StepError::TypeMismatch {
@@ -1638,7 +1679,10 @@ impl DocumentChange {
             for op in ops {
                 if let FieldOp::Inc { path, .. } = op {
                     if let Some(v) = query::lookup(current, path) {
-                        if !matches!(v, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_)) {
+                        if !matches!(
+                            v,
+                            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)
+                        ) {
                             return Err(StepError::TypeMismatch {
                                 participant,
                                 path: path.clone(),

@@ -50,6 +50,8 @@ fn as_f64(b: &Bson) -> Option<f64> {
         Bson::Int32(i) => Some(f64::from(*i)),
         Bson::Int64(i) => Some(*i as f64),
         Bson::Double(d) => Some(*d),
+        // The nearest double: the audit sums amounts as doubles, to within 1e-9.
+        Bson::Decimal128(d) => d.to_string().parse().ok(),
         _ => None,
     }
 }

@@ -377,3 +377,219 @@ pub async fn finished_together<F: StoreFactory + ?Sized>(factory: &F, db: &str) 
         }
     }
 }
+
+/// A Decimal128 value from its text (`"100.10"`), as MongoDB's
+/// `NumberDecimal` would store it: digits and exponent as written.
+fn decimal(text: &str) -> bson::Bson {
+    bson::Bson::Decimal128(text.parse().expect("a decimal literal"))
+}
+
+/// The `balance` of account `name`, whatever its type.
+async fn balance_value(store: &dyn Store, db: &str, name: &str) -> Option<bson::Bson> {
+    store
+        .find_one(&accounts(db), doc! { "_id": name })
+        .await
+        .expect("reading an account")
+        .and_then(|d| d.get("balance").cloned())
+}
+
+/// Transfers of Decimal128 amounts, the type MongoDB recommends for money,
+/// between Decimal128 balances.
+///
+/// A transfer of 20.25 from 100.10 to 5.05 (returning at `done`) is crashed
+/// after each store operation in turn, the finishing included; recovery then
+/// ends it, and each balance must hold exactly (digits and exponent, compared
+/// as bytes) 79.85 and 25.30 if its record is `done`, or what it held before
+/// otherwise. Then, without a crash and with either strategy: a debit past
+/// the balance is canceled with nothing changed; a decimal credit to an
+/// integer balance makes it a decimal; a decimal credit to a double balance
+/// and a decimal debit of an integer balance are refused as type
+/// mismatches (an undo of a debit pending there could not restore the field
+/// exactly), with nothing changed. Returns the crash points covered (plus
+/// the run without a crash).
+pub async fn decimal_transfers<F: StoreFactory + ?Sized>(factory: &F, db: &str) -> usize {
+    let records = Namespace::new(db, "transactions");
+    let seed = |name: &str, balance: bson::Bson| {
+        (
+            accounts(db),
+            doc! { "_id": name, "balance": balance, "pendingTransactions": [] },
+        )
+    };
+    let transfer = |from: &str, to: &str, amount: &str| {
+        let mut debit = decimal(amount);
+        if let bson::Bson::Decimal128(d) = &debit {
+            debit = bson::Bson::Decimal128(crate::document::negate_decimal(d));
+        }
+        Transaction::new()
+            .change(
+                DocumentChange::update(accounts(db), from)
+                    .inc("balance", debit)
+                    .require_gte("balance", decimal(amount)),
+            )
+            .change(DocumentChange::update(accounts(db), to).inc("balance", decimal(amount)))
+    };
+    let mut total_ops = None;
+    let mut crash_after = 0;
+    let mut covered = 0;
+    loop {
+        let store = factory.fresh().await;
+        let seeded = vec![seed("A", decimal("100.10")), seed("B", decimal("5.05"))];
+        for (ns, d) in &seeded {
+            store.insert_one(ns, d.clone()).await.expect("seeding");
+        }
+        let faulty = FaultStore::new(store.clone());
+        let faulty = match total_ops {
+            Some(_) => faulty.crash_after(crash_after),
+            None => faulty,
+        };
+        let lease = factory.lease();
+        let coordinator = Coordinator::builder(faulty.clone())
+            .database(db)
+            .commit_point(CommitPoint::Done)
+            .lease(lease)
+            .clock_margin(Duration::ZERO)
+            .build();
+        let result = coordinator.run(transfer("A", "B", "20.25")).await;
+        coordinator.drain().await;
+        if total_ops.is_none() {
+            assert!(
+                result.is_ok(),
+                "without a crash the transfer commits: {result:?}"
+            );
+            total_ops = Some(faulty.ops());
+        } else {
+            factory.pass(store.as_ref(), lease).await;
+            let recovery = Coordinator::builder_shared(store.clone())
+                .database(db)
+                .lease(lease)
+                .clock_margin(Duration::ZERO)
+                .build()
+                .recovery(RecoveryConfig::default());
+            let report = recovery.run_once().await.expect("recovery pass");
+            assert_eq!(report.failed, 0, "crash after {crash_after}: {report:?}");
+        }
+        let audit = audit(store.as_ref(), &records, &seeded)
+            .await
+            .expect("audit");
+        audit.assert_clean();
+        let done = audit.count(TxState::Done) == 1;
+        let (a, b) = if done {
+            (decimal("79.85"), decimal("25.30"))
+        } else {
+            (decimal("100.10"), decimal("5.05"))
+        };
+        assert_eq!(
+            (
+                balance_value(store.as_ref(), db, "A").await,
+                balance_value(store.as_ref(), db, "B").await
+            ),
+            (Some(a), Some(b)),
+            "crash after {crash_after} (of {total_ops:?}); the record done: {done}; answered {result:?}"
+        );
+        if result.is_ok() {
+            assert!(
+                done,
+                "crash after {crash_after}: answered committed, not done: {audit:?}"
+            );
+        }
+        covered += 1;
+        crash_after += 1;
+        if crash_after > total_ops.unwrap_or(0) {
+            break;
+        }
+    }
+    for strategy in [crate::Strategy::TwoPhase, crate::Strategy::Native] {
+        let store = factory.fresh().await;
+        let seeded = vec![
+            seed("A", decimal("100.10")),
+            seed("I", bson::Bson::Int64(7)),
+            seed("F", bson::Bson::Double(1.5)),
+        ];
+        for (ns, d) in &seeded {
+            store.insert_one(ns, d.clone()).await.expect("seeding");
+        }
+        let coordinator = Coordinator::builder_shared(store.clone())
+            .database(db)
+            .strategy(strategy)
+            .commit_point(CommitPoint::Done)
+            .build();
+        let unchanged = || async {
+            (
+                balance_value(store.as_ref(), db, "A").await,
+                balance_value(store.as_ref(), db, "I").await,
+                balance_value(store.as_ref(), db, "F").await,
+            )
+        };
+        let before = unchanged().await;
+        // More than the balance: the guard fails, nothing is written.
+        let answer = coordinator.run(transfer("A", "I", "100.11")).await;
+        assert!(
+            matches!(
+                &answer,
+                Err(TxError::Canceled {
+                    cause: crate::StepError::GuardFailed { .. },
+                    ..
+                })
+            ),
+            "{strategy:?}: {answer:?}"
+        );
+        assert_eq!(
+            unchanged().await,
+            before,
+            "{strategy:?}: a refused transfer changed nothing"
+        );
+        // A decimal credit to a double: refused, nothing written.
+        let answer = coordinator.run(transfer("A", "F", "1.25")).await;
+        assert!(
+            matches!(
+                &answer,
+                Err(TxError::Canceled {
+                    cause: crate::StepError::TypeMismatch { .. },
+                    ..
+                })
+            ),
+            "{strategy:?}: {answer:?}"
+        );
+        assert_eq!(
+            unchanged().await,
+            before,
+            "{strategy:?}: a refused transfer changed nothing"
+        );
+        // A decimal debit of an integer: refused, nothing written.
+        let answer = coordinator.run(transfer("I", "A", "1.5")).await;
+        assert!(
+            matches!(
+                &answer,
+                Err(TxError::Canceled {
+                    cause: crate::StepError::TypeMismatch { .. },
+                    ..
+                })
+            ),
+            "{strategy:?}: {answer:?}"
+        );
+        assert_eq!(
+            unchanged().await,
+            before,
+            "{strategy:?}: a refused transfer changed nothing"
+        );
+        // A decimal credit to an integer makes it a decimal, exactly.
+        let answer = coordinator.run(transfer("A", "I", "0.10")).await;
+        assert!(answer.is_ok(), "{strategy:?}: {answer:?}");
+        assert_eq!(
+            (
+                balance_value(store.as_ref(), db, "A").await,
+                balance_value(store.as_ref(), db, "I").await
+            ),
+            (Some(decimal("100.00")), Some(decimal("7.10"))),
+            "{strategy:?}"
+        );
+        if strategy == crate::Strategy::TwoPhase {
+            // (A native transaction keeps no record to audit against.)
+            let audit = audit(store.as_ref(), &records, &seeded)
+                .await
+                .expect("audit");
+            audit.assert_clean();
+        }
+    }
+    covered
+}
