@@ -754,13 +754,14 @@ impl RecoveryWorker {
                             // Not committed: roll forward in a new epoch, with a new deadline.
                             // The same attempt as the probe's claim: a pass counts once,
                             // or the back-off would come at twice the pace.
-                            let again = self.claim(record, true, false).await.map_err(|source| {
-                                TxError::Interrupted {
-                                    id: record.id.clone(),
-                                    state: Some(TxState::Pending),
-                                    source,
-                                }
-                            })?;
+                            let again =
+                                self.claim(record, true, false).await.map_err(|source| {
+                                    TxError::Interrupted {
+                                        id: record.id.clone(),
+                                        state: Some(TxState::Pending),
+                                        source,
+                                    }
+                                })?;
                             let Some(again) = again else {
                                 return Err(self.superseded(record).await);
                             };
