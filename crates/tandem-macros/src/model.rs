@@ -153,7 +153,8 @@ pub(crate) struct FieldModel {
 
 /// What a field's type allows, judged from how it is written.
 pub(crate) enum Shape {
-    /// A primitive number; `inc` is `true` for `i32`, `i64` and `f64`.
+    /// A primitive number or a `Decimal128`; `inc` is `true` for `i32`,
+    /// `i64`, `f64` and `Decimal128`.
     Number { inc: bool },
     /// A `String` or a BSON date (`DateTime` without type arguments, as
     /// `bson::DateTime`; chrono's `DateTime<Tz>` is stored as a string, which
@@ -187,6 +188,11 @@ impl Shape {
         match last_segment(ty) {
             Some(s) if s.ident == "String" && s.arguments.is_empty() => Shape::Ordered,
             Some(s) if s.ident == "DateTime" && s.arguments.is_empty() => Shape::Ordered,
+            // `bson::Decimal128`, MongoDB's type for money: incremented and
+            // compared as a number.
+            Some(s) if s.ident == "Decimal128" && s.arguments.is_empty() => {
+                Shape::Number { inc: true }
+            }
             _ => Shape::Other,
         }
     }
