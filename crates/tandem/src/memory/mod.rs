@@ -504,23 +504,39 @@ impl Store for MemoryStore {
             cx.check()?;
             return Ok(found);
         }
-        let mut found: Vec<&Document> = coll.matching(&filter, &cx).collect();
+        // Each match with its sort keys, looked up once, and its place in
+        // `_id` order, which breaks ties: the order is total, so the first
+        // `limit` can be selected before they are sorted (a recovery scan
+        // takes a page of a hundred from all records in flight).
+        const NULL: Bson = Bson::Null;
+        let mut found: Vec<(Vec<&Bson>, usize, &Document)> = coll
+            .matching(&filter, &cx)
+            .enumerate()
+            .map(|(at, d)| {
+                let keys = sort
+                    .iter()
+                    .map(|(path, _)| lookup(d, path).unwrap_or(&NULL))
+                    .collect();
+                (keys, at, d)
+            })
+            .collect();
         cx.check()?;
-        // A stable sort: ties stay in `_id` order.
-        found.sort_by(|a, b| {
-            for (path, descending) in &sort {
-                let null = Bson::Null;
-                let x = lookup(a, path).unwrap_or(&null);
-                let y = lookup(b, path).unwrap_or(&null);
+        let order = |a: &(Vec<&Bson>, usize, &Document), b: &(Vec<&Bson>, usize, &Document)| {
+            for ((x, y), (_, descending)) in a.0.iter().zip(&b.0).zip(&sort) {
                 let o = total_cmp(x, y);
                 let o = if *descending { o.reverse() } else { o };
                 if o != Ordering::Equal {
                     return o;
                 }
             }
-            Ordering::Equal
-        });
-        Ok(found.into_iter().take(limit).cloned().collect())
+            a.1.cmp(&b.1)
+        };
+        if limit < found.len() {
+            found.select_nth_unstable_by(limit, order);
+            found.truncate(limit);
+        }
+        found.sort_unstable_by(order);
+        Ok(found.into_iter().map(|(_, _, d)| d.clone()).collect())
     }
 
     /// There are no indexes: does nothing (but counts as a call).

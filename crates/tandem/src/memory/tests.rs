@@ -761,3 +761,58 @@ async fn an_id_is_kept_as_values_compare() {
         Some(Some(1))
     );
 }
+
+/// A sorted `find` with a limit returns the first matches of a stable
+/// sort, ties in `_id` order, whatever the limit: the first `limit` are
+/// selected before they are sorted, which must not change which ones.
+#[tokio::test]
+async fn a_sorted_find_with_a_limit_takes_the_first_of_a_stable_sort() {
+    let store = MemoryStore::new();
+    let mut all = Vec::new();
+    for i in 0..60_i32 {
+        // Ids out of order, keys with many ties, some missing (null).
+        let id = (i * 37) % 61;
+        let mut d = doc! { "_id": id };
+        if i % 7 != 0 {
+            d.insert("k", (i * 13) % 5);
+        }
+        store.insert_one(&ns(), d.clone()).await.unwrap();
+        all.push(d);
+    }
+    let in_id_order = store
+        .find(&ns(), doc! {}, FindOptions::default())
+        .await
+        .unwrap();
+    for descending in [false, true] {
+        let key = |d: &Document| d.get("k").cloned().unwrap_or(Bson::Null);
+        let mut want = in_id_order.clone();
+        want.sort_by(|a, b| {
+            let o = total_cmp(&key(a), &key(b));
+            if descending {
+                o.reverse()
+            } else {
+                o
+            }
+        });
+        for limit in [0_i64, 1, 2, 5, 30, 59, 60, 61, 200] {
+            let got = store
+                .find(
+                    &ns(),
+                    doc! {},
+                    FindOptions {
+                        sort: Some(doc! { "k": if descending { -1 } else { 1 } }),
+                        limit: Some(limit),
+                    },
+                )
+                .await
+                .unwrap();
+            let n = if limit == 0 {
+                want.len()
+            } else {
+                (limit as usize).min(want.len())
+            };
+            assert_eq!(got, want[..n], "descending {descending}, limit {limit}");
+        }
+    }
+    assert_eq!(all.len(), in_id_order.len());
+}
