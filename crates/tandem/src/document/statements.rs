@@ -264,7 +264,8 @@ impl DocumentChange {
     /// least as wide as the amount's (a 64-bit amount makes a 32-bit integer
     /// a 64-bit one, a double amount makes an integer a double, and adding
     /// the amount back keeps them so), and a 32-bit integer stays in its
-    /// range (the store makes it 64-bit otherwise). An integer debit also
+    /// range (the store makes it 64-bit otherwise), and a decimal one finite
+    /// ([`debit_floor`](query::debit_floor)). An integer debit also
     /// needs an integer (or decimal) field: on a double, subtracting and
     /// adding back can round, and the cancel would not restore the value.
     ///
@@ -302,6 +303,19 @@ impl DocumentChange {
                     }
                     Bson::Int64(_) => wider(integer_or_wider),
                     Bson::Double(_) => wider(&["double", "decimal"]),
+                    // A decimal, which the debit leaves finite: past the
+                    // smallest decimal the store makes it `-Infinity`,
+                    // which adding the amount back does not restore.
+                    Bson::Decimal128(d) => match query::debit_floor(*d) {
+                        Some(floor) => (
+                            path.to_owned(),
+                            Bson::Document(doc! {
+                                "$type": ["decimal"],
+                                "$not": { "$lt": Bson::Decimal128(floor) },
+                            }),
+                        ),
+                        None => wider(&["decimal"]),
+                    },
                     _ => wider(&["decimal"]),
                 })
             })
@@ -575,6 +589,24 @@ impl DocumentChange {
                     type_name(by),
                     type_name(by),
                 ),
+                (Some(f @ Bson::Decimal128(_)), Bson::Decimal128(d)) => {
+                    let below = query::debit_floor(*d).is_some_and(|floor| {
+                        query::matches(
+                            current,
+                            &doc! { path: { "$lt": Bson::Decimal128(floor) } },
+                        )
+                        .unwrap_or(false)
+                    });
+                    if !below {
+                        continue;
+                    }
+                    return Some(StepError::Overflow {
+                        participant: self.label(),
+                        message: format!(
+                            "adding {by} to {path} = {f} passes the smallest decimal; the store would make it -Infinity, which a cancel could not undo"
+                        ),
+                    });
+                }
                 _ => continue,
             };
             return Some(StepError::TypeMismatch {

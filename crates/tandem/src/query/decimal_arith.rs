@@ -141,6 +141,43 @@ pub(crate) fn operand(v: &Bson) -> Option<Decimal128> {
     }
 }
 
+/// For a debit of `by` (a negative finite decimal), the lowest value a
+/// field may hold for the `$inc` to leave it finite: `-MAX - by` (`MAX` the
+/// largest decimal, `9.99…E+6144`), rounded up to a multiple of
+/// `10^6111`, the spacing of decimals there, so that it is a decimal
+/// itself and every value at or above it, debited, is at least `-MAX`
+/// exactly (and so rounds to no infinity). Below it, the sum becomes
+/// `-Infinity`, from which adding `by` back restores nothing. `None` for
+/// any other amount.
+pub(crate) fn debit_floor(by: Decimal128) -> Option<Decimal128> {
+    let Decoded::Finite {
+        negative: true,
+        coefficient,
+        exponent,
+    } = decode(u128::from_le_bytes(by.bytes()))
+    else {
+        return None;
+    };
+    if coefficient == 0 {
+        return None;
+    }
+    // `|by|` in units of `10^MAX_EXPONENT`, rounded up.
+    let units = if exponent >= MAX_EXPONENT {
+        let shift = u32::try_from(exponent - MAX_EXPONENT).ok()?;
+        coefficient.checked_mul(10_u128.checked_pow(shift)?)?
+    } else {
+        match 10_u128.checked_pow(u32::try_from(MAX_EXPONENT - exponent).ok()?) {
+            Some(unit) => coefficient.div_ceil(unit),
+            // A unit past 38 digits is above any coefficient.
+            None => 1,
+        }
+    };
+    let floor = MAX_COEFFICIENT.checked_sub(units)?;
+    Some(Decimal128::from_bytes(
+        encode(true, floor, MAX_EXPONENT).to_le_bytes(),
+    ))
+}
+
 /// `a + b` when one is a Decimal128 and the other a Decimal128, an Int32
 /// or an Int64; `None` otherwise.
 pub(crate) fn add_numbers(a: &Bson, b: &Bson) -> Option<Decimal128> {
