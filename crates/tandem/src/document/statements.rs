@@ -622,8 +622,10 @@ impl DocumentChange {
     /// with every credit already pending on their fields: the pending sum
     /// (`_tandem.credit.<path>`, `S`) leaves room for this one (`S <= MAX - by`,
     /// a plain condition), and the field with all of them fits
-    /// (`f <= MAX - by - S`, an `$expr`, which cannot overflow given the first). A path with a
-    /// numeric segment (an array element) is checked against this credit alone.
+    /// (`f <= MAX - by - S`, an `$expr`, which cannot overflow given the
+    /// first), unless it is a double or a decimal, which no integer
+    /// overflows. A path with a numeric segment (an array element) is
+    /// checked against this credit alone, whatever the field's type.
     pub(super) fn credit_room<'a>(
         &self,
         credits: impl Iterator<Item = (&'a str, &'a Bson)>,
@@ -654,9 +656,20 @@ impl DocumentChange {
             // fails the whole statement on MongoDB (code 16556), whichever
             // condition the server tries first.
             let sum = format!("${pending}");
-            exprs.push(doc! { "$lte": [
-                format!("${path}"),
-                { "$subtract": [max, { "$cond": [{ "$isNumber": &sum }, &sum, 0_i64] }] },
+            let field = format!("${path}");
+            // A double or a decimal field takes any integer credit: no
+            // overflow there (and tandem's increments keep it so: an
+            // integer or a decimal added to a decimal, an integer or a
+            // double to a double; a change that could set another type
+            // holds the document alone, and none applies while this credit
+            // is pending).
+            exprs.push(doc! { "$or": [
+                { "$eq": [{ "$type": &field }, "double"] },
+                { "$eq": [{ "$type": &field }, "decimal"] },
+                { "$lte": [
+                    &field,
+                    { "$subtract": [max, { "$cond": [{ "$isNumber": &sum }, &sum, 0_i64] }] },
+                ] },
             ] });
             // With the comparison above (which every type but numbers, null
             // and missing fails), the field is numeric or missing: the credit
@@ -1753,7 +1766,17 @@ impl DocumentChange {
             let found = query::lookup(current, path);
             let room = max.checked_sub(pending);
             let over = match (found, room) {
+                // The pending sum has no room for this credit, whatever the
+                // field holds (its plain condition, `S <= MAX - by`).
                 (_, None) => true,
+                (_, Some(room)) if room < 0 => true,
+                // No integer overflows a double or a decimal: the room
+                // condition passes them over (`credit_room`), for a path
+                // without a numbered segment; the pending sum, an integer,
+                // keeps its own.
+                (Some(Bson::Double(_) | Bson::Decimal128(_)), Some(_)) if counted(path, by) => {
+                    false
+                }
                 (Some(found), Some(room)) => {
                     query::compare(found, &Bson::Int64(room)) == Some(std::cmp::Ordering::Greater)
                 }

@@ -240,6 +240,15 @@ fn eval_expr_operator<'a>(
             let v = eval_in(doc, arg, vars, cx)?;
             boolean(matches!(v.as_deref(), Some(Bson::Array(_))))
         }
+        "$type" => {
+            let [arg] = args else {
+                return Err(bad_request("Expression $type takes exactly 1 arguments."));
+            };
+            // MongoDB's alias of the value's type; "missing" for no value.
+            let v = eval_in(doc, arg, vars, cx)?;
+            let name = v.as_deref().map_or("missing", super::type_name);
+            Ok(Some(Cow::Owned(Bson::String(name.to_owned()))))
+        }
         "$isNumber" => {
             let [arg] = args else {
                 return Err(bad_request(

@@ -171,7 +171,7 @@ fn validate_expr_in(expr: &Bson, bound: &[&str]) -> Result<(), StoreError> {
                 "$lt" | "$lte" | "$gt" | "$gte" | "$eq" | "$ne" | "$subtract" | "$ifNull" => {
                     arity(2)?
                 }
-                "$toLong" | "$isArray" | "$isNumber" | "$bsonSize" => arity(1)?,
+                "$toLong" | "$isArray" | "$isNumber" | "$bsonSize" | "$type" => arity(1)?,
                 "$arrayElemAt" => arity(2)?,
                 "$cond" => arity(3)?,
                 "$and" | "$or" | "$add" => {}

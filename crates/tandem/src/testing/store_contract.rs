@@ -2385,7 +2385,8 @@ pub async fn expressions_reach_array_elements<F: StoreFactory + ?Sized>(factory:
 }
 
 /// `$isNumber` (MongoDB 4.4) is true of an int, a long, a double and a
-/// decimal, false of anything else, null and a missing field included:
+/// decimal, false of anything else, null and a missing field included;
+/// `$type` names each type:
 /// what a credit's room condition reads the pending sum through, so that a
 /// document of sums kept there counts as zero instead of failing the
 /// statement (`$subtract` of a document fails, code 16556 on MongoDB).
@@ -2425,6 +2426,31 @@ pub async fn is_number_tells_numbers_apart<F: StoreFactory + ?Sized>(factory: &F
         int_ids(&[2, 3, 4]),
         "$subtract of what $cond keeps of a number, 0 for anything else"
     );
+    // `$type` (MongoDB 3.4) names the type, "missing" for no value: what
+    // an integer credit's room condition reads to pass over a double or a
+    // decimal, which no integer overflows.
+    for (name, want) in [
+        ("int", &[1][..]),
+        ("long", &[2]),
+        ("double", &[3]),
+        ("decimal", &[4]),
+        ("string", &[5]),
+        ("object", &[6]),
+        ("array", &[7]),
+        ("null", &[8]),
+        ("missing", &[9]),
+    ] {
+        assert_eq!(
+            ids(
+                s,
+                &ns,
+                doc! { "$expr": { "$eq": [{ "$type": "$v" }, name] } }
+            )
+            .await,
+            int_ids(want),
+            "$type {name}"
+        );
+    }
 }
 
 /// Dotted paths reach into subdocuments in filters and updates: `$set`
