@@ -663,13 +663,15 @@ impl DocumentChange {
             // double to a double; a change that could set another type
             // holds the document alone, and none applies while this credit
             // is pending).
+            // (The comparison first: it holds for most fields, and `$or`
+            // stops at the first that holds.)
             exprs.push(doc! { "$or": [
-                { "$eq": [{ "$type": &field }, "double"] },
-                { "$eq": [{ "$type": &field }, "decimal"] },
                 { "$lte": [
                     &field,
                     { "$subtract": [max, { "$cond": [{ "$isNumber": &sum }, &sum, 0_i64] }] },
                 ] },
+                { "$eq": [{ "$type": &field }, "double"] },
+                { "$eq": [{ "$type": &field }, "decimal"] },
             ] });
             // With the comparison above (which every type but numbers, null
             // and missing fails), the field is numeric or missing: the credit
