@@ -95,7 +95,7 @@ fn plan_change(index: usize, change: &DocumentChange, default_db: &str) -> Plann
                     FieldOp::Inc { path, by } if early && change.is_exclusive() => {
                         forward.push(format!("add {} to {path}", value(by)));
                         undo.push(format!(
-                            "restore {path} from the before-image, if it still holds it plus {} (else add {}; a Decimal128 value, or a sum past the 64-bit range, is restored without that check)",
+                            "restore {path} from the before-image, if it still holds it plus {} (else add {}; a sum past the 64-bit range, or a double with a decimal, is restored without that check)",
                             value(by),
                             negated(by)
                         ));

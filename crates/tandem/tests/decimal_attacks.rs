@@ -530,3 +530,43 @@ async fn a_canceled_decimal_credit_of_a_missing_field_leaves_its_zero() {
     );
     assert_eq!(balance(&store, "A").await, Some(Bson::Int32(0)));
 }
+
+/// An exclusive decimal increment's undo keeps an outside increment made
+/// since its apply, as an integer one's does: it finds the field no longer
+/// the image plus its amount, and takes its amount back by difference
+/// instead of restoring the image over the outside write (before, a
+/// decimal's sum was not worked out, and the image was restored unchecked:
+/// 100.10, the outside 1.00 lost).
+#[tokio::test]
+async fn an_exclusive_decimal_undo_keeps_an_outside_increment() {
+    let store = MemoryStore::new();
+    let a = doc! { "_id": "A", "balance": dec("100.10") };
+    seed(&store, a.clone()).await;
+    let (pause, run) = held(
+        &store,
+        4,
+        doomed(
+            DocumentChange::update(ns(), "A")
+                .inc("balance", dec("0.05"))
+                .require_eq("balance", dec("100.10")),
+        ),
+    )
+    .await;
+    assert_eq!(balance(&store, "A").await, Some(dec("100.15")), "applied");
+    store
+        .update_one(
+            &ns(),
+            doc! { "_id": "A" },
+            doc! { "$inc": { "balance": dec("1.00") } },
+            tandem::store::UpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    pause.release.send(()).unwrap();
+    let answer = run.await.unwrap();
+    assert!(
+        matches!(answer, Err(TxError::Canceled { undone: true, .. })),
+        "{answer:?}"
+    );
+    assert_eq!(balance(&store, "A").await, Some(dec("101.10")));
+}

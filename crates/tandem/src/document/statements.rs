@@ -2183,7 +2183,8 @@ fn image_at(image: &[(String, Option<Bson>)], path: &str) -> Option<Option<Bson>
 
 /// What `$inc` by `by` leaves in a field that holds `base` (`None`:
 /// missing), as the stores compute it; `None` where that is not worked out
-/// here (decimals, or a sum that overflows and would have been refused).
+/// here (a double with a decimal, or a sum that overflows and would have
+/// been refused).
 fn inc_result(base: Option<&Bson>, by: &Bson) -> Option<Bson> {
     Some(match (base, by) {
         (None, by) => by.clone(),
@@ -2199,6 +2200,7 @@ fn inc_result(base: Option<&Bson>, by: &Bson) -> Option<Bson> {
         (Some(Bson::Double(a)), Bson::Double(b)) => Bson::Double(a + b),
         (Some(Bson::Int32(a)), Bson::Double(b)) => Bson::Double(f64::from(*a) + b),
         (Some(Bson::Int64(a)), Bson::Double(b)) => Bson::Double(*a as f64 + b),
-        _ => return None,
+        // A decimal with a decimal or an integer, in decimal.
+        (Some(a), by) => Bson::Decimal128(query::add_decimals(a, by)?),
     })
 }

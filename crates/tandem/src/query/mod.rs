@@ -114,6 +114,7 @@ use std::cell::Cell;
 use bson::{Bson, DateTime, Document};
 
 pub(crate) use decimal::Exact;
+pub(crate) use decimal_arith::add_numbers as add_decimals;
 pub(crate) use decimal_arith::debit_floor;
 pub(crate) use eval::{eval, eval_operators_on, eval_skipping, TYPE_NAMES};
 pub use order::compare;
