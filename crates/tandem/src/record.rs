@@ -15,7 +15,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use bson::Document;
+use bson::{Bson, Document};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ChangeError;
@@ -432,12 +432,164 @@ impl TxRecord {
     }
 
     /// Reads a record from its stored form.
-    pub fn from_document(doc: Document) -> Result<Self, bson::de::Error> {
-        bson::from_document(doc)
+    pub fn from_document(mut doc: Document) -> Result<Self, bson::de::Error> {
+        let [created, last_modified, finished_at, stub_until, create_by, lease_start, not_before] =
+            take_dates(
+                &mut doc,
+                [
+                    "created",
+                    "lastModified",
+                    "finishedAt",
+                    "stubUntil",
+                    "createBy",
+                    "leaseStart",
+                    "notBefore",
+                ],
+            );
+        // The participants' documents are moved, not read field by field
+        // (serde would rebuild each, key by key and date by date): an
+        // empty document stands in while serde reads the rest.
+        let mut documents = Vec::new();
+        if let Some(Bson::Array(entries)) = doc.get_mut("participants") {
+            for entry in entries {
+                let Bson::Document(entry) = entry else {
+                    documents.push((None, None));
+                    continue;
+                };
+                let mut take = |key| match entry.get_mut(key) {
+                    Some(Bson::Document(d)) => Some(std::mem::take(d)),
+                    _ => None,
+                };
+                documents.push((take("spec"), take("before")));
+            }
+        }
+        let mut record: Self = bson::from_document(doc)?;
+        // Read in order, one entry per element.
+        for (entry, (spec, before)) in record.participants.iter_mut().zip(documents) {
+            if let Some(spec) = spec {
+                entry.spec = spec;
+            }
+            if let Some(before) = before {
+                entry.before = Some(before);
+            }
+        }
+        record.created = created.or(record.created);
+        record.last_modified = last_modified.or(record.last_modified);
+        record.finished_at = finished_at.or(record.finished_at);
+        record.stub_until = stub_until.or(record.stub_until);
+        record.create_by = create_by.or(record.create_by);
+        record.lease_start = lease_start.or(record.lease_start);
+        record.not_before = not_before.or(record.not_before);
+        Ok(record)
     }
 
     /// The stored form (without the store-assigned timestamps when they are unset).
     pub fn to_document(&self) -> Result<Document, bson::ser::Error> {
         bson::to_document(self)
+    }
+}
+
+/// Takes the dates at `keys` out of `doc`, for fields of type
+/// `Option<bson::DateTime>` read by serde from the rest: bson's serde
+/// deserializer reads every date through its extended JSON form (a
+/// document and a decimal string, built and parsed again), which cost a
+/// record's read more than all its other fields. A value of another type
+/// is left where it is, for serde to read (or refuse) as before; a key
+/// taken reads as missing there, which such a field takes as `None`.
+pub(crate) fn take_dates<const N: usize>(
+    doc: &mut Document,
+    keys: [&str; N],
+) -> [Option<bson::DateTime>; N] {
+    keys.map(|key| match doc.get(key) {
+        Some(Bson::DateTime(_)) => match doc.remove(key) {
+            Some(Bson::DateTime(date)) => Some(date),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use bson::doc;
+
+    use super::*;
+
+    fn with_dates() -> Document {
+        let at = |ms| bson::DateTime::from_millis(ms);
+        doc! {
+            "_id": "t1", "state": "pending", "epoch": 2_i64, "owner": "a",
+            "leaseMillis": 30_000_i64, "token": "k",
+            "participants": [
+                { "kind": "document", "label": "db.c/x", "spec": { "id": "x", "at": at(8) } },
+                { "kind": "document", "label": "db.c/y", "spec": { "id": "y" },
+                  "before": { "_id": "y", "n": 1_i64, "at": at(9) }, "marker": "m/1" },
+            ],
+            "created": at(1), "lastModified": at(2), "finishedAt": at(3), "stubUntil": at(4),
+            "createBy": at(5), "leaseStart": at(6), "notBefore": at(7),
+            "history": [{ "state": "pending", "owner": "a", "epoch": 0_i64, "event": "create" }],
+        }
+    }
+
+    #[test]
+    fn a_record_reads_its_dates_as_serde_does() {
+        let direct = TxRecord::from_document(with_dates()).unwrap();
+        let by_serde: TxRecord = bson::from_document(with_dates()).unwrap();
+        assert_eq!(
+            direct.to_document().unwrap(),
+            by_serde.to_document().unwrap()
+        );
+        let dates = [
+            direct.created,
+            direct.last_modified,
+            direct.finished_at,
+            direct.stub_until,
+            direct.create_by,
+            direct.lease_start,
+            direct.not_before,
+        ];
+        let expected: Vec<_> = (1..=7)
+            .map(|ms| Some(bson::DateTime::from_millis(ms)))
+            .collect();
+        assert_eq!(dates.to_vec(), expected);
+    }
+
+    #[test]
+    fn participants_keep_their_documents_and_bad_ones_are_refused() {
+        let read = TxRecord::from_document(with_dates()).unwrap();
+        let at = |ms| Bson::DateTime(bson::DateTime::from_millis(ms));
+        assert_eq!(read.participants[0].spec, doc! { "id": "x", "at": at(8) });
+        assert_eq!(read.participants[0].before, None);
+        assert_eq!(read.participants[1].spec, doc! { "id": "y" });
+        assert_eq!(
+            read.participants[1].before,
+            Some(doc! { "_id": "y", "n": 1_i64, "at": at(9) })
+        );
+        assert_eq!(read.participants[1].marker.as_deref(), Some("m/1"));
+        for (key, value) in [("spec", Bson::from("x")), ("before", Bson::from(1))] {
+            let mut doc = with_dates();
+            let parts = doc.get_array_mut("participants").unwrap();
+            parts[1].as_document_mut().unwrap().insert(key, value);
+            assert!(TxRecord::from_document(doc).is_err(), "{key}");
+        }
+        let mut doc = with_dates();
+        doc.get_array_mut("participants")
+            .unwrap()
+            .push(Bson::from(1));
+        assert!(TxRecord::from_document(doc).is_err());
+    }
+
+    #[test]
+    fn a_date_field_holding_another_type_is_refused_and_null_reads_as_none() {
+        let mut doc = with_dates();
+        doc.insert("createBy", "tomorrow");
+        let e = TxRecord::from_document(doc).unwrap_err();
+        assert!(e.to_string().contains("DateTime"), "{e}");
+        let mut doc = with_dates();
+        doc.insert("notBefore", Bson::Null);
+        doc.remove("leaseStart");
+        let read = TxRecord::from_document(doc).unwrap();
+        assert_eq!((read.not_before, read.lease_start), (None, None));
+        assert_eq!(read.created, Some(bson::DateTime::from_millis(1)));
     }
 }

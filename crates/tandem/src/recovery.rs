@@ -14,6 +14,7 @@
 //! Several workers (in several applications) may run at once: the claim
 //! decides which one drives each record.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -491,9 +492,13 @@ impl RecoveryWorker {
     /// `attempts`, and so lengthens the lease of its later claims; an
     /// operator's [`cancel`](Self::cancel) is no failed recovery attempt,
     /// and leaves the count (and the back-off) as it was.
+    ///
+    /// The record is taken by value where the caller has no more use for
+    /// it (a recovery pass): the claimed record is then the scanned one
+    /// with the claim's fields, without a copy of its participants.
     async fn claim(
         &self,
-        record: &TxRecord,
+        record: Cow<'_, TxRecord>,
         applies: bool,
         attempt: bool,
     ) -> Result<Option<TxRecord>, StoreError> {
@@ -568,27 +573,27 @@ impl RecoveryWorker {
                 )
             })
             .await?;
+        let id = record.id.clone();
+        let next_epoch = record.epoch + 1;
         let claimed = match claimed {
             None => None,
             Some(doc) => {
-                let changed: Claimed = bson::from_document(doc)
+                let changed = Claimed::from_document(doc)
                     .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
                 let epoch = changed.epoch;
                 match changed.onto(record) {
                     Some(claimed) => Some(claimed),
                     // Not the record scanned (its id used again since): read
                     // it whole, if this claim still holds it.
-                    None => engine.load(&record.id).await?.filter(|now| {
+                    None => engine.load(&id).await?.filter(|now| {
                         now.claim_token.as_deref() == Some(token.as_str()) && now.epoch == epoch
                     }),
                 }
             }
         };
         if claimed.is_none() {
-            if let Some(now) = engine.load(&record.id).await? {
-                if now.claim_token.as_deref() == Some(token.as_str())
-                    && now.epoch == record.epoch + 1
-                {
+            if let Some(now) = engine.load(&id).await? {
+                if now.claim_token.as_deref() == Some(token.as_str()) && now.epoch == next_epoch {
                     return Ok(Some(now));
                 }
             }
@@ -637,11 +642,12 @@ impl RecoveryWorker {
             && self.config.pending == PendingPolicy::RollForward
             && !record.is_inert()
             && !record.early_commit;
-        let claimed = match self.claim(&record, applies, true).await {
+        let id = record.id.clone();
+        let claimed = match self.claim(Cow::Owned(record), applies, true).await {
             Ok(Some(r)) => r,
             Ok(None) => return (false, Err(Outcome::Lost)),
             Err(e) => {
-                tracing::warn!(target: "tandem", "claiming {} failed: {e}", record.id);
+                tracing::warn!(target: "tandem", "claiming {id} failed: {e}");
                 return (false, Err(Outcome::Failed));
             }
         };
@@ -754,13 +760,13 @@ impl RecoveryWorker {
                             // Not committed: roll forward in a new epoch, with a new deadline.
                             // The same attempt as the probe's claim: a pass counts once,
                             // or the back-off would come at twice the pace.
-                            let again =
-                                self.claim(record, true, false).await.map_err(|source| {
-                                    TxError::Interrupted {
-                                        id: record.id.clone(),
-                                        state: Some(TxState::Pending),
-                                        source,
-                                    }
+                            let again = self
+                                .claim(Cow::Borrowed(record), true, false)
+                                .await
+                                .map_err(|source| TxError::Interrupted {
+                                    id: record.id.clone(),
+                                    state: Some(TxState::Pending),
+                                    source,
                                 })?;
                             let Some(again) = again else {
                                 return Err(self.superseded(record).await);
@@ -880,14 +886,14 @@ impl RecoveryWorker {
             refuse_to_drive(id, &why);
             return Err(TxError::Invalid(why));
         }
-        let claimed =
-            self.claim(&record, false, false)
-                .await
-                .map_err(|source| TxError::Interrupted {
-                    id: id.clone(),
-                    state: Some(record.state),
-                    source,
-                })?;
+        let claimed = self
+            .claim(Cow::Borrowed(&record), false, false)
+            .await
+            .map_err(|source| TxError::Interrupted {
+                id: id.clone(),
+                state: Some(record.state),
+                source,
+            })?;
         let Some(claimed) = claimed else {
             return Err(self.superseded(&record).await);
         };
@@ -1300,6 +1306,21 @@ struct Claimed {
 }
 
 impl Claimed {
+    /// Reads a claim's answer (its dates directly, as
+    /// [`TxRecord::from_document`] does).
+    fn from_document(mut doc: bson::Document) -> Result<Self, bson::de::Error> {
+        let [not_before, last_modified, lease_start, created] = crate::record::take_dates(
+            &mut doc,
+            ["notBefore", "lastModified", "leaseStart", "created"],
+        );
+        let mut claimed: Self = bson::from_document(doc)?;
+        claimed.not_before = not_before.or(claimed.not_before);
+        claimed.last_modified = last_modified.or(claimed.last_modified);
+        claimed.lease_start = lease_start.or(claimed.lease_start);
+        claimed.created = created.or(claimed.created);
+        Ok(claimed)
+    }
+
     /// The fields a claim returns.
     const FIELDS: &'static [&'static str] = &[
         "state",
@@ -1318,11 +1339,11 @@ impl Claimed {
 
     /// `scanned` as this claim left it; `None` if the claimed record is not
     /// the one scanned (another creation token, or another write of it).
-    fn onto(self, scanned: &TxRecord) -> Option<TxRecord> {
+    fn onto(self, scanned: Cow<'_, TxRecord>) -> Option<TxRecord> {
         if self.token != scanned.token || self.created != scanned.created {
             return None;
         }
-        let mut record = scanned.clone();
+        let mut record = scanned.into_owned();
         record.state = self.state;
         record.epoch = self.epoch;
         record.attempts = self.attempts;
@@ -1393,7 +1414,7 @@ mod tests {
     }
 
     fn claimed(token: &str) -> Claimed {
-        bson::from_document(doc! {
+        Claimed::from_document(doc! {
             "_id": "t1", "state": "pending", "epoch": 1_i64, "attempts": 1, "owner": "b",
             "leaseMillis": 60_000_i64, "claimToken": "c1", "token": token,
             "notBefore": bson::DateTime::from_millis(33_000),
@@ -1412,7 +1433,9 @@ mod tests {
     #[test]
     fn a_claim_read_back_equals_the_whole_record() {
         let scanned = record("k1");
-        let merged = claimed("k1").onto(&scanned).expect("the same record");
+        let merged = claimed("k1")
+            .onto(Cow::Borrowed(&scanned))
+            .expect("the same record");
         let mut whole = scanned.clone();
         whole.epoch = 1;
         whole.attempts = 1;
@@ -1431,7 +1454,7 @@ mod tests {
     /// into the one scanned.
     #[test]
     fn a_claim_of_another_record_under_the_id_is_not_merged() {
-        assert!(claimed("k2").onto(&record("k1")).is_none());
+        assert!(claimed("k2").onto(Cow::Owned(record("k1"))).is_none());
     }
 
     /// The inert copy a late create wrote (same id and token, another
@@ -1442,6 +1465,6 @@ mod tests {
         scanned.created = Some(bson::DateTime::from_millis(1_000));
         let mut copy = claimed("k1");
         copy.created = Some(bson::DateTime::from_millis(31_000));
-        assert!(copy.onto(&scanned).is_none());
+        assert!(copy.onto(Cow::Borrowed(&scanned)).is_none());
     }
 }
