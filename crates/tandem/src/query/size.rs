@@ -47,7 +47,7 @@ pub(crate) fn value_len(v: &Bson) -> usize {
 }
 
 /// The length of an array serialized as BSON (a document keyed "0", "1", ...).
-fn array_len(a: &[Bson]) -> usize {
+pub(crate) fn array_len(a: &[Bson]) -> usize {
     5 + key_digits(a.len()) + a.iter().map(|e| 2 + value_len(e)).sum::<usize>()
 }
 

@@ -50,7 +50,7 @@ use bson::{Bson, DateTime, Document};
 
 use super::is_operator_doc;
 use crate::store::StoreError;
-use ops::{current_date, inc, max, pull, push, slice_of};
+use ops::{current_date, each_len, inc, max, pull, push, slice_of};
 use path::{listed_in_path_order, path_order, set_value, unset};
 use undo::OpKind;
 pub(crate) use undo::UndoLog;
@@ -255,9 +255,17 @@ fn apply_one<'u>(
 ) -> Result<(), StoreError> {
     let kind = match op {
         "$unset" => OpKind::Unset,
-        // A `$slice` may drop earlier elements: the whole array is saved.
-        "$push" if slice_of(value.get()).is_some() => OpKind::Write,
-        "$push" | "$addToSet" => OpKind::Append,
+        // A `$slice` may drop earlier elements: a negative one drops the
+        // first, which are saved; any other, the whole array.
+        "$push" => match slice_of(value.get()) {
+            Some(n) if n < 0 => OpKind::SlicedAppend {
+                pushed: each_len(value.get()),
+                keep: usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX),
+            },
+            Some(_) => OpKind::Write,
+            None => OpKind::Append,
+        },
+        "$addToSet" => OpKind::Append,
         "$pull" => OpKind::Pull,
         _ => OpKind::Write,
     };

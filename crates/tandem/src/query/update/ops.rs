@@ -127,6 +127,17 @@ pub(super) fn slice_of(value: &Bson) -> Option<i64> {
     }
 }
 
+/// The number of values a `$push` with modifiers appends (its `$each`).
+pub(super) fn each_len(value: &Bson) -> usize {
+    match value {
+        Bson::Document(d) if is_operator_doc(d) => match d.get("$each") {
+            Some(Bson::Array(each)) => each.len(),
+            _ => 0,
+        },
+        _ => 1,
+    }
+}
+
 /// Keeps the first `n` elements of `array` (`n >= 0`), or the last `-n`.
 fn slice(array: &mut Vec<Bson>, n: i64) {
     let keep = usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX);

@@ -17,6 +17,11 @@ pub(super) enum OpKind {
     Append,
     /// Remove elements from the array there (`$pull`).
     Pull,
+    /// Append `pushed` elements to the array there and keep its last
+    /// `keep` (`$push` with `$each` and a negative `$slice`); where that
+    /// does not apply (no array there, or fewer kept than pushed), as
+    /// [`Write`](Self::Write).
+    SlicedAppend { pushed: usize, keep: usize },
 }
 
 /// How to undo the operators of an update, one entry per operator path, and
@@ -56,6 +61,17 @@ enum Undo<'u> {
     },
     /// The array at `at` had `len` elements; the operator may append to it.
     Appended { at: &'u str, len: usize },
+    /// The array at `at` had `len` elements (`bytes` as a BSON value); the
+    /// operator appends `pushed` and then drops the first
+    /// `dropped.len()`, kept here: a bounded log (a record's history) is
+    /// saved by what leaves it, not whole.
+    SlicedAppend {
+        at: &'u str,
+        len: usize,
+        pushed: usize,
+        bytes: usize,
+        dropped: Vec<Bson>,
+    },
     /// The array at `at` had `len` elements, of which the operator removed
     /// `removed` (with their previous indexes, ascending).
     Pulled {
@@ -68,11 +84,31 @@ enum Undo<'u> {
 impl<'u> UndoLog<'u> {
     /// Records what the operator of `kind` at `path` is about to change in `doc`.
     pub(super) fn save(&mut self, doc: &Document, path: &'u str, kind: OpKind) {
+        let kind = match kind {
+            OpKind::SlicedAppend { pushed, keep } => {
+                if let Some(a) = array_at(doc, path).filter(|_| pushed <= keep) {
+                    // Every element pushed stays; the first `drop` of the array go.
+                    let drop = (a.len() + pushed).saturating_sub(keep);
+                    let undo = Undo::SlicedAppend {
+                        at: path,
+                        len: a.len(),
+                        pushed,
+                        bytes: size::array_len(a),
+                        dropped: a[..drop].to_vec(),
+                    };
+                    self.push(path, undo);
+                    return;
+                }
+                kind
+            }
+            kind => kind,
+        };
+        // From here a `SlicedAppend` is a `Write`: the whole value is saved.
         let undo = match reach(doc, path) {
             Reach::Blocked => Undo::Nothing,
             Reach::MissingField { end } => match kind {
                 // Only creating operators change anything below a missing field.
-                OpKind::Write | OpKind::Append => Undo::Value {
+                OpKind::Write | OpKind::Append | OpKind::SlicedAppend { .. } => Undo::Value {
                     at: &path[..end],
                     old: None,
                     index: None,
@@ -80,7 +116,7 @@ impl<'u> UndoLog<'u> {
                 OpKind::Unset | OpKind::Pull => Undo::Nothing,
             },
             Reach::MissingElement { array_end, len } => match kind {
-                OpKind::Write | OpKind::Append => Undo::Appended {
+                OpKind::Write | OpKind::Append | OpKind::SlicedAppend { .. } => Undo::Appended {
                     at: &path[..array_end],
                     len,
                 },
@@ -98,10 +134,12 @@ impl<'u> UndoLog<'u> {
                         }
                         Some(i) if i >= a.len() => {
                             let undo = match kind {
-                                OpKind::Write | OpKind::Append => Undo::Appended {
-                                    at: &path[..last_start - 1],
-                                    len: a.len(),
-                                },
+                                OpKind::Write | OpKind::Append | OpKind::SlicedAppend { .. } => {
+                                    Undo::Appended {
+                                        at: &path[..last_start - 1],
+                                        len: a.len(),
+                                    }
+                                }
                                 OpKind::Unset | OpKind::Pull => Undo::Nothing,
                             };
                             self.push(path, undo);
@@ -131,11 +169,13 @@ impl<'u> UndoLog<'u> {
                             Container::Arr(_) => None,
                         },
                     },
-                    (OpKind::Write | OpKind::Append, current) => Undo::Value {
-                        at: path,
-                        old: current.cloned(),
-                        index: None,
-                    },
+                    (OpKind::Write | OpKind::Append | OpKind::SlicedAppend { .. }, current) => {
+                        Undo::Value {
+                            at: path,
+                            old: current.cloned(),
+                            index: None,
+                        }
+                    }
                 }
             }
         };
@@ -193,6 +233,28 @@ impl<'u> UndoLog<'u> {
                 }
                 _ => (false, 0),
             },
+            Undo::SlicedAppend {
+                at,
+                len,
+                bytes,
+                dropped,
+                ..
+            } => match lookup(doc, at) {
+                Some(Bson::Array(now)) => {
+                    let drop = dropped.len();
+                    // Before: `dropped` then the first `len - drop` elements now.
+                    let was = |i: usize| {
+                        if i < drop {
+                            &dropped[i]
+                        } else {
+                            &now[i - drop]
+                        }
+                    };
+                    let changed = now.len() != *len || (0..*len).any(|i| was(i) != &now[i]);
+                    (changed, size::array_len(now) as isize - *bytes as isize)
+                }
+                _ => (false, 0),
+            },
             Undo::Pulled { len, removed, .. } => {
                 let values: usize = removed.iter().map(|(_, e)| 2 + size::value_len(e)).sum();
                 let keys = size::key_digits(*len) - size::key_digits(len - removed.len());
@@ -230,6 +292,23 @@ impl<'u> UndoLog<'u> {
                 Undo::Appended { at, len } => {
                     if let Some(Bson::Array(a)) = lookup_mut(doc, at) {
                         a.truncate(len);
+                    }
+                }
+                Undo::SlicedAppend {
+                    at,
+                    len,
+                    pushed,
+                    dropped,
+                    ..
+                } => {
+                    if let Some(Bson::Array(a)) = lookup_mut(doc, at) {
+                        // Only as the operator left it (it cannot fail on an array).
+                        if a.len() == len - dropped.len() + pushed {
+                            a.truncate(len - dropped.len());
+                            let mut was = dropped;
+                            was.append(a);
+                            *a = was;
+                        }
                     }
                 }
                 Undo::Pulled { at, removed, .. } => {
@@ -293,6 +372,23 @@ fn contains_nan(v: &Bson) -> bool {
         Bson::Array(a) => a.iter().any(contains_nan),
         Bson::JavaScriptCodeWithScope(c) => c.scope.values().any(contains_nan),
         _ => false,
+    }
+}
+
+/// The array at `path` of `doc`, reached as [`reach`] does (a document's
+/// field or an array's element at every segment).
+fn array_at<'d>(doc: &'d Document, path: &str) -> Option<&'d [Bson]> {
+    let Reach::Parent(container, last_start) = reach(doc, path) else {
+        return None;
+    };
+    let last = &path[last_start..];
+    let value = match container {
+        Container::Doc(d) => d.get(last),
+        Container::Arr(a) => a.get(array_index(last)?),
+    };
+    match value {
+        Some(Bson::Array(a)) => Some(a),
+        _ => None,
     }
 }
 

@@ -158,6 +158,12 @@ fn deep_update() -> impl Strategy<Value = Document> {
         Just(Bson::Document(doc! { "$gte": 0 })),
         Just(Bson::Document(doc! { "x": 1 })),
         Just(Bson::Document(doc! { "$each": [1, 1, "b", [2]] })),
+        Just(Bson::Document(doc! { "$each": [1, "b"], "$slice": -3 })),
+        Just(Bson::Document(doc! { "$each": [1], "$slice": -1_i64 })),
+        Just(Bson::Document(doc! { "$each": [], "$slice": -2 })),
+        Just(Bson::Document(doc! { "$each": [1, 2, 3], "$slice": -2 })),
+        Just(Bson::Document(doc! { "$each": [[1], 1], "$slice": -12 })),
+        Just(Bson::Document(doc! { "$each": [1], "$slice": 2 })),
     ];
     proptest::collection::vec((op, path, value), 1..6).prop_map(|ops| {
         let mut u = Document::new();
