@@ -689,6 +689,16 @@ impl DocumentChange {
                 }
             }
             DocumentOp::Insert { doc } => {
+                // Nothing to check a guard against: the document does not
+                // exist before its insert (neither strategy's insert reads
+                // guards, so one accepted here would be ignored).
+                if let Some(guard) = self.guards.first() {
+                    return Err(ChangeError::InvalidPath {
+                        path: guard.path.clone(),
+                        reason: "guards apply to updates and deletes, not to inserts: \
+                                 the document does not exist before its insert",
+                    });
+                }
                 for key in doc.keys() {
                     check_path(key)?;
                     if key.contains('.') {

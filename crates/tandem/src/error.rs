@@ -11,8 +11,8 @@ pub enum ChangeError {
     /// A field path is empty, has an empty segment, a segment starting with
     /// `$`, a number with a leading zero (`01`) after its first segment, or
     /// a NUL ([`check_path`](crate::change::check_path)); or a change that
-    /// does not fit its document change (a field change on an insert, an
-    /// insert without `_id`).
+    /// does not fit its document change (a field change or a guard on an
+    /// insert, an insert without `_id`).
     #[error("invalid field path {path:?}: {reason}")]
     InvalidPath {
         /// The path as given.
