@@ -757,7 +757,7 @@ impl Engine {
             TxState::Canceling,
             TxState::Canceled,
             None,
-            &conflicts,
+            &fold_conflicts(conflicts),
         )
         .await
     }
@@ -1124,6 +1124,30 @@ async fn read_identity(store: &dyn Store, ns: &Namespace) -> Result<String, Stor
                 format!("the store's identity in {ns} has no uid: {found:?}"),
             )
         })
+}
+
+/// The conflict notes of a move to `canceled`, as many as the history
+/// keeps beside the move's own line ([`HISTORY_KEPT`] in all): past that,
+/// the last line names how many more participants were overwritten and as
+/// many of them as its text holds. (Each note was a line of its own, and
+/// the history's `$slice` dropped the move and the first notes: a record
+/// of 40 overwritten participants named 32, and nothing said that others
+/// were left as another writer set them.)
+fn fold_conflicts(mut conflicts: Vec<String>) -> Vec<String> {
+    let room = usize::try_from(HISTORY_KEPT).unwrap_or(1).saturating_sub(1);
+    if conflicts.len() > room {
+        let rest = conflicts.split_off(room.saturating_sub(1));
+        let listed = rest
+            .iter()
+            .map(|c| c.strip_prefix(CONFLICT_EVENT).unwrap_or(c).trim_start())
+            .collect::<Vec<_>>()
+            .join("; ");
+        conflicts.push(format!(
+            "{CONFLICT_EVENT} {} more participants: {listed}",
+            rest.len()
+        ));
+    }
+    conflicts
 }
 
 /// How [`interrupted_by`] begins the message of a step that must wait
