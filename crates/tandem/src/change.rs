@@ -522,7 +522,11 @@ impl DocumentChange {
         self.push_op(FieldOp::Pull { path, value })
     }
 
-    /// Adds a guard `path <op> value`.
+    /// Adds a guard `path <op> value`. [`GuardOp::Exists`] and
+    /// [`GuardOp::Missing`] take no value (`Bson::Null`, as
+    /// [`require_exists`](Self::require_exists) and
+    /// [`require_missing`](Self::require_missing) give): another value
+    /// is refused when the transaction runs (`ChangeError::InvalidPath`).
     pub fn require<T: Serialize>(mut self, path: impl Into<String>, op: GuardOp, value: T) -> Self {
         let path = path.into();
         let value = self.value_of(&path, value);
@@ -655,6 +659,17 @@ impl DocumentChange {
         };
         for guard in &self.guards {
             check_path(&guard.path)?;
+            // A presence guard tests presence alone: a value given with it
+            // (`{$exists: false}` written as `GuardOp::Exists, false`) would
+            // be ignored, and the guard hold where it says it does not.
+            if matches!(guard.op, GuardOp::Exists | GuardOp::Missing) && guard.value != Bson::Null {
+                return Err(ChangeError::InvalidPath {
+                    path: guard.path.clone(),
+                    reason: "an `exists` or `missing` guard takes no value (Bson::Null): \
+                             a value does not turn it around; use require_exists or \
+                             require_missing",
+                });
+            }
         }
         match &self.op {
             DocumentOp::Update { ops } => {
