@@ -348,7 +348,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let record = find(store.as_ref(), &ns, &id).await?;
             let mut documents = Vec::with_capacity(record.participants.len());
             for p in &record.participants {
-                documents.push(participant_document(store.as_ref(), &named, &record, p).await?);
+                documents
+                    .push(participant_document(store.as_ref(), &named, &cli.db, &record, p).await?);
             }
             if json {
                 let mut value = output::record_json(&record);
@@ -600,6 +601,7 @@ fn document_change(p: &tandem::record::ParticipantEntry) -> Result<tandem::Docum
 async fn participant_document(
     store: &dyn Store,
     named: &[(String, Arc<dyn Store>)],
+    db: &str,
     record: &TxRecord,
     p: &tandem::record::ParticipantEntry,
 ) -> Result<String, Failure> {
@@ -618,6 +620,19 @@ async fn participant_document(
             }
         },
     };
+    // A store given under the recorded name may be another database: its
+    // documents say nothing of this change (no marker there would read as
+    // "not applied" for a change that committed).
+    if let (Some(name), Some(recorded)) = (&change.store, &p.store_uid) {
+        let here = tandem::store::store_identity(store, db).await?;
+        if here.as_deref() != Some(recorded.as_str()) {
+            return Ok(format!(
+                "in store {name:?}, but the store given under that name is another database \
+                 (identity {}, the change was made where it is {recorded}): not read",
+                here.as_deref().unwrap_or("none")
+            ));
+        }
+    }
     let doc = store
         .find_one(&change.namespace, doc! { "_id": change.id.clone() })
         .await?;
@@ -1095,7 +1110,7 @@ mod tests {
             for p in &record.participants {
                 let mut p = p.clone();
                 p.spec.remove("store");
-                let said = participant_document(&store, &[], &record, &p)
+                let said = participant_document(&store, &[], "tandem", &record, &p)
                     .await
                     .unwrap();
                 if said.starts_with("applied") {
@@ -1105,6 +1120,76 @@ mod tests {
             assert_eq!(applied, debits, "crash after op {n}: {a}");
         }
         assert!(one_debit > 0, "no crash point left one debit only");
+    }
+
+    /// `show` reads a named store's document only where the store given
+    /// under the name is the database the change was made in: another one
+    /// (here, a fresh store holding a document of the same `_id`, without
+    /// or with another identity) has no marker of the change, and was said
+    /// "not applied" for a change that committed.
+    #[tokio::test]
+    async fn show_does_not_read_another_database_under_a_recorded_name() {
+        let accounts = Namespace::new("bank", "accounts");
+        let main = tandem::MemoryStore::new();
+        let ledger = tandem::MemoryStore::new();
+        let b = doc! { "_id": "B", "balance": 0_i64 };
+        main.insert_one(&accounts, doc! { "_id": "A", "balance": 10_i64 })
+            .await
+            .unwrap();
+        ledger.insert_one(&accounts, b.clone()).await.unwrap();
+        // The transaction stops at its commit point, markers on.
+        let faulty = FaultStore::new(Arc::new(main.clone())).crash_after(2);
+        let coordinator = Coordinator::builder(faulty)
+            .store("ledger", ledger.clone())
+            .build();
+        let tx = Transaction::new()
+            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -1_i64))
+            .change(
+                DocumentChange::update(accounts.clone(), "B")
+                    .inc("balance", 1_i64)
+                    .in_store("ledger"),
+            );
+        let id = match coordinator.run(tx).await {
+            Ok(receipt) => receipt.id,
+            Err(e) => e.id().cloned().expect("an id"),
+        };
+        let record = Coordinator::new(main.clone())
+            .record(&id)
+            .await
+            .unwrap()
+            .expect("the record");
+        assert_eq!(record.state, TxState::Pending);
+        let db = tandem::CoordinatorConfig::default().database;
+        let p = &record.participants[1];
+        assert!(p.store_uid.is_some(), "{p:?}");
+        let said = |store: tandem::MemoryStore| {
+            let named: Vec<(String, Arc<dyn Store>)> = vec![("ledger".into(), Arc::new(store))];
+            let (main, record, db) = (main.clone(), record.clone(), db.clone());
+            let p = p.clone();
+            async move {
+                participant_document(&main, &named, &db, &record, &p)
+                    .await
+                    .unwrap()
+            }
+        };
+        let right = said(ledger.clone()).await;
+        assert!(right.starts_with("applied"), "{right}");
+        let other = tandem::MemoryStore::new();
+        other.insert_one(&accounts, b.clone()).await.unwrap();
+        let unknown = said(other.clone()).await;
+        assert!(
+            unknown.contains("another database (identity none"),
+            "{unknown}"
+        );
+        other
+            .insert_one(
+                &Namespace::new(&db, "tandem_store"),
+                doc! { "_id": "identity", "uid": "not-the-ledger" },
+            )
+            .await
+            .unwrap();
+        let foreign = said(other).await;
+        assert!(foreign.contains("identity not-the-ledger"), "{foreign}");
     }
 
     /// `recover` exits 1 (`Incomplete`) while a transaction it claimed is

@@ -1096,6 +1096,22 @@ impl Engine {
     }
 }
 
+/// The identity of `store` as coordinators of `database` know it
+/// ([`ParticipantEntry::store_uid`]): the `uid` of `{_id: "identity"}` in the
+/// `tandem_store` collection of `database` there, read without writing one.
+/// `None` where no coordinator wrote one, so the store is not the one a
+/// record naming an identity was written with. For tools that read the
+/// documents of a record, which must not take another database given under a
+/// recorded store name for the one the change was made in.
+pub async fn store_identity(
+    store: &dyn Store,
+    database: &str,
+) -> Result<Option<String>, StoreError> {
+    let ns = Namespace::new(database, IDENTITY_COLLECTION);
+    let found = store.find_one(&ns, doc! { "_id": IDENTITY_ID }).await?;
+    Ok(found.and_then(|d| d.get_str("uid").ok().map(str::to_owned)))
+}
+
 /// Reads a store's identity, writing it first if it has none (see
 /// [`Engine::store_uid`]).
 async fn read_identity(store: &dyn Store, ns: &Namespace) -> Result<String, StoreError> {

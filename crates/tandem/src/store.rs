@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::native::NativeTransactions;
 
+pub use crate::engine::store_identity;
+
 /// A database and collection name: where a document lives in a [`Store`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Namespace {
