@@ -411,6 +411,21 @@
 //!   count) holds its document alone. Tested on the embedded store
 //!   (`tandem/tests/compensation.rs`, `numbered_give_back.rs`); the
 //!   filter's conditions on both stores by the store contract.
+//!   `Decimal128` amounts are exact to 34 significant digits, so within
+//!   them a decimal amount is an integer count of its smallest unit and
+//!   `(a - x) + x` is `a` (the value, not always the exponent: an undo may
+//!   leave trailing zeros, which no guard or comparison tells apart);
+//!   their steps are the model's integer ones (a sum past 34 digits rounds:
+//!   a limit the Reliability chapter states, as the 64-bit one above is
+//!   kept). The code keeps the undo exact: a shared decimal debit requires
+//!   a decimal field at or above a floor the amount can be taken from
+//!   without reaching `-Infinity` (from which adding it back restores
+//!   nothing), and a shared decimal
+//!   credit a field that is not a double (a double debit pending there
+//!   could not be undone exactly once the field became a decimal); either
+//!   refusal is the model's refused guard. Tested on the embedded store
+//!   (`tandem/tests/decimal_amounts.rs`, `decimal_attacks.rs`) and by the
+//!   conformance scenario `decimal_transfers` on both stores.
 //! * **Shapes**: the model's fields are flat numbers. In the code a field
 //!   has a path, and a credit deferred to its clear can land only where
 //!   every parent of its field is missing or a document; a credit landing
