@@ -59,6 +59,7 @@ on_both_stores!(
     an_operator_in_a_guard_value,
     an_operator_in_a_document_id,
     an_operator_in_a_pull_value,
+    guards_no_store_can_check,
 );
 
 // ---------------------------------------------------------------------------
@@ -738,4 +739,54 @@ async fn an_unreachable_server() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// Guards that say nothing a store could check: a guard on an insert (its
+/// document does not exist before it) and a presence guard given a value
+/// (`exists: false`, as MongoDB's `$exists` reads it). Both were ignored,
+/// and the transactions committed; both are refused as malformed, with
+/// either strategy, before anything is written.
+async fn guards_no_store_can_check(fx: Fixture) {
+    let accounts = fx.accounts();
+    let orders = fx.ns("orders");
+    let initial = fx
+        .seed(
+            &accounts,
+            vec![doc! { "_id": "A", "balance": 100_i64, "coupon": "used" }],
+        )
+        .await;
+    let coordinator = fx.coordinator();
+    for strategy in [Strategy::TwoPhase, Strategy::Native] {
+        let guarded_insert = Transaction::new()
+            .change(
+                DocumentChange::update(accounts.clone(), "A")
+                    .inc("balance", -30_i64)
+                    .require_gte("balance", 30_i64),
+            )
+            .change(
+                DocumentChange::insert(orders.clone(), "o-1", doc! { "state": "new" })
+                    .require_eq("state", "approved"),
+            )
+            .strategy(strategy);
+        let bonus_without_coupon = Transaction::new()
+            .change(
+                DocumentChange::update(accounts.clone(), "A")
+                    .inc("balance", 10_i64)
+                    .require("coupon", tandem::GuardOp::Exists, false),
+            )
+            .strategy(strategy);
+        for (tx, refused) in [(guarded_insert, "state"), (bonus_without_coupon, "coupon")] {
+            match coordinator.run(tx).await {
+                Err(TxError::Invalid(ChangeError::InvalidPath { path, .. })) => {
+                    assert_eq!(path, refused, "{strategy:?}")
+                }
+                other => panic!("{strategy:?} {refused}: {other:?}"),
+            }
+        }
+    }
+    assert!(
+        fx.docs(&orders).await.is_empty(),
+        "no order, no placeholder"
+    );
+    fx.assert_unchanged(&initial, &[]).await;
 }
