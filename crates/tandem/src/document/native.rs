@@ -114,6 +114,7 @@ impl DocumentChange {
                 // same declarations to get the same answers on either.
                 merge_conditions(&mut filter, self.types_kept());
                 merge_conditions(&mut filter, self.shapes_kept());
+                merge_conditions(&mut filter, self.fields_reachable());
                 insert_expr(&mut filter, exprs);
                 NativeCommand::Update { filter, update }
             }

@@ -177,6 +177,7 @@ impl DocumentChange {
         merge_conditions(&mut filter, plain);
         merge_conditions(&mut filter, self.types_kept());
         merge_conditions(&mut filter, self.shapes_kept());
+        merge_conditions(&mut filter, self.fields_reachable());
         if let Some(deadline) = ctx.deadline {
             exprs.insert(0, before(deadline));
         }
@@ -385,6 +386,82 @@ impl DocumentChange {
             add(credit_path(path), doc! { "$not": { "$type": "object" } });
         }
         conds
+    }
+
+    /// The conditions that every field a `set`, `unset`, `push` or `pull`
+    /// names is reachable by an update: no parent of it (on a path without
+    /// a numbered segment) holds an array. A query reads `items.qty`
+    /// through the elements of `items: [{qty: 1}]`, an update does not: a
+    /// `$set` or `$push` there fails, an `$unset` or `$pull` changes
+    /// nothing, and the two-phase before-image (read as a document reads,
+    /// "missing") never matched, so the apply was answered as a conflict
+    /// with a concurrent write that never happened, and a native
+    /// transaction committed an `unset` or `pull` that did nothing. Either
+    /// strategy now refuses it with a `TypeMismatch` that names the array
+    /// ([`field_out_of_reach`](Self::field_out_of_reach)).
+    pub(super) fn fields_reachable(&self) -> Vec<(String, Bson)> {
+        let mut conds: Vec<(String, Bson)> = Vec::new();
+        for path in self.reached_paths() {
+            for parent in parents(path) {
+                if !conds.iter().any(|(p, _)| p == parent) {
+                    conds.push((
+                        parent.to_owned(),
+                        Bson::Document(doc! { "$not": { "$type": "array" } }),
+                    ));
+                }
+            }
+        }
+        conds
+    }
+
+    /// The paths of this change's `set`, `unset`, `push` and `pull` that
+    /// have no numbered segment ([`fields_reachable`](Self::fields_reachable)).
+    fn reached_paths(&self) -> Vec<&str> {
+        let DocumentOp::Update { ops } = &self.op else {
+            return Vec::new();
+        };
+        ops.iter()
+            .filter(|op| !op.commutes())
+            .map(FieldOp::path)
+            .filter(|path| !path.split('.').any(|seg| query::array_index(seg).is_some()))
+            .collect()
+    }
+
+    /// The refusal of a `set`, `unset`, `push` or `pull` whose field lies
+    /// below an array on `current`, which no update reaches
+    /// ([`fields_reachable`](Self::fields_reachable)), if one does.
+    pub(super) fn field_out_of_reach(&self, current: &Document) -> Option<StepError> {
+        let DocumentOp::Update { ops } = &self.op else {
+            return None;
+        };
+        let reached = self.reached_paths();
+        ops.iter()
+            .filter(|op| reached.contains(&op.path()))
+            .find_map(|op| {
+                let path = op.path();
+                parents(path).find_map(|parent| match query::lookup(current, parent) {
+                    Some(v @ Bson::Array(_)) => {
+                        let verb = match op {
+                            FieldOp::Set { .. } => "a set",
+                            FieldOp::Unset { .. } => "an unset",
+                            FieldOp::Push { .. } => "a push",
+                            FieldOp::Pull { .. } => "a pull",
+                            FieldOp::Inc { .. } => "an increment",
+                        };
+                        Some(StepError::TypeMismatch {
+                            participant: self.label(),
+                            path: path.to_owned(),
+                            message: format!(
+                                "{parent} holds array {}: {verb} of {path} does not reach into \
+                                 its elements (name one by its index: {parent}.0{})",
+                                clip(v.to_string(), QUOTE_LIMIT),
+                                &path[parent.len()..]
+                            ),
+                        })
+                    }
+                    _ => None,
+                })
+            })
     }
 
     /// Why an increment of this change could not land, or would keep a
@@ -1795,6 +1872,10 @@ impl DocumentChange {
                     ),
                 });
             }
+        }
+        // A field below an array, which no update reaches.
+        if let Some(e) = self.field_out_of_reach(current) {
+            return Err(e);
         }
         // An increment that could not land, or would keep a credit pending
         // on a related path from landing.
