@@ -659,6 +659,17 @@ impl DocumentChange {
         };
         for guard in &self.guards {
             check_path(&guard.path)?;
+            // The marker array and `_tandem` are tandem's bookkeeping: what a
+            // guard finds there depends on which transactions touched the
+            // document before, and how (and the two-phase apply's own
+            // condition on the marker took the place of a guard on it).
+            // `_id` is the document's own, and may be guarded.
+            let root = guard.path.split('.').next().unwrap_or(&guard.path);
+            if root == META_FIELD || root == self.marker {
+                return Err(ChangeError::ReservedField {
+                    path: guard.path.clone(),
+                });
+            }
             // A presence guard tests presence alone: a value given with it
             // (`{$exists: false}` written as `GuardOp::Exists, false`) would
             // be ignored, and the guard hold where it says it does not.

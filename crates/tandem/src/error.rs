@@ -38,8 +38,10 @@ pub enum ChangeError {
         /// The offending key.
         key: String,
     },
-    /// A change names a field tandem keeps for itself (the marker, `_tandem`, or `_id`).
-    #[error("field {path:?} is reserved by tandem and cannot be changed")]
+    /// A change names a field tandem keeps for itself (the marker, `_tandem`,
+    /// or `_id`), or a guard names the marker or `_tandem` (tandem's
+    /// bookkeeping, which says nothing of the application's data).
+    #[error("field {path:?} is reserved by tandem and cannot be changed or guarded")]
     ReservedField {
         /// The reserved path.
         path: String,
