@@ -545,7 +545,7 @@ async fn names_from_user_input(fx: Fixture) {
     .await;
     assert_eq!(
         err.to_string(),
-        "invalid namespace name \"a.b\": database names cannot contain '.', '/' or ' '"
+        "invalid namespace name \"a.b\": database names cannot contain '.', '/', '\\', '\"' or ' '"
     );
     fx.assert_unchanged(&initial, &[]).await;
     assert!(fx.docs(&fx.ns("acc$")).await.is_empty());

@@ -75,7 +75,12 @@ pub fn check_path(path: &str) -> Result<(), ChangeError> {
     Ok(())
 }
 
-/// Checks a namespace: names non-empty, no NUL; no `$`; no `.` in the database name.
+/// Checks a namespace as MongoDB would: names non-empty, no NUL, no `$`; a
+/// database name without `.`, `/`, `\`, `"` or a space and shorter than 64
+/// bytes; a collection name not starting with `.` or `system.`; the whole
+/// namespace (`db.collection`) at most 255 bytes. The embedded store keeps
+/// to the same rules, so that a name MongoDB would refuse is refused on
+/// both, before anything is written.
 pub fn check_namespace(ns: &Namespace) -> Result<(), ChangeError> {
     let bad = |name: &str, reason| {
         Err(ChangeError::InvalidNamespace {
@@ -93,12 +98,31 @@ pub fn check_namespace(ns: &Namespace) -> Result<(), ChangeError> {
         if name.contains('$') {
             return bad(name, "contains '$'");
         }
-        if is_db && (name.contains('.') || name.contains('/') || name.contains(' ')) {
-            return bad(name, "database names cannot contain '.', '/' or ' '");
+        if is_db && name.contains(['.', '/', '\\', '"', ' ']) {
+            return bad(
+                name,
+                "database names cannot contain '.', '/', '\\', '\"' or ' '",
+            );
+        }
+        if is_db && name.len() >= 64 {
+            return bad(name, "database names are shorter than 64 bytes");
         }
         if !is_db && name.starts_with('.') {
             return bad(name, "collection names cannot start with '.'");
         }
+        if !is_db && name.starts_with("system.") {
+            return bad(
+                name,
+                "collection names starting with 'system.' are reserved by MongoDB",
+            );
+        }
+    }
+    // `db.collection`, as MongoDB counts it.
+    if ns.db.len() + 1 + ns.collection.len() > 255 {
+        return bad(
+            &ns.collection,
+            "the namespace (database, '.', collection) is longer than 255 bytes",
+        );
     }
     Ok(())
 }

@@ -21,8 +21,9 @@ pub enum ChangeError {
         reason: &'static str,
     },
     /// A database or collection name is empty or contains `$` or NUL; a
-    /// database name contains `.`, `/` or a space; a collection name starts
-    /// with `.`.
+    /// database name contains `.`, `/`, `\`, `"` or a space, or is 64 bytes
+    /// or longer; a collection name starts with `.` or `system.`; or the
+    /// namespace (`db.collection`) is longer than 255 bytes.
     #[error("invalid namespace name {name:?}: {reason}")]
     InvalidNamespace {
         /// The name as given.
