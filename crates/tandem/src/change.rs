@@ -127,6 +127,48 @@ pub fn check_namespace(ns: &Namespace) -> Result<(), ChangeError> {
     Ok(())
 }
 
+/// How deep a value may reach in its document, counting the levels of its
+/// field's path (`a.b` is two) and each document or array it nests: MongoDB
+/// stores at most 100 levels, and a transaction record keeps a change's
+/// values seven levels below its own top (participants, entry, spec, op,
+/// ops, op), so 90 leaves room for both.
+pub const MAX_VALUE_DEPTH: usize = 90;
+
+/// How many documents and arrays `value` nests (a scalar: 0).
+fn nesting(value: &Bson) -> usize {
+    // Iterative, so that a value nested far too deep does not exhaust the stack.
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0_usize)];
+    while let Some((v, depth)) = stack.pop() {
+        match v {
+            Bson::Document(d) => {
+                deepest = deepest.max(depth + 1);
+                stack.extend(d.values().map(|inner| (inner, depth + 1)));
+            }
+            Bson::Array(items) => {
+                deepest = deepest.max(depth + 1);
+                stack.extend(items.iter().map(|inner| (inner, depth + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Refuses `value` at `path` (`extra` levels more, for an array element) if it
+/// reaches deeper than [`MAX_VALUE_DEPTH`].
+fn check_depth(path: &str, value: &Bson, extra: usize) -> Result<(), ChangeError> {
+    let depth = path.split('.').count() + extra + nesting(value);
+    if depth > MAX_VALUE_DEPTH {
+        return Err(ChangeError::TooDeep {
+            path: path.to_owned(),
+            depth,
+            limit: MAX_VALUE_DEPTH,
+        });
+    }
+    Ok(())
+}
+
 /// One change of one field.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase")]
@@ -694,6 +736,7 @@ impl DocumentChange {
                     path: guard.path.clone(),
                 });
             }
+            check_depth(&guard.path, &guard.value, 0)?;
             // A presence guard tests presence alone: a value given with it
             // (`{$exists: false}` written as `GuardOp::Exists, false`) would
             // be ignored, and the guard hold where it says it does not.
@@ -723,9 +766,14 @@ impl DocumentChange {
                     }
                     match op {
                         FieldOp::Inc { by, .. } => check_amount(path, by)?,
-                        FieldOp::Set { value, .. }
-                        | FieldOp::Push { value, .. }
-                        | FieldOp::Pull { value, .. } => check_value(path, value)?,
+                        FieldOp::Set { value, .. } | FieldOp::Pull { value, .. } => {
+                            check_value(path, value)?;
+                            check_depth(path, value, 0)?;
+                        }
+                        FieldOp::Push { value, .. } => {
+                            check_value(path, value)?;
+                            check_depth(path, value, 1)?;
+                        }
                         FieldOp::Unset { .. } => {}
                     }
                     for other in &ops[..i] {
@@ -761,6 +809,7 @@ impl DocumentChange {
                         return Err(ChangeError::ReservedField { path: key.clone() });
                     }
                     check_value(key, &doc[key])?;
+                    check_depth(key, &doc[key], 0)?;
                 }
             }
             DocumentOp::Delete => {}

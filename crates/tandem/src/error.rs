@@ -73,6 +73,20 @@ pub enum ChangeError {
         /// The serializer's message.
         message: String,
     },
+    /// A value nests documents and arrays deeper than a document may hold
+    /// them, counting the levels of its field's path
+    /// ([`MAX_VALUE_DEPTH`](crate::change::MAX_VALUE_DEPTH)): MongoDB
+    /// stores at most 100 levels, and the transaction record keeps the
+    /// value deeper than the document does.
+    #[error("value for {path:?} nests {depth} levels deep, its path included; at most {limit} fit in a document and in the transaction record")]
+    TooDeep {
+        /// The field.
+        path: String,
+        /// How deep the value reaches, its path's levels included.
+        depth: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// A document change with nothing to do.
     #[error("the change of {participant} has no field changes")]
     Empty {

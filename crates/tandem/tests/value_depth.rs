@@ -1,0 +1,107 @@
+#![cfg(feature = "test-util")]
+//! A value nested deeper than MongoDB stores (100 levels, each document or
+//! array one): the embedded store committed a `set` or an insert of one,
+//! while MongoDB refuses it, at the apply, after the record and the other
+//! participants' applies were written; and the record, which keeps the
+//! value seven levels below its own top, could not be written for values
+//! that fit in the document. Such a value is refused as malformed
+//! (`ChangeError::TooDeep`), with either strategy, before anything is
+//! written.
+
+mod common;
+
+use std::sync::Arc;
+
+use bson::{doc, Bson};
+use common::{accounts, balance, bank, get, records};
+use tandem::{
+    change::MAX_VALUE_DEPTH, ChangeError, CommitPoint, Coordinator, DocumentChange, Strategy,
+    Transaction, TxError,
+};
+
+/// A value nesting `levels` documents.
+fn nested(levels: usize) -> Bson {
+    let mut v = Bson::Int32(1);
+    for _ in 0..levels {
+        v = Bson::Document(doc! { "x": v });
+    }
+    v
+}
+
+#[tokio::test]
+async fn a_value_nested_too_deep_is_refused() {
+    type Case = (&'static str, usize, fn(Bson) -> DocumentChange);
+    let cases: Vec<Case> = vec![
+        ("deep", 150, |v| {
+            DocumentChange::update(accounts(), "A").set("deep", v)
+        }),
+        ("a.b.deep", MAX_VALUE_DEPTH - 2, |v| {
+            DocumentChange::update(accounts(), "A").set("a.b.deep", v)
+        }),
+        ("log", MAX_VALUE_DEPTH - 1, |v| {
+            DocumentChange::update(accounts(), "A").push("log", v)
+        }),
+        ("deep", MAX_VALUE_DEPTH, |v| {
+            DocumentChange::insert(accounts(), "Z", doc! { "deep": v })
+        }),
+        ("deep", MAX_VALUE_DEPTH, |v| {
+            DocumentChange::update(accounts(), "A")
+                .set("note", "x")
+                .require_ne("deep", v)
+        }),
+    ];
+    for (path, levels, change) in cases {
+        for strategy in [Strategy::TwoPhase, Strategy::Native] {
+            let (store, _clock, _) = bank(&["A", "B"], 100).await;
+            let coordinator = Coordinator::builder_shared(Arc::new(store.clone()))
+                .commit_point(CommitPoint::Done)
+                .build();
+            let tx = Transaction::new()
+                .change(
+                    DocumentChange::update(accounts(), "B")
+                        .inc("balance", -30_i64)
+                        .require_gte("balance", 30_i64),
+                )
+                .change(change(nested(levels)))
+                .strategy(strategy);
+            let answer = coordinator.run(tx).await;
+            assert!(
+                matches!(
+                    answer,
+                    Err(TxError::Invalid(ChangeError::TooDeep { path: ref p, limit, .. }))
+                        if p == path && limit == MAX_VALUE_DEPTH
+                ),
+                "{strategy:?}, {path} nesting {levels}: {answer:?}"
+            );
+            assert_eq!(balance(&store, "B").await, 100, "{strategy:?}, {path}");
+            let a = get(&store, &accounts(), "A").await.unwrap();
+            assert!(!a.contains_key("deep") && !a.contains_key("a") && !a.contains_key("log"));
+            assert!(get(&store, &accounts(), "Z").await.is_none());
+            assert!(store.documents(&records()).is_empty(), "{strategy:?}");
+        }
+    }
+}
+
+/// A value at the limit is accepted, and commits.
+#[tokio::test]
+async fn a_value_at_the_limit_commits() {
+    for strategy in [Strategy::TwoPhase, Strategy::Native] {
+        let (store, _clock, _) = bank(&["A"], 100).await;
+        let coordinator = Coordinator::builder_shared(Arc::new(store.clone()))
+            .commit_point(CommitPoint::Done)
+            .build();
+        coordinator
+            .run(
+                Transaction::new()
+                    .change(
+                        DocumentChange::update(accounts(), "A")
+                            .set("deep", nested(MAX_VALUE_DEPTH - 1)),
+                    )
+                    .strategy(strategy),
+            )
+            .await
+            .unwrap();
+        let a = get(&store, &accounts(), "A").await.unwrap();
+        assert_eq!(a.get("deep"), Some(&nested(MAX_VALUE_DEPTH - 1)));
+    }
+}
