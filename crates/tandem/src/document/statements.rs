@@ -871,7 +871,14 @@ impl DocumentChange {
                 }
             }
         }
-        let mut whole = Vec::new();
+        // The marker field is tandem's array, or missing: a field of the
+        // application's under that name (a string, a number) is no place
+        // for a marker, whichever strategy runs (`marker_kept`).
+        let marker = format!("${}", self.marker);
+        let mut whole = vec![doc! { "$or": [
+            { "$eq": [{ "$type": marker.as_str() }, "missing"] },
+            { "$isArray": marker.as_str() },
+        ] }];
         if let Some(before) = before {
             // The document must still be as it was read, or the image would
             // be stale: the field itself, not an array that contains it.
@@ -1716,6 +1723,21 @@ impl DocumentChange {
         }
         if query::lookup(current, GHOST).is_some() {
             return Err(StepError::NotFound { participant });
+        }
+        if let Some(found) =
+            query::lookup(current, &self.marker).filter(|v| !matches!(v, Bson::Array(_)))
+        {
+            return Err(StepError::TypeMismatch {
+                participant,
+                path: self.marker.clone(),
+                message: format!(
+                    "the marker field {} holds {} {}: tandem keeps its array of pending \
+                     transactions there; choose another marker name",
+                    self.marker,
+                    type_name(found),
+                    clip(found.to_string(), QUOTE_LIMIT)
+                ),
+            });
         }
         if let Some(holder) = query::lookup(current, LOCK).filter(|b| **b != Bson::Null) {
             return Err(StepError::Conflict {
