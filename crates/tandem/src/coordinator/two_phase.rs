@@ -431,8 +431,15 @@ impl Coordinator {
                 let retried = attempts.load(std::sync::atomic::Ordering::Relaxed) > 1;
                 return self.id_taken(live, &token, create_by, retried).await;
             }
-            Err(source) if source.kind == StoreErrorKind::DocumentTooLarge => {
+            Err(source)
+                if source.kind == StoreErrorKind::DocumentTooLarge
+                    && attempts.load(std::sync::atomic::Ordering::Relaxed) == 1 =>
+            {
                 // The record holds every change: one too large for it is refused outright.
+                // (Only on the first attempt: a refusal of a retry speaks for
+                // that attempt alone, and an earlier one whose answer was
+                // lost may have written the record, which recovery then
+                // drives: the outcome is unknown, below.)
                 return Err(TxError::Canceled {
                     id: live.id.clone(),
                     cause: StepError::TooLarge {
