@@ -486,7 +486,13 @@ impl Store for MongoStore {
             "updates": updates,
             "ordered": false,
         };
-        if let Some(wc) = &self.inner.options.write_concern {
+        // The write concern of the store's other writes: the store's, or
+        // the client's when the store has none (the collection handle's,
+        // which inherits it). `run_command` adds none of its own: without
+        // this the server's default would apply (`w: 1` on MongoDB 4.4),
+        // and an apply acknowledged so could be rolled back by a failover.
+        let coll = self.collection(ns);
+        if let Some(wc) = coll.write_concern() {
             let wc = bson::to_bson(wc).map_err(|e| {
                 StoreError::new(
                     StoreErrorKind::BadRequest,
