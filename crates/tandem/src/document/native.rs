@@ -75,7 +75,11 @@ impl DocumentChange {
                 }
             }
             DocumentOp::Delete => NativeCommand::Delete {
-                filter: self.guarded_filter(None),
+                filter: {
+                    let mut filter = self.guarded_filter(None);
+                    insert_expr(&mut filter, vec![self.marker_kept()]);
+                    filter
+                },
             },
             DocumentOp::Update { ops } => {
                 let mut update = ops_update(ops);
@@ -101,6 +105,7 @@ impl DocumentChange {
                     _ => None,
                 });
                 let (plain, mut exprs) = self.credit_room(incs);
+                exprs.insert(0, self.marker_kept());
                 // And room for what two-phase transactions' clears and
                 // undos add later (`room.rs`).
                 // An exclusive change runs where nothing is pending, and so

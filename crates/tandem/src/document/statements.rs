@@ -31,6 +31,20 @@ impl DocumentChange {
         // field 'x' in element {notes: ...}").
         e.message = clip(e.message, MESSAGE_LIMIT);
         match e.kind {
+            // A two-phase apply's `$push` of its marker fails where the
+            // marker field holds no array (a field of the application's
+            // under that name): both stores name the field in quotes.
+            StoreErrorKind::TypeMismatch if e.message.contains(&format!("'{}'", self.marker)) => {
+                StepError::TypeMismatch {
+                    participant,
+                    path: self.marker.clone(),
+                    message: format!(
+                        "the marker field {} holds no array: tandem keeps its array of pending \
+                         transactions there; choose another marker name ({})",
+                        self.marker, e.message
+                    ),
+                }
+            }
             StoreErrorKind::TypeMismatch => StepError::TypeMismatch {
                 participant,
                 path: self.first_path().to_owned(),
@@ -834,6 +848,21 @@ impl DocumentChange {
         self.increments_where(|op| !self.applies_early(op))
     }
 
+    /// The condition that the marker field is tandem's array, or missing: a
+    /// field of the application's under that name (a string, a number) is
+    /// no place for a marker, whichever strategy runs (`marker_kept`). A
+    /// two-phase apply needs no condition for it: its `$push` of the marker
+    /// fails there, and the refusal names the marker field
+    /// ([`explain`](Self::explain)); a native change, which
+    /// writes no marker, carries it, so that it is refused alike.
+    pub(super) fn marker_kept(&self) -> Document {
+        let marker = format!("${}", self.marker);
+        doc! { "$or": [
+            { "$eq": [{ "$type": marker.as_str() }, "missing"] },
+            { "$isArray": marker.as_str() },
+        ] }
+    }
+
     /// The document, not held by another transaction, not a ghost, with the guards
     /// (and the before-image, if any) holding.
     pub(super) fn guarded_filter(&self, before: Option<&Document>) -> Document {
@@ -871,14 +900,7 @@ impl DocumentChange {
                 }
             }
         }
-        // The marker field is tandem's array, or missing: a field of the
-        // application's under that name (a string, a number) is no place
-        // for a marker, whichever strategy runs (`marker_kept`).
-        let marker = format!("${}", self.marker);
-        let mut whole = vec![doc! { "$or": [
-            { "$eq": [{ "$type": marker.as_str() }, "missing"] },
-            { "$isArray": marker.as_str() },
-        ] }];
+        let mut whole = Vec::new();
         if let Some(before) = before {
             // The document must still be as it was read, or the image would
             // be stale: the field itself, not an array that contains it.
