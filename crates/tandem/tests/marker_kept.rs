@@ -1,11 +1,12 @@
 #![cfg(feature = "test-util")]
 //! A marker name that is a field of the application's holding something
 //! other than an array (`DocumentChange::marker("owner")` where `owner` is
-//! a string). The two-phase apply could not push its marker there and
-//! answered a `TypeMismatch` naming the change's own field (`n`), not the
-//! marker; the native strategy, which writes no marker, committed. Both now
-//! refuse it with a `TypeMismatch` naming the marker field, and nothing is
-//! written.
+//! a string). The two-phase apply cannot push its marker there: it answered
+//! a `TypeMismatch` naming the change's own field (`n`), not the marker, and
+//! now names the marker; nothing is written. The native strategy writes no
+//! marker and does not read the field: it commits (a condition on the
+//! marker field in every native filter cost a sixth of a native transfer on
+//! the embedded store, for a field it never writes).
 
 mod common;
 
@@ -23,7 +24,7 @@ fn things() -> Namespace {
 }
 
 #[tokio::test]
-async fn a_marker_field_holding_a_string_is_refused_by_either_strategy() {
+async fn a_marker_field_holding_a_string_is_named_by_a_two_phase_refusal() {
     for shared in [true, false] {
         for strategy in [Strategy::TwoPhase, Strategy::Native] {
             let (store, _clock, _) = bank(&["A"], 100).await;
@@ -50,6 +51,14 @@ async fn a_marker_field_holding_a_string_is_refused_by_either_strategy() {
                 .strategy(strategy);
             let answer = coordinator.run(tx).await;
             let case = format!("{strategy:?}, shared {shared}");
+            if strategy == Strategy::Native {
+                assert!(answer.is_ok(), "{case}: {answer:?}");
+                assert_eq!(balance(&store, "A").await, 70, "{case}");
+                let x = get(&store, &things(), "X").await.unwrap();
+                assert_eq!(x.get_str("owner").unwrap(), "alice", "{case}");
+                assert_eq!(x.get_i32("n").unwrap(), 2, "{case}");
+                continue;
+            }
             match &answer {
                 Err(TxError::Canceled {
                     cause: StepError::TypeMismatch { path, message, .. },

@@ -75,11 +75,7 @@ impl DocumentChange {
                 }
             }
             DocumentOp::Delete => NativeCommand::Delete {
-                filter: {
-                    let mut filter = self.guarded_filter(None);
-                    insert_expr(&mut filter, vec![self.marker_kept()]);
-                    filter
-                },
+                filter: self.guarded_filter(None),
             },
             DocumentOp::Update { ops } => {
                 let mut update = ops_update(ops);
@@ -104,8 +100,11 @@ impl DocumentChange {
                     FieldOp::Inc { path, by } => Some((path.as_str(), by)),
                     _ => None,
                 });
+                // (The marker field is not read: a native change writes no
+                // marker, so a field of the application's under the marker's
+                // name does not stand in its way, as it does a two-phase
+                // apply's push of its marker.)
                 let (plain, mut exprs) = self.credit_room(incs);
-                exprs.insert(0, self.marker_kept());
                 // And room for what two-phase transactions' clears and
                 // undos add later (`room.rs`).
                 // An exclusive change runs where nothing is pending, and so

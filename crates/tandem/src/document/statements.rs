@@ -848,21 +848,6 @@ impl DocumentChange {
         self.increments_where(|op| !self.applies_early(op))
     }
 
-    /// The condition that the marker field is tandem's array, or missing: a
-    /// field of the application's under that name (a string, a number) is
-    /// no place for a marker, whichever strategy runs (`marker_kept`). A
-    /// two-phase apply needs no condition for it: its `$push` of the marker
-    /// fails there, and the refusal names the marker field
-    /// ([`explain`](Self::explain)); a native change, which
-    /// writes no marker, carries it, so that it is refused alike.
-    pub(super) fn marker_kept(&self) -> Document {
-        let marker = format!("${}", self.marker);
-        doc! { "$or": [
-            { "$eq": [{ "$type": marker.as_str() }, "missing"] },
-            { "$isArray": marker.as_str() },
-        ] }
-    }
-
     /// The document, not held by another transaction, not a ghost, with the guards
     /// (and the before-image, if any) holding.
     pub(super) fn guarded_filter(&self, before: Option<&Document>) -> Document {
