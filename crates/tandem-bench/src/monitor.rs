@@ -1,5 +1,6 @@
 //! [`Monitor`]: counts the commands a client sends, through the driver's command events.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,12 +13,17 @@ use mongodb::event::EventHandler;
 ///
 /// For one transaction running alone, waves are its sequential round trips:
 /// commands sent concurrently (tandem applies both accounts at once) overlap
-/// and count as one wave.
+/// and count as one wave. A wave counts once the command that began it is
+/// answered: a command sent in the background the moment a call is ready
+/// to return (tandem's finishing, on another worker thread) is no round
+/// trip the call waited for, whichever of the two the runtime ran first.
 #[derive(Debug, Default)]
 pub struct Monitor {
     started: AtomicU64,
     in_flight: AtomicI64,
     waves: AtomicU64,
+    /// The request ids of the commands that began a wave, until answered.
+    opening: Mutex<HashSet<i32>>,
     trace: Mutex<Option<Vec<(String, Duration)>>>,
 }
 
@@ -26,7 +32,7 @@ pub struct Monitor {
 pub struct Counts {
     /// Commands started.
     pub commands: u64,
-    /// Commands started with no other command in flight.
+    /// Commands started with no other command in flight, and answered.
     pub waves: u64,
 }
 
@@ -50,22 +56,43 @@ impl Monitor {
     pub fn handler(self: &Arc<Self>) -> EventHandler<CommandEvent> {
         let me = Arc::clone(self);
         EventHandler::callback(move |event: CommandEvent| match event {
-            CommandEvent::Started(_) => {
+            CommandEvent::Started(ev) => {
                 me.started.fetch_add(1, Ordering::SeqCst);
                 if me.in_flight.fetch_add(1, Ordering::SeqCst) == 0 {
-                    me.waves.fetch_add(1, Ordering::SeqCst);
+                    me.opens(ev.request_id);
                 }
             }
             CommandEvent::Succeeded(ev) => {
+                me.answered(ev.request_id);
                 me.in_flight.fetch_sub(1, Ordering::SeqCst);
                 me.record(ev.command_name, ev.duration);
             }
             CommandEvent::Failed(ev) => {
+                me.answered(ev.request_id);
                 me.in_flight.fetch_sub(1, Ordering::SeqCst);
                 me.record(format!("{} (failed)", ev.command_name), ev.duration);
             }
             _ => {}
         })
+    }
+
+    fn opens(&self, request: i32) {
+        self.opening
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(request);
+    }
+
+    /// Counts the wave `request` began, if it began one.
+    fn answered(&self, request: i32) {
+        let opened = self
+            .opening
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&request);
+        if opened {
+            self.waves.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     fn record(&self, name: String, took: Duration) {

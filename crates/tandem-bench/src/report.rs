@@ -350,7 +350,7 @@ impl Report {
         let _ = writeln!(
             s,
             "Commands/tx: counted on the wire by the driver's command monitoring (in parentheses: `MongoStore::metrics()`, which counts what tandem sends, the native strategy's session commands included, but not the driver's own second attempt of a command). \
-Round trips/tx: commands sent while no other command of the client was in flight, for one transfer run alone until the call returned (in parentheses: `Receipt::round_trips`). \
+Round trips/tx: commands sent while no other command of the client was in flight and answered before the call returned, for one transfer run alone (in parentheses: `Receipt::round_trips`). \
 Client CPU: user+system time of the client process (`getrusage`) over the sequential batches, background finishing included, divided by the transfers.\n"
         );
         if let Some(why) = &self.fawn_missing {
@@ -494,7 +494,7 @@ Client CPU: user+system time of the client process (`getrusage`) over the sequen
         let _ = writeln!(s, "## Summary\n\n`{line}`\n");
         let _ = writeln!(
             s,
-            "- `rt_commit`: sequential round trips of one two-phase transfer (b) run alone, until the call returned at its commit point (its applies): commands sent while no other command of the client was in flight, counted on the wire.\n\
+            "- `rt_commit`: sequential round trips of one two-phase transfer (b) run alone, until the call returned at its commit point (its applies): commands sent while no other command of the client was in flight and answered before the call returned, counted on the wire.\n\
 - `writes_per_transfer`: write statements per transfer of (b) — each insert, update, delete and `findAndModify`, and each statement of an `update` carrying several (both accounts' applies are two) — as its `MongoStore::metrics().write_statements` counted them over the whole run, warm-up and concurrent batches and background finishing included, over the transfers that did not fail.\n\
 - `latency_vs_native`: median sequential latency of (b), transfers back to back, over that of (c); below 1 means the two-phase strategy answers sooner.\n\
 - `throughput_vs_fawn@16`, `throughput_vs_handwritten@16`: transfers per second of (b) over those of (d) and (a), 16 concurrent.\n\
