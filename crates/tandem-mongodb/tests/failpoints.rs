@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::with_options;
+
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
@@ -31,28 +33,15 @@ struct Fixture {
     driver_retrying: MongoStore,
     app_name: String,
     db: String,
-    /// The test server's URI with `heartbeatFrequencyMS=500` (see [`with_options`]).
+    /// The test server's URI with `heartbeatFrequencyMS=500` (see the note above `impl Fixture`).
     uri: String,
 }
 
-/// `uri` with extra query options.
-///
-/// `heartbeatFrequencyMS=500`: a failpoint's state-change error (e.g. 91) makes
-/// the driver mark the server unknown until its monitor's next `hello`; with
-/// the streaming protocol that answer comes only after `heartbeatFrequencyMS`
-/// (10 s by default), since a failpoint does not change the server's topology
-/// version. A short heartbeat keeps those waits short.
-fn with_options(uri: &str, options: &str) -> String {
-    let sep = if uri.contains('?') {
-        "&"
-    } else if uri.ends_with('/') {
-        "?"
-    } else {
-        "/?"
-    };
-    format!("{uri}{sep}{options}")
-}
-
+// `heartbeatFrequencyMS=500`: a failpoint's state-change error (e.g. 91) makes
+// the driver mark the server unknown until its monitor's next `hello`; with
+// the streaming protocol that answer comes only after `heartbeatFrequencyMS`
+// (10 s by default), since a failpoint does not change the server's topology
+// version. A short heartbeat keeps those waits short.
 impl Fixture {
     fn ns(&self) -> Namespace {
         Namespace::new(self.db.clone(), "docs")

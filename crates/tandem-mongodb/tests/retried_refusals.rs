@@ -10,6 +10,8 @@
 
 mod common;
 
+use common::with_options;
+
 use std::time::Duration;
 
 use bson::{doc, Document};
@@ -17,17 +19,6 @@ use tandem::config::{PendingPolicy, RecoveryConfig};
 use tandem::store::{Namespace, Store};
 use tandem::{CommitPoint, Coordinator, DocumentChange, RetryPolicy, Transaction, TxError};
 use tandem_mongodb::MongoStore;
-
-fn with_options(uri: &str, options: &str) -> String {
-    let sep = if uri.contains('?') {
-        "&"
-    } else if uri.ends_with('/') {
-        "?"
-    } else {
-        "/?"
-    };
-    format!("{uri}{sep}{options}")
-}
 
 async fn fail_once(admin: &mongodb::Client, app_name: &str, mut data: Document) {
     data.insert("appName", app_name);

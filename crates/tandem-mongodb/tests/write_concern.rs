@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::with_options;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,17 +14,6 @@ use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use tandem::store::{Namespace, Store, UpdateOptions};
 use tandem_mongodb::MongoStore;
-
-fn with_options(uri: &str, options: &str) -> String {
-    let sep = if uri.contains('?') {
-        "&"
-    } else if uri.ends_with('/') {
-        "?"
-    } else {
-        "/?"
-    };
-    format!("{uri}{sep}{options}")
-}
 
 /// A store that keeps the client's write concern (`w=majority`, journaled,
 /// from the URI) sends a request of several statements (`update_each`: the

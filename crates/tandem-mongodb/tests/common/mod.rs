@@ -79,3 +79,15 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// `uri` with the connection-string `options` (`key=value&...`) added.
+pub fn with_options(uri: &str, options: &str) -> String {
+    let sep = if uri.contains('?') {
+        "&"
+    } else if uri.ends_with('/') {
+        "?"
+    } else {
+        "/?"
+    };
+    format!("{uri}{sep}{options}")
+}
