@@ -26,7 +26,7 @@ use crate::config::{PendingPolicy, RecoveryConfig};
 use crate::engine::{history, is_not_yet, Engine, Live, Step, HISTORY_KEPT, ROUND};
 use crate::error::{ChangeError, TxError};
 use crate::event::TxEvent;
-use crate::record::{TxRecord, TxState};
+use crate::record::{HistoryEntry, TxRecord, TxState};
 
 /// How many records garbage collection removes with one `delete` request
 /// (`_id: {$in: [...]}`): large enough that a pass costs few round trips, small
@@ -581,7 +581,15 @@ impl RecoveryWorker {
                 let changed = Claimed::from_document(doc)
                     .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
                 let epoch = changed.epoch;
-                match changed.onto(record) {
+                // The line the claim pushed: the history is as scanned
+                // (the filter says so) but for it.
+                let line = HistoryEntry {
+                    state: record.state,
+                    owner: owner.clone(),
+                    epoch: next_epoch,
+                    event: "claim".to_owned(),
+                };
+                match changed.onto(record, line) {
                     Some(claimed) => Some(claimed),
                     // Not the record scanned (its id used again since): read
                     // it whole, if this claim still holds it.
@@ -1299,8 +1307,6 @@ struct Claimed {
     not_before: Option<bson::DateTime>,
     last_modified: Option<bson::DateTime>,
     lease_start: Option<bson::DateTime>,
-    #[serde(default)]
-    history: Vec<crate::record::HistoryEntry>,
     token: Option<String>,
     created: Option<bson::DateTime>,
 }
@@ -1332,14 +1338,18 @@ impl Claimed {
         "notBefore",
         "lastModified",
         "leaseStart",
-        "history",
         "token",
         "created",
     ];
 
-    /// `scanned` as this claim left it; `None` if the claimed record is not
-    /// the one scanned (another creation token, or another write of it).
-    fn onto(self, scanned: Cow<'_, TxRecord>) -> Option<TxRecord> {
+    /// `scanned` as this claim left it, with `line` (the one the claim
+    /// pushed) at the end of its history, which keeps its last
+    /// [`HISTORY_KEPT`] lines as the store
+    /// does; `None` if the claimed record is not the one scanned (another
+    /// creation token, or another write of it). The history is not read
+    /// back: its lines are most of a record's fields, and the claim's
+    /// filter says that the one stored is the one scanned.
+    fn onto(self, scanned: Cow<'_, TxRecord>, line: HistoryEntry) -> Option<TxRecord> {
         if self.token != scanned.token || self.created != scanned.created {
             return None;
         }
@@ -1353,7 +1363,10 @@ impl Claimed {
         record.not_before = self.not_before;
         record.last_modified = self.last_modified;
         record.lease_start = self.lease_start;
-        record.history = self.history;
+        record.history.push(line);
+        let kept = usize::try_from(HISTORY_KEPT).unwrap_or(usize::MAX);
+        let dropped = record.history.len().saturating_sub(kept);
+        record.history.drain(..dropped);
         Some(record)
     }
 }
@@ -1420,12 +1433,17 @@ mod tests {
             "notBefore": bson::DateTime::from_millis(33_000),
             "lastModified": bson::DateTime::from_millis(40_000),
             "leaseStart": bson::DateTime::from_millis(1_000),
-            "history": [
-                { "state": "pending", "owner": "a", "epoch": 0_i64, "event": "create" },
-                { "state": "pending", "owner": "b", "epoch": 1_i64, "event": "claim" },
-            ],
         })
         .unwrap()
+    }
+
+    fn line() -> HistoryEntry {
+        HistoryEntry {
+            state: TxState::Pending,
+            owner: "b".into(),
+            epoch: 1,
+            event: "claim".into(),
+        }
     }
 
     /// What a claim read back replaces every field the claim changes, and
@@ -1434,7 +1452,7 @@ mod tests {
     fn a_claim_read_back_equals_the_whole_record() {
         let scanned = record("k1");
         let merged = claimed("k1")
-            .onto(Cow::Borrowed(&scanned))
+            .onto(Cow::Borrowed(&scanned), line())
             .expect("the same record");
         let mut whole = scanned.clone();
         whole.epoch = 1;
@@ -1445,16 +1463,65 @@ mod tests {
         whole.not_before = Some(bson::DateTime::from_millis(33_000));
         whole.last_modified = Some(bson::DateTime::from_millis(40_000));
         whole.lease_start = Some(bson::DateTime::from_millis(1_000));
-        whole.history = claimed("k1").history;
+        whole.history.push(line());
         assert_eq!(merged, whole);
         assert_eq!(merged.participants, scanned.participants);
+    }
+
+    /// A claim's record, with the history it did not read back, is the one
+    /// the store then holds, also once the history is full and the claim's
+    /// line pushes the oldest out; and claiming again from it gives the
+    /// stored one again.
+    #[tokio::test]
+    async fn a_claimed_record_is_the_one_stored_with_its_history_sliced() {
+        let coordinator = crate::Coordinator::builder(crate::MemoryStore::new()).build();
+        let worker = coordinator.recovery(RecoveryConfig::default());
+        let engine = &worker.engine;
+        let lines: Vec<Bson> = (0..HISTORY_KEPT - 1)
+            .map(|n| history(TxState::Pending, "a", 0, &format!("line {n}")))
+            .collect();
+        let id = TxId::new("t1").unwrap();
+        engine
+            .records()
+            .insert_one(
+                &engine.records_ns(),
+                doc! {
+                    "_id": id.as_str(), "state": "canceling", "epoch": 0_i64, "owner": "a",
+                    "leaseMillis": 30_000_i64, "token": "k1",
+                    "participants": [{ "kind": "document", "label": "db.c/x", "spec": { "id": "x" } }],
+                    "lastModified": bson::DateTime::from_millis(1_000),
+                    "history": lines,
+                },
+            )
+            .await
+            .unwrap();
+        let mut scanned = engine.load(&id).await.unwrap().expect("written");
+        for claims in 1..=3_i64 {
+            let claimed = worker
+                .claim(Cow::Owned(scanned), false, true)
+                .await
+                .unwrap()
+                .expect("claimed");
+            let stored = engine.load(&id).await.unwrap().expect("kept");
+            assert_eq!(claimed, stored, "claim {claims}");
+            assert_eq!(
+                stored.history.len(),
+                HISTORY_KEPT as usize,
+                "claim {claims}"
+            );
+            let last = stored.history.last().unwrap();
+            assert_eq!((last.epoch, last.event.as_str()), (claims, "claim"));
+            scanned = claimed;
+        }
     }
 
     /// A record of another creation token under the same id is not merged
     /// into the one scanned.
     #[test]
     fn a_claim_of_another_record_under_the_id_is_not_merged() {
-        assert!(claimed("k2").onto(Cow::Owned(record("k1"))).is_none());
+        assert!(claimed("k2")
+            .onto(Cow::Owned(record("k1")), line())
+            .is_none());
     }
 
     /// The inert copy a late create wrote (same id and token, another
@@ -1465,6 +1532,6 @@ mod tests {
         scanned.created = Some(bson::DateTime::from_millis(1_000));
         let mut copy = claimed("k1");
         copy.created = Some(bson::DateTime::from_millis(31_000));
-        assert!(copy.onto(Cow::Borrowed(&scanned)).is_none());
+        assert!(copy.onto(Cow::Borrowed(&scanned), line()).is_none());
     }
 }
