@@ -886,5 +886,6 @@ pub(crate) fn overlaps(a: &str, b: &str) -> bool {
     long == short || (long.starts_with(short) && long.as_bytes()[short.len()] == b'.')
 }
 
+mod read;
 #[cfg(test)]
 mod tests;

@@ -324,6 +324,9 @@ impl ParticipantKinds {
             factories: HashMap::new(),
         };
         kinds.register(crate::document::KIND, |spec| {
+            if let Some(change) = crate::DocumentChange::read_spec(spec) {
+                return Ok(Box::new(change) as Box<dyn Participant>);
+            }
             let change: crate::DocumentChange =
                 bson::from_document(spec.clone()).map_err(|e| ChangeError::InvalidSpec {
                     kind: crate::document::KIND.into(),
