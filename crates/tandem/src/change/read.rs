@@ -81,8 +81,9 @@ impl DocumentChange {
 }
 
 /// `value`, if it holds only the BSON types serde reads back as they are
-/// and no document with a key starting with `$` (which serde would read as
-/// extended JSON, a date for `{$date: …}`).
+/// (binary data of the generic subtype only) and no document with a key
+/// starting with `$` (which serde would read as extended JSON, a date for
+/// `{$date: …}`).
 fn plain(value: &Bson) -> Option<&Bson> {
     let ok = match value {
         Bson::Document(d) => d
@@ -98,8 +99,8 @@ fn plain(value: &Bson) -> Option<&Bson> {
         | Bson::DateTime(_)
         | Bson::Decimal128(_)
         | Bson::ObjectId(_)
-        | Bson::Timestamp(_)
-        | Bson::Binary(_) => true,
+        | Bson::Timestamp(_) => true,
+        Bson::Binary(b) => b.subtype == bson::spec::BinarySubtype::Generic,
         _ => false,
     };
     ok.then_some(value)
@@ -275,6 +276,14 @@ mod tests {
                     bytes,
                 })
             }),
+            Just(Bson::Binary(Binary {
+                subtype: bson::spec::BinarySubtype::BinaryOld,
+                bytes: vec![1, 2],
+            })),
+            Just(Bson::Binary(Binary {
+                subtype: bson::spec::BinarySubtype::Uuid,
+                bytes: vec![7; 16],
+            })),
             Just(Bson::MaxKey),
             Just(Bson::Undefined),
             Just(Bson::Symbol("s".into())),
