@@ -1287,10 +1287,11 @@ impl RecoveryWorker {
 }
 
 /// The fields of a record that a claim changes, read back in place of the
-/// whole record. The claim's filter names the record's state, epoch and
-/// `lastModified` as scanned, and every other write of a live record moves
-/// its state or epoch and stamps `lastModified`: whatever the claim did not
-/// change is as scanned. The creation token and the `created` stamp, read
+/// whole record (but for the history, whose line the claim knows). The
+/// claim's filter names the record's state, epoch and `lastModified` as
+/// scanned, and every other write of a live record moves its state or
+/// epoch and stamps `lastModified`: whatever the claim did not change is
+/// as scanned. The creation token and the `created` stamp, read
 /// back too, tell the scanned record from another one under the same id
 /// (the token alone does not tell it from an inert copy of itself, written
 /// by a create that arrived late).
