@@ -1244,6 +1244,15 @@ mod safety_on_mongodb {
     }
 
     #[tokio::test]
+    async fn undo_keeps_a_reservation_it_does_not_hold() {
+        let Some(f) = factory("s_keeps").await else {
+            return;
+        };
+        safety::undo_keeps_a_reservation_it_does_not_hold(&f, &f.db.clone()).await;
+        done(f).await;
+    }
+
+    #[tokio::test]
     async fn late_create_after_collection() {
         let Some(f) = factory("s_late_create").await else {
             return;

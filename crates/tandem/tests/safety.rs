@@ -229,3 +229,8 @@ async fn credits_keep_each_others_shapes() {
 async fn zero_sums_make_way() {
     safety::zero_sums_make_way(&MemoryFactory::new(), "bank").await;
 }
+
+#[tokio::test]
+async fn undo_keeps_a_reservation_it_does_not_hold() {
+    safety::undo_keeps_a_reservation_it_does_not_hold(&MemoryFactory::new(), "bank").await;
+}

@@ -18,7 +18,10 @@
 //!   past that, the placeholder is no reservation any more (readers say so,
 //!   and may remove it), and an insert still running reserves the `_id`
 //!   again before filling it (removing a placeholder is always safe: a fill
-//!   that finds none reserves the `_id` again).
+//!   that finds none reserves the `_id` again). `_tandem.reservers` holds
+//!   the markers of the inserts that reserved it: an insert's undo takes
+//!   its own off and removes the placeholder only if no other is left, so
+//!   it never takes a reservation away from another transaction.
 //!
 //! Nothing else, and nothing once the marker is gone: late steps of stalled
 //! workers are fenced by time, not by history (see
@@ -63,6 +66,9 @@ pub(crate) const RESERVED_AT: &str = "_tandem.reservedAt";
 /// How long a placeholder stays a reservation after `reservedAt`, in
 /// milliseconds (the longest lease of the coordinators that reserved it).
 pub(crate) const LEASE_MILLIS: &str = "_tandem.leaseMillis";
+/// The markers of the inserts that reserved a placeholder: an insert's undo
+/// takes its own off, and removes the placeholder only with the last one.
+const RESERVERS: &str = "_tandem.reservers";
 /// The sums of the credits pending on each field, by path under it.
 const CREDITS: &str = "_tandem.credit";
 /// How many transactions have a change applied to the document, under any
@@ -455,20 +461,7 @@ impl Participant for DocumentChange {
         }
         self.remove_marker(store.as_ref(), &ctx, update).await?;
         if matches!(self.op, DocumentOp::Insert { .. }) {
-            // A placeholder this insert never filled goes too; whoever fills
-            // it meanwhile reserves it again.
-            store
-                .delete_one(
-                    &self.namespace,
-                    doc! {
-                        "_id": self.id.clone(),
-                        GHOST: { "$exists": true },
-                        LOCK: Bson::Null,
-                        format!("{}.0", self.marker): { "$exists": false },
-                    },
-                )
-                .await
-                .map_err(|e| self.store_err(e))?;
+            self.release_reservation(store.as_ref(), &ctx).await?;
         }
         Ok(())
     }

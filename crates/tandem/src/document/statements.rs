@@ -1004,6 +1004,7 @@ impl DocumentChange {
                 doc! {
                     "$currentDate": { RESERVED_AT: true },
                     "$max": { LEASE_MILLIS: lease },
+                    "$addToSet": { RESERVERS: ctx.marker.as_str() },
                 },
                 crate::store::UpdateOptions::upsert(),
             )
@@ -1013,6 +1014,57 @@ impl DocumentChange {
             Err(e) if e.kind == crate::StoreErrorKind::DuplicateKey => Ok(()),
             Err(e) => Err(self.store_err(e)),
         }
+    }
+
+    /// Gives back this insert's reservation of its `_id` (its undo): the
+    /// placeholder goes if this insert is the only one that reserved it;
+    /// where others reserved it too, this insert's marker is taken off
+    /// `_tandem.reservers`, and the last one to leave removes it. A
+    /// placeholder another transaction reserved stays: removing it would
+    /// not break that insert (a fill that finds no placeholder reserves the
+    /// `_id` again), but would give the `_id` away while it is still
+    /// running (a plain insert, or `put`, could take it and cancel that
+    /// transaction). A placeholder without reservers (written by a version
+    /// that did not name them) stays until it expires.
+    pub(super) async fn release_reservation(
+        &self,
+        store: &dyn Store,
+        ctx: &StepContext<'_>,
+    ) -> Result<(), StepError> {
+        let own = ctx.marker.as_str();
+        let placeholder = |reservers: Bson| {
+            doc! {
+                "_id": self.id.clone(),
+                GHOST: { "$exists": true },
+                LOCK: Bson::Null,
+                format!("{}.0", self.marker): { "$exists": false },
+                RESERVERS: reservers,
+            }
+        };
+        let deleted = store
+            .delete_one(&self.namespace, placeholder(Bson::Array(vec![own.into()])))
+            .await
+            .map_err(|e| self.store_err(e))?;
+        if deleted == 1 {
+            return Ok(());
+        }
+        let left = store
+            .update_one(
+                &self.namespace,
+                placeholder(own.into()),
+                doc! { "$pull": { RESERVERS: own } },
+                crate::store::UpdateOptions::default(),
+            )
+            .await
+            .map_err(|e| self.store_err(e))?;
+        if left.matched == 1 {
+            // The others may have left meanwhile: the last one out removes it.
+            store
+                .delete_one(&self.namespace, placeholder(Bson::Array(Vec::new())))
+                .await
+                .map_err(|e| self.store_err(e))?;
+        }
+        Ok(())
     }
 
     /// Why the fill of an insert matched nothing.

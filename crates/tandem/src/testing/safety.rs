@@ -2182,3 +2182,96 @@ pub async fn credits_keep_each_others_shapes<F: StoreFactory + ?Sized>(factory: 
     let x = get(store.as_ref(), &ns, "X").await.expect("X");
     assert_eq!(x.get("a"), Some(&Bson::Int64(7)), "{x}");
 }
+
+/// Issue: *an insert's undo removed a reservation it did not hold.* T2
+/// reserves `o-1` and stalls before its fill; T1, inserting `o-1` too, is
+/// refused while preparing (an exclusive change of a missing document) and
+/// gives its reservation back. That undo removed any unfilled placeholder
+/// at `o-1`, T2's included: the `_id` was no longer reserved while T2 was
+/// still running, so a plain insert of `o-1` went through and T2 was
+/// canceled (`AlreadyExists`). A placeholder now names the inserts that
+/// reserved it (`_tandem.reservers`); an undo takes its own name off, and
+/// the placeholder goes only with the last name.
+pub async fn undo_keeps_a_reservation_it_does_not_hold<F: StoreFactory + ?Sized>(
+    factory: &F,
+    db: &str,
+) {
+    let store = factory.fresh().await;
+    let ns = accounts(db);
+    let orders = Namespace::new(db, "orders");
+    seed(store.as_ref(), &ns, doc! { "_id": "A", "balance": 100_i64 }).await;
+    let lease = factory.lease();
+    // T2 (1: the reservation; 2: the record) stops before its apply (3).
+    let t2 = Transaction::with_id("keeps-t2")
+        .change(DocumentChange::insert(
+            orders.clone(),
+            "o-1",
+            doc! { "amount": 2_i64 },
+        ))
+        .change(
+            DocumentChange::update(ns.clone(), "A")
+                .inc("balance", -2_i64)
+                .require_gte("balance", 2_i64),
+        );
+    let (release, run) = stalled(&store, db, lease, 3, t2).await;
+    let reserved = get(store.as_ref(), &orders, "o-1")
+        .await
+        .expect("T2 reserved o-1");
+
+    // T1 inserts o-1 too, and is refused while preparing.
+    let t1 = Transaction::with_id("keeps-t1")
+        .change(DocumentChange::insert(
+            orders.clone(),
+            "o-1",
+            doc! { "amount": 1_i64 },
+        ))
+        .change(DocumentChange::update(ns.clone(), "missing").set("state", "x"));
+    let refused = coordinator(store.clone(), db, lease).run(t1).await;
+    assert!(
+        matches!(
+            refused,
+            Err(TxError::Canceled {
+                cause: StepError::NotFound { .. },
+                ..
+            })
+        ),
+        "T1 is refused while preparing: {refused:?}"
+    );
+    let left = get(store.as_ref(), &orders, "o-1").await;
+    assert!(
+        left.as_ref()
+            .and_then(|d| d.get_document("_tandem").ok())
+            .is_some_and(|m| m.get_bool("ghost") == Ok(true)),
+        "T1's undo keeps T2's reservation of o-1 (reserved as {reserved}): {left:?}"
+    );
+    // The `_id` is still reserved: a plain insert of it collides.
+    let plain = store
+        .insert_one(&orders, doc! { "_id": "o-1", "amount": 9_i64 })
+        .await;
+    assert!(
+        matches!(&plain, Err(e) if e.kind == StoreErrorKind::DuplicateKey),
+        "o-1 stays reserved for T2: {plain:?}"
+    );
+
+    release.send(()).expect("T2 waits");
+    let receipt = run.await.expect("T2's task");
+    assert!(receipt.is_ok(), "T2 commits: {receipt:?}");
+    let order = get(store.as_ref(), &orders, "o-1").await.expect("o-1");
+    assert_eq!(order.get_i64("amount").ok(), Some(2), "{order}");
+    assert!(!held(&order), "{order}");
+    assert_eq!(balance(store.as_ref(), db, "A").await, 98);
+
+    // Canceled alone, an insert still leaves nothing behind.
+    let alone = Transaction::with_id("keeps-t3")
+        .change(DocumentChange::insert(
+            orders.clone(),
+            "o-2",
+            doc! { "amount": 3_i64 },
+        ))
+        .change(DocumentChange::update(ns.clone(), "missing").set("state", "x"));
+    assert!(coordinator(store.clone(), db, lease)
+        .run(alone)
+        .await
+        .is_err());
+    assert!(get(store.as_ref(), &orders, "o-2").await.is_none());
+}
