@@ -60,6 +60,7 @@ on_both_stores!(
     an_operator_in_a_document_id,
     an_operator_in_a_pull_value,
     guards_no_store_can_check,
+    a_marker_field_holding_an_application_array,
 );
 
 // ---------------------------------------------------------------------------
@@ -789,4 +790,65 @@ async fn guards_no_store_can_check(fx: Fixture) {
         "no order, no placeholder"
     );
     fx.assert_unchanged(&initial, &[]).await;
+}
+
+/// A marker name that is a field of the application's holding an array of
+/// its own (`DocumentChange::marker("tags")` where `tags` holds strings):
+/// `TypeMismatch` naming the marker field, which holds data that is not
+/// tandem's, and nothing written, for an exclusive change (which named one
+/// of the strings as the transaction holding the document) and for a
+/// shared one (whose apply pushed its marker into the application's array).
+async fn a_marker_field_holding_an_application_array(fx: Fixture) {
+    let accounts = fx.accounts();
+    let initial = fx
+        .seed(
+            &accounts,
+            vec![
+                doc! { "_id": "A", "balance": 1000_i64 },
+                doc! { "_id": "X", "balance": 10_i64, "tags": ["alice", "bob"] },
+            ],
+        )
+        .await;
+    let coordinator = fx.coordinator();
+    for exclusive in [true, false] {
+        let change = DocumentChange::update(accounts.clone(), "X").marker("tags");
+        let change = if exclusive {
+            change.set("note", "n")
+        } else {
+            change.inc("balance", 1_i64)
+        };
+        let tx = Transaction::new()
+            .change(
+                DocumentChange::update(accounts.clone(), "A")
+                    .inc("balance", -30_i64)
+                    .require_gte("balance", 30_i64),
+            )
+            .change(change)
+            .strategy(Strategy::TwoPhase);
+        match cause(coordinator.run(tx).await) {
+            StepError::TypeMismatch {
+                participant,
+                path,
+                message,
+            } => {
+                assert_eq!(participant, fx.label("X"), "exclusive {exclusive}");
+                assert_eq!(path, "tags", "exclusive {exclusive}: {message}");
+                assert!(
+                    message.contains("not tandem's") && message.contains("alice"),
+                    "exclusive {exclusive}: {message}"
+                );
+            }
+            other => panic!("exclusive {exclusive}: {other:?}"),
+        }
+    }
+    // (Not the audit: it reads the application's array under the marker
+    // name as markers left behind.)
+    let states: Vec<TxState> = fx.tx_records().await.iter().map(|r| r.state).collect();
+    assert_eq!(states, [TxState::Canceled, TxState::Canceled]);
+    for (ns, want) in &initial {
+        let id = want.get_str("_id").unwrap();
+        let got = fx.get(ns, id).await.expect("still there");
+        support::assert_bookkeeping_clean(&got);
+        assert_eq!(support::own_fields(&got), support::own_fields(want), "{id}");
+    }
 }

@@ -80,3 +80,93 @@ async fn a_marker_field_holding_a_string_is_named_by_a_two_phase_refusal() {
         }
     }
 }
+
+/// A marker name that is a field of the application's holding an array of
+/// its own (`tags: ["alice", "bob"]`). An exclusive two-phase change
+/// answered `Conflict` naming `alice` as the transaction holding the
+/// document (a wait for it never ended), and a shared one pushed its marker
+/// into the application's array (where the application's next write of the
+/// array could take it away, and the commit's clear, which needs it, then
+/// landed nothing). Both are refused now: `TypeMismatch` naming the marker
+/// field, which holds data that is not tandem's, and nothing written. A
+/// native exclusive change reads the field (nothing may be pending there)
+/// and is refused alike (it too named `alice`); a native shared change
+/// neither writes nor reads it, and commits.
+#[tokio::test]
+async fn a_marker_field_holding_an_application_array_is_refused() {
+    for exclusive in [true, false] {
+        for strategy in [Strategy::TwoPhase, Strategy::Native] {
+            let (store, _clock, _) = bank(&["A"], 100).await;
+            store
+                .insert_one(
+                    &things(),
+                    doc! { "_id": "X", "tags": ["alice", "bob"], "n": 1 },
+                )
+                .await
+                .unwrap();
+            let coordinator = Coordinator::builder_shared(Arc::new(store.clone()))
+                .commit_point(CommitPoint::Done)
+                .conflict(tandem::ConflictPolicy::Wait {
+                    timeout: std::time::Duration::from_millis(300),
+                })
+                .build();
+            let change = DocumentChange::update(things(), "X").marker("tags");
+            let change = if exclusive {
+                change.set("n", 2)
+            } else {
+                change.inc("n", 1)
+            };
+            let tx = Transaction::new()
+                .change(
+                    DocumentChange::update(accounts(), "A")
+                        .inc("balance", -30_i64)
+                        .require_gte("balance", 30_i64),
+                )
+                .change(change)
+                .strategy(strategy);
+            let answer = coordinator.run(tx).await;
+            let case = format!("{strategy:?}, exclusive {exclusive}");
+            let x = get(&store, &things(), "X").await.unwrap();
+            assert_eq!(
+                x.get_array("tags").unwrap(),
+                &vec![bson::Bson::from("alice"), bson::Bson::from("bob")],
+                "{case}: {x}"
+            );
+            if strategy == Strategy::Native && !exclusive {
+                assert!(answer.is_ok(), "{case}: {answer:?}");
+                assert_eq!(balance(&store, "A").await, 70, "{case}");
+                assert_eq!(x.get_i32("n").unwrap(), 2, "{case}");
+                continue;
+            }
+            match &answer {
+                Err(TxError::Canceled {
+                    cause: StepError::TypeMismatch { path, message, .. },
+                    undone: true,
+                    ..
+                }) => {
+                    assert_eq!(path, "tags", "{case}: {message}");
+                    assert!(
+                        message.contains("not tandem's") && message.contains("alice"),
+                        "{case}: {message}"
+                    );
+                }
+                other => panic!("{case}: {other:?}"),
+            }
+            assert_eq!(balance(&store, "A").await, 100, "{case}");
+            assert_eq!(x.get_i32("n").unwrap(), 1, "{case}");
+            assert!(
+                x.get_document("_tandem")
+                    .map(|m| m.get("lock").is_none()
+                        && !matches!(
+                            m.get("pending"),
+                            Some(bson::Bson::Int32(1..) | bson::Bson::Int64(1..))
+                        ))
+                    .unwrap_or(true),
+                "{case}: {x}"
+            );
+            for record in store.documents(&records()) {
+                assert_eq!(record.get_str("state").unwrap(), "canceled", "{case}");
+            }
+        }
+    }
+}

@@ -195,6 +195,16 @@ impl DocumentChange {
         if let Some(deadline) = ctx.deadline {
             exprs.insert(0, before(deadline));
         }
+        if !self.is_exclusive() {
+            // The marker field holds tandem's markers only: no more than
+            // the transactions pending here, which every apply counts
+            // together with its push (an exclusive change's filter already
+            // requires it empty). An array of the application's under that
+            // name would take the marker in, where the application's next
+            // write of the array could take it away. (A field that holds no
+            // array refuses the marker's push itself.)
+            exprs.push(self.markers_counted());
+        }
         if let Some(update) = update {
             let growth = self.apply_growth(update, ctx.before);
             let later = self.later_growth(ctx.before);
@@ -203,6 +213,51 @@ impl DocumentChange {
         }
         insert_expr(&mut filter, exprs);
         filter
+    }
+
+    /// The filter condition "the marker field holds no more entries than
+    /// `_tandem.pending` counts": true where the field is missing or holds
+    /// no array.
+    fn markers_counted(&self) -> Document {
+        let marker = field_expr(&self.marker);
+        let entries =
+            doc! { "$cond": [{ "$isArray": marker.clone() }, marker, { "$literal": [] }] };
+        let beyond = doc! { "$arrayElemAt": [entries, { "$ifNull": [format!("${PENDING}"), 0] }] };
+        // Missing past the array's end (or null: an entry tandem never
+        // writes, reported by the diagnosis where the filter missed).
+        doc! { "$lte": [beyond, Bson::Null] }
+    }
+
+    /// Why the marker field of `current` holds something that is not
+    /// tandem's, if it does: an array with an entry that is no string, or
+    /// with more entries than the transactions `_tandem.pending` counts
+    /// (every apply pushes its marker and counts itself together). A field
+    /// that holds no array is reported by the caller.
+    fn foreign_markers(&self, current: &Document) -> Option<StepError> {
+        let Some(Bson::Array(entries)) = query::lookup(current, &self.marker) else {
+            return None;
+        };
+        let pending = match query::lookup(current, PENDING) {
+            Some(Bson::Int32(n)) => i64::from(*n),
+            Some(Bson::Int64(n)) => *n,
+            _ => 0,
+        };
+        let counted = i64::try_from(entries.len()).is_ok_and(|n| n <= pending);
+        if counted && entries.iter().all(|e| matches!(e, Bson::String(_))) {
+            return None;
+        }
+        Some(StepError::TypeMismatch {
+            participant: self.label(),
+            path: self.marker.clone(),
+            message: format!(
+                "the marker field {} holds data that is not tandem's: array {} ({} pending \
+                 transactions counted); tandem keeps its array of pending transactions there; \
+                 choose another marker name",
+                self.marker,
+                clip(Bson::Array(entries.clone()).to_string(), QUOTE_LIMIT),
+                pending
+            ),
+        })
     }
 
     /// What the apply of an update or a delete adds to the document at
@@ -1746,6 +1801,12 @@ impl DocumentChange {
     ///
     /// Stores use it to report the same typed errors for every strategy.
     ///
+    /// A marker field that holds data that is not tandem's (no array, or an
+    /// array of the application's: an entry that is no string, or more
+    /// entries than the transactions the document counts as pending) is a
+    /// [`StepError::TypeMismatch`] naming the field, where the change reads
+    /// it: with `tx` (a two-phase apply), or for an exclusive change.
+    ///
     /// For an insert, `current` is what holds its `_id`: a document held by
     /// a transaction (a delete's, or another insert's that may be undone) is
     /// a conflict, a settled one `AlreadyExists`.
@@ -1782,6 +1843,13 @@ impl DocumentChange {
         }
         if query::lookup(current, GHOST).is_some() {
             return Err(StepError::NotFound { participant });
+        }
+        // The marker field is read by a two-phase apply (`tx`), and by an
+        // exclusive change of either strategy (nothing may be pending).
+        if tx.is_some() || self.is_exclusive() {
+            if let Some(e) = self.foreign_markers(current) {
+                return Err(e);
+            }
         }
         if let Some(found) =
             query::lookup(current, &self.marker).filter(|v| !matches!(v, Bson::Array(_)))
