@@ -61,6 +61,7 @@ on_both_stores!(
     an_operator_in_a_pull_value,
     guards_no_store_can_check,
     a_marker_field_holding_an_application_array,
+    a_store_refusal_names_its_path,
 );
 
 // ---------------------------------------------------------------------------
@@ -851,4 +852,55 @@ async fn a_marker_field_holding_an_application_array(fx: Fixture) {
         support::assert_bookkeeping_clean(&got);
         assert_eq!(support::own_fields(&got), support::own_fields(want), "{id}");
     }
+}
+
+/// A refusal by the store itself names the path of the operation the
+/// store's message names, with either strategy (the native strategy said
+/// `path: ""`, the two-phase one the change's first path): an increment of
+/// a string, a push onto a string, a field set below a number, each in a
+/// change whose first operation is a `set` of another field.
+async fn a_store_refusal_names_its_path(fx: Fixture) {
+    let accounts = fx.accounts();
+    let initial = fx
+        .seed(
+            &accounts,
+            vec![
+                doc! { "_id": "A", "balance": 100_i64 },
+                doc! { "_id": "S", "balance": "10", "tags": "t", "meta": 5_i64 },
+            ],
+        )
+        .await;
+    let coordinator = fx.coordinator();
+    type Op = fn(DocumentChange) -> DocumentChange;
+    let cases: [(&str, Op); 3] = [
+        ("balance", |c| c.inc("balance", 5_i64)),
+        ("tags", |c| c.push("tags", "x")),
+        ("meta.x", |c| c.set("meta.x", 1_i64)),
+    ];
+    let mut canceled = Vec::new();
+    for strategy in [Strategy::Native, Strategy::TwoPhase] {
+        for (want, op) in cases {
+            let tx = Transaction::new()
+                .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -5_i64))
+                .change(op(
+                    DocumentChange::update(accounts.clone(), "S").set("note", "n")
+                ))
+                .strategy(strategy);
+            match cause(coordinator.run(tx).await) {
+                StepError::TypeMismatch {
+                    participant,
+                    path,
+                    message,
+                } => {
+                    assert_eq!(participant, fx.label("S"), "{strategy:?} {want}");
+                    assert_eq!(path, want, "{strategy:?}: {message}");
+                }
+                other => panic!("{strategy:?} {want}: {other:?}"),
+            }
+            if strategy == Strategy::TwoPhase {
+                canceled.push(TxState::Canceled);
+            }
+        }
+    }
+    fx.assert_unchanged(&initial, &canceled).await;
 }

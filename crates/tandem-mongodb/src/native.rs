@@ -291,7 +291,7 @@ fn refusal_or_driver(change: &DocumentChange, e: DriverError) -> Stop {
     match mapped.kind {
         StoreErrorKind::TypeMismatch => Stop::Refused(StepError::TypeMismatch {
             participant,
-            path: String::new(),
+            path: change.refused_path(&mapped.message),
             message: mapped.message,
         }),
         StoreErrorKind::DocumentTooLarge => Stop::Refused(StepError::TooLarge { participant }),

@@ -27,6 +27,7 @@ impl DocumentChange {
 
     pub(super) fn store_err(&self, mut e: StoreError) -> StepError {
         let participant = self.label();
+        let path = (e.kind == StoreErrorKind::TypeMismatch).then(|| self.refused_path(&e.message));
         // A store's message may quote a stored value whole ("Cannot create
         // field 'x' in element {notes: ...}").
         e.message = clip(e.message, MESSAGE_LIMIT);
@@ -47,7 +48,7 @@ impl DocumentChange {
             }
             StoreErrorKind::TypeMismatch => StepError::TypeMismatch {
                 participant,
-                path: self.first_path().to_owned(),
+                path: path.unwrap_or_default(),
                 message: e.message,
             },
             StoreErrorKind::DocumentTooLarge => StepError::TooLarge { participant },
@@ -62,11 +63,66 @@ impl DocumentChange {
         }
     }
 
-    fn first_path(&self) -> &str {
-        match &self.op {
-            DocumentOp::Update { ops } => ops.first().map(|o| o.path()).unwrap_or(""),
-            _ => "",
+    /// The path of this change's operation that a store's refusal names,
+    /// from the store's `message` (`""` when it cannot be told): the path
+    /// the message quotes whole (`the field 'balance' of non-numeric
+    /// type`, `The field 'tags' must be an array`); for a field that cannot
+    /// be created below another's value (`Cannot create field 'x' in
+    /// element {meta: 5}`), the path through the two; for a `$pull` of a
+    /// field that holds no array (which the server's message does not
+    /// name), the change's only `pull`; else the change's only operation.
+    ///
+    /// Stores use it to name the path of a refusal by the store itself
+    /// ([`StepError::TypeMismatch`]) as the two-phase strategy names it.
+    pub fn refused_path(&self, message: &str) -> String {
+        let DocumentOp::Update { ops } = &self.op else {
+            return String::new();
+        };
+        let paths = || ops.iter().map(FieldOp::path);
+        let only = |mut found: Vec<&str>| {
+            found.dedup();
+            match found.as_slice() {
+                [one] => Some(one.to_string()),
+                _ => None,
+            }
+        };
+        // Quoted whole: the longest, should one path be a prefix of another.
+        if let Some(path) = paths()
+            .filter(|p| message.contains(&format!("'{p}'")))
+            .max_by_key(|p| p.len())
+        {
+            return path.to_owned();
         }
+        if let Some((_, rest)) = message.split_once("Cannot create field '") {
+            if let Some((field, rest)) = rest.split_once('\'') {
+                let element = rest
+                    .split_once("in element {")
+                    .and_then(|(_, e)| e.split_once(':'))
+                    .map(|(name, _)| name.trim().trim_matches('"'));
+                let segments = |p: &str| p.split('.').map(str::to_owned).collect::<Vec<_>>();
+                let through: Vec<&str> = paths()
+                    .filter(|p| {
+                        segments(p)
+                            .windows(2)
+                            .any(|w| w[1] == field && element.is_none_or(|e| w[0] == e))
+                    })
+                    .collect();
+                if let Some(path) = only(through) {
+                    return path;
+                }
+            }
+        }
+        if message.contains("$pull") {
+            let pulls = ops
+                .iter()
+                .filter(|op| matches!(op, FieldOp::Pull { .. }))
+                .map(FieldOp::path)
+                .collect();
+            if let Some(path) = only(pulls) {
+                return path;
+            }
+        }
+        only(paths().collect()).unwrap_or_default()
     }
 
     /// Whether compensation restores `op`'s field from the before-image:

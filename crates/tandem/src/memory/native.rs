@@ -23,7 +23,7 @@ impl MemoryStore {
             let failed = |e: StoreError| match e.kind {
                 StoreErrorKind::TypeMismatch => StepError::TypeMismatch {
                     participant: change.label(),
-                    path: String::new(),
+                    path: change.refused_path(&e.message),
                     message: e.message,
                 },
                 StoreErrorKind::DocumentTooLarge => StepError::TooLarge {
