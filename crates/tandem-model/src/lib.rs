@@ -586,13 +586,20 @@
 //!   insert replaces one). The code removes a placeholder once it is no
 //!   longer a reservation, by its own fields on its store's clock
 //!   (`reservedAt + leaseMillis`: `collect_placeholders`, `put`; a TTL
-//!   index by the lease plus the margin), and an insert's undo (and a coordinator giving back what it
-//!   reserved for a transaction refused before its record) deletes any
-//!   unlocked, unmarked placeholder of its `_id`, at any age: a reservation
-//!   can land after its transaction ended and leave one that nothing fills. Removing an unlocked, unmarked ghost changes
-//!   nothing anyone sees, and an insert whose fill finds none, or finds
-//!   one no longer a reservation (the fill is fenced by it), reserves its
-//!   `_id` again.
+//!   index by the lease plus the margin), and an insert's undo (and a
+//!   coordinator giving back what it reserved for a transaction refused
+//!   before its record) takes its own marker off the placeholder's
+//!   reservers (`_tandem.reservers`) and deletes an unlocked, unmarked
+//!   placeholder of its `_id` only where no other transaction's marker is
+//!   left there, at any age: a reservation can land after its transaction
+//!   ended and leave one that nothing fills. Removing an unlocked, unmarked
+//!   ghost changes nothing the properties rest on: an insert whose fill
+//!   finds none, or finds one no longer a reservation (the fill is fenced
+//!   by it), reserves its `_id` again. It would only leave the `_id` free
+//!   meanwhile for a plain insert, which then wins and the transaction's
+//!   insert is refused as `AlreadyExists` (the outcome the model has for an
+//!   insert that meets a document): an availability matter, which the
+//!   reservers keep from happening through another transaction's undo.
 //! * **Bookkeeping counters** (`_tandem.pending`, `_tandem.credit.<path>`):
 //!   the model's exclusive change requires no marker of any transaction,
 //!   which is what the pending count stands for in the code (it counts the
