@@ -13,8 +13,8 @@ use crate::change::DocumentChange;
 use crate::clock::{Clock, SystemClock};
 use crate::query::size::document_len;
 use crate::query::update::{
-    apply_logged_taking, apply_to_new, check_update, checked_upsert_seed, validate_replacement,
-    UndoLog,
+    apply_logged, apply_logged_taking, apply_to_new, check_update, checked_upsert_seed,
+    validate_replacement, UndoLog,
 };
 use crate::query::{self, is_operator_doc, lookup, total_cmp, Ctx};
 use crate::store::{
@@ -185,7 +185,7 @@ impl MemoryStore {
             .and_then(|coll| coll.first_match_mut(filter, &cx));
         cx.check()?;
         if let Some(stored) = found {
-            return update_stored(stored, &mut update, ret, now);
+            return update_stored(stored, UpdateArg::Taken(&mut update), ret, now);
         }
         if !upsert {
             // MongoDB rejects a malformed update even when nothing matches.
@@ -301,7 +301,7 @@ impl Store for MemoryStore {
         &self,
         ns: &Namespace,
         filter: Document,
-        update: Document,
+        mut update: Document,
     ) -> Result<UpdateOutcome, StoreError> {
         self.count_command();
         query::validate(&filter)?;
@@ -323,9 +323,16 @@ impl Store for MemoryStore {
             check_update(&update)?;
         }
         let mut total = UpdateOutcome::default();
-        for id in ids {
-            let stored = coll.get_mut(&id).expect("a match found under this lock");
-            let (outcome, _) = update_stored(stored, &mut update.clone(), None, now)?;
+        // Every match but the last reads the update; the last takes its values.
+        let last = ids.len().saturating_sub(1);
+        for (i, id) in ids.iter().enumerate() {
+            let stored = coll.get_mut(id).expect("a match found under this lock");
+            let arg = if i == last {
+                UpdateArg::Taken(&mut update)
+            } else {
+                UpdateArg::Shared(&update)
+            };
+            let (outcome, _) = update_stored(stored, arg, None, now)?;
             total.matched += outcome.matched;
             total.modified += outcome.modified;
         }
@@ -555,13 +562,23 @@ fn collection<'a>(data: &'a mut Collections, ns: &Namespace) -> &'a mut Collecti
     data.get_mut(ns).expect("collection was just created")
 }
 
+/// The update [`update_stored`] applies: one the caller drops afterwards,
+/// whose values are moved into the document, or one it applies to further
+/// documents, whose values are cloned.
+enum UpdateArg<'a> {
+    /// Left partly emptied.
+    Taken(&'a mut Document),
+    /// Left as it is.
+    Shared(&'a Document),
+}
+
 /// Applies `update` to one stored document in place, with an undo log: the
 /// document is restored unless every operator succeeded and the result
 /// fits. Returns the outcome and, if `ret` asks for one, the document
 /// before or after. `now` is the value of `$$NOW` and of `$currentDate`.
 fn update_stored(
     stored: &mut Stored,
-    update: &mut Document,
+    update: UpdateArg<'_>,
     ret: Option<FindOneAndUpdateOptions>,
     now: bson::DateTime,
 ) -> Result<(UpdateOutcome, Option<Document>), StoreError> {
@@ -574,14 +591,19 @@ fn update_stored(
         _ => None,
     };
     let mut undo = UndoLog::default();
-    let applied =
-        apply_logged_taking(&mut stored.doc, update, now, false, &mut undo).and_then(|()| {
-            let len = stored.len.checked_add_signed(undo.size_delta());
-            debug_assert_eq!(len, Some(document_len(&stored.doc)), "{}", stored.doc);
-            // (A size that went negative would be a bug: measure instead.)
-            let len = len.unwrap_or_else(|| document_len(&stored.doc));
-            check_len(len).map(|()| len)
-        });
+    let applied = match update {
+        UpdateArg::Taken(update) => {
+            apply_logged_taking(&mut stored.doc, update, now, false, &mut undo)
+        }
+        UpdateArg::Shared(update) => apply_logged(&mut stored.doc, update, now, false, &mut undo),
+    };
+    let applied = applied.and_then(|()| {
+        let len = stored.len.checked_add_signed(undo.size_delta());
+        debug_assert_eq!(len, Some(document_len(&stored.doc)), "{}", stored.doc);
+        // (A size that went negative would be a bug: measure instead.)
+        let len = len.unwrap_or_else(|| document_len(&stored.doc));
+        check_len(len).map(|()| len)
+    });
     match applied {
         Ok(len) => stored.len = len,
         Err(e) => {
