@@ -61,15 +61,13 @@ enum Undo<'u> {
     },
     /// The array at `at` had `len` elements; the operator may append to it.
     Appended { at: &'u str, len: usize },
-    /// The array at `at` had `len` elements (`bytes` as a BSON value); the
-    /// operator appends `pushed` and then drops the first
-    /// `dropped.len()`, kept here: a bounded log (a record's history) is
-    /// saved by what leaves it, not whole.
+    /// The array at `at` had `len` elements; the operator appends `pushed`
+    /// and then drops the first `dropped.len()`, kept here: a bounded log
+    /// (a record's history) is saved by what leaves it, not whole.
     SlicedAppend {
         at: &'u str,
         len: usize,
         pushed: usize,
-        bytes: usize,
         dropped: Vec<Bson>,
     },
     /// The array at `at` had `len` elements, of which the operator removed
@@ -93,7 +91,6 @@ impl<'u> UndoLog<'u> {
                         at: path,
                         len: a.len(),
                         pushed,
-                        bytes: size::array_len(a),
                         dropped: a[..drop].to_vec(),
                     };
                     self.push(path, undo);
@@ -236,9 +233,8 @@ impl<'u> UndoLog<'u> {
             Undo::SlicedAppend {
                 at,
                 len,
-                bytes,
+                pushed,
                 dropped,
-                ..
             } => match lookup(doc, at) {
                 Some(Bson::Array(now)) => {
                     let drop = dropped.len();
@@ -251,7 +247,16 @@ impl<'u> UndoLog<'u> {
                         }
                     };
                     let changed = now.len() != *len || (0..*len).any(|i| was(i) != &now[i]);
-                    (changed, size::array_len(now) as isize - *bytes as isize)
+                    // The kept elements only moved: measured are the keys,
+                    // the values dropped and the values pushed, not the array.
+                    let kept = len - drop;
+                    debug_assert_eq!(now.len(), kept + pushed);
+                    let values =
+                        |a: &[Bson]| a.iter().map(|e| 2 + size::value_len(e)).sum::<usize>();
+                    let added = values(now.get(kept..).unwrap_or_default());
+                    let delta = (size::key_digits(now.len()) + added) as isize
+                        - (size::key_digits(*len) + values(dropped)) as isize;
+                    (changed, delta)
                 }
                 _ => (false, 0),
             },
