@@ -171,6 +171,17 @@ pub(super) fn path_order(a: &str, b: &str) -> std::cmp::Ordering {
         // (`a` before `a.b`, `a1` before `a12`, and `1` before `12` as numbers).
         return x.len().cmp(&y.len());
     }
+    let (c, d) = (x[i], y[i]);
+    if !(c.is_ascii_digit() && d.is_ascii_digit()) {
+        // The differing segments are not both numbers (a segment that
+        // ended is the shorter number if the other is one): as below,
+        // without finding the segments.
+        return match (c, d) {
+            (b'.', _) => Ordering::Less,
+            (_, b'.') => Ordering::Greater,
+            (c, d) => c.cmp(&d),
+        };
+    }
     // The differing segment: from after the last dot of the shared prefix
     // to the next dot of each path.
     let start = x[..i].iter().rposition(|&c| c == b'.').map_or(0, |d| d + 1);
