@@ -300,19 +300,22 @@ pub(crate) fn apply_to_new(
     } else {
         None
     };
-    // In MongoDB's order, which decides the order of the new fields.
+    // In MongoDB's order, which decides the order of the new fields. Each
+    // entry names its operator by its place in `ops`.
+    let mut ops = Vec::new();
     let mut entries = Vec::new();
     for (op, spec) in update {
         let Bson::Document(spec) = spec else {
             continue;
         };
         for (path, value) in spec {
-            entries.push((op.clone(), path, value));
+            entries.push((ops.len(), path, value));
         }
+        ops.push(op);
     }
     entries.sort_by(|a, b| path_order(&a.1, &b.1));
     for (op, path, mut value) in entries {
-        match op.as_str() {
+        match ops[op].as_str() {
             // A top-level field: the key is moved too.
             "$set" | "$setOnInsert" if !path.contains('.') => match doc.get_mut(&path) {
                 Some(slot) => *slot = value,
