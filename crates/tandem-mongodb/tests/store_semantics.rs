@@ -1189,3 +1189,60 @@ async fn decimal_arithmetic_matches_the_server() {
     );
     t.drop().await;
 }
+
+/// Inside `$expr`, `$type` of an array's element past its end is
+/// `"object"` on SecantusDB 0.7.0b3, where MongoDB (and the embedded store)
+/// answer `"missing"`; a missing field path is `"missing"` on every server.
+/// The shared apply's condition on the marker field's entries (no entry
+/// past the count of pending transactions) compares that element with
+/// null instead (`$lte`), which every server gets right: checked here too.
+#[tokio::test]
+async fn type_of_an_element_past_an_arrays_end_differs_between_servers() {
+    let Some(t) = TestDb::new("type_past_end").await else {
+        return;
+    };
+    let ns = t.ns("docs");
+    let seed = doc! { "_id": "k", "a": ["t1"] };
+    t.store.insert_one(&ns, seed.clone()).await.unwrap();
+    let embedded = tandem::MemoryStore::new();
+    embedded.insert_one(&ns, seed).await.unwrap();
+    let past_end = doc! { "$arrayElemAt": ["$a", 1] };
+    let typed = |of: bson::Bson| doc! { "$expr": { "$eq": [{ "$type": of }, "missing"] } };
+    let below_null = doc! { "$expr": { "$lte": [past_end.clone(), bson::Bson::Null] } };
+    let inside = doc! { "$expr": { "$lte": [{ "$arrayElemAt": ["$a", 0] }, bson::Bson::Null] } };
+    async fn count(store: &dyn Store, ns: &tandem::Namespace, filter: bson::Document) -> usize {
+        store
+            .find(ns, filter, FindOptions::default())
+            .await
+            .unwrap()
+            .len()
+    }
+    for (store, name) in [(&t.store as &dyn Store, "server"), (&embedded, "embedded")] {
+        assert_eq!(
+            count(store, &ns, typed("$nope".into())).await,
+            1,
+            "{name}: a missing path"
+        );
+        assert_eq!(
+            count(store, &ns, below_null.clone()).await,
+            1,
+            "{name}: past the end"
+        );
+        assert_eq!(
+            count(store, &ns, inside.clone()).await,
+            0,
+            "{name}: an entry"
+        );
+    }
+    assert_eq!(
+        count(&embedded, &ns, typed(past_end.clone().into())).await,
+        1,
+        "the embedded store, as MongoDB"
+    );
+    let want = match secantus_version(&t.store).await {
+        Some(_) => 0,
+        None => 1,
+    };
+    assert_eq!(count(&t.store, &ns, typed(past_end.into())).await, want);
+    t.drop().await;
+}
