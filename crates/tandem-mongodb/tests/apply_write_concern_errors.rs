@@ -27,17 +27,10 @@ async fn an_apply_answered_with_a_write_concern_error_is_never_half_done() {
     for code in [64_i32, 100] {
         let app_name = common::unique_name("apply_wce");
         let db = app_name.clone();
-        let sep = if uri.contains('?') {
-            "&"
-        } else if uri.ends_with('/') {
-            "?"
-        } else {
-            "/?"
-        };
         let store = MongoStore::builder()
             .app_name(app_name.clone())
             .server_selection_timeout(Duration::from_secs(10))
-            .connect(&format!("{uri}{sep}heartbeatFrequencyMS=500"))
+            .connect(&common::with_options(&uri, "heartbeatFrequencyMS=500"))
             .await
             .unwrap();
         let accounts = Namespace::new(&db, "accounts");
@@ -65,13 +58,7 @@ async fn an_apply_answered_with_a_write_concern_error_is_never_half_done() {
             "writeConcernError": { "code": code, "errmsg": "not acknowledged as asked" },
             "appName": app_name.as_str(),
         };
-        admin
-            .database("admin")
-            .run_command(
-                doc! { "configureFailPoint": "failCommand", "mode": { "times": 1 }, "data": data },
-            )
-            .await
-            .unwrap();
+        common::fail_command(&admin, 1, data).await;
         let started = store.now().await.unwrap();
         let answer = coordinator
             .run(
@@ -82,16 +69,10 @@ async fn an_apply_answered_with_a_write_concern_error_is_never_half_done() {
                 ),
             )
             .await;
-        admin
-            .database("admin")
-            .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
-            .await
-            .unwrap();
+        common::fail_command_off(&admin).await;
         // Past every deadline, recovery finishes what was left.
         let until = started.timestamp_millis() + 3 * i64::try_from(lease.as_millis()).unwrap();
-        while store.now().await.unwrap().timestamp_millis() < until {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        common::wait_for_server_time(&store, until).await;
         let report = coordinator
             .recovery(RecoveryConfig::default())
             .run_once()

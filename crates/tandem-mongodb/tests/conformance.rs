@@ -253,21 +253,11 @@ async fn fail_times(
 ) {
     let mut data = doc! { "failCommands": commands, "appName": app_name };
     data.extend(extra);
-    admin
-        .database("admin")
-        .run_command(
-            doc! { "configureFailPoint": "failCommand", "mode": { "times": times }, "data": data },
-        )
-        .await
-        .expect("configureFailPoint");
+    common::fail_command(admin, times, data).await;
 }
 
 async fn failpoint_off(admin: &mongodb::Client) {
-    admin
-        .database("admin")
-        .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
-        .await
-        .expect("failpoint off");
+    common::fail_command_off(admin).await;
 }
 
 /// A transaction that sends every command kind of the protocol: insert (a

@@ -14,13 +14,6 @@ use tandem::testing::LosingProxy;
 use tandem::{CommitPoint, Coordinator, DocumentChange, Transaction};
 use tandem_mongodb::MongoStore;
 
-fn single_host(uri: &str) -> Option<String> {
-    let rest = uri.strip_prefix("mongodb://")?;
-    let hosts = rest.split(['/', '?']).next()?;
-    let hosts = hosts.rsplit('@').next()?;
-    (!hosts.contains(',')).then(|| hosts.to_owned())
-}
-
 /// The apply's first copy is held (its connection closed at once); the
 /// driver sends it again, which lands and is answered; the coordinator,
 /// which heard of no failure, clears the marker at once; then the first
@@ -30,7 +23,7 @@ async fn an_apply_the_driver_sent_again_lands_once() {
     let Some(uri) = common::mongodb_uri() else {
         return;
     };
-    let Some(host) = single_host(&uri) else {
+    let Some(host) = common::single_host(&uri) else {
         println!("skipped: the proxy needs a single-host MONGODB_URI");
         return;
     };

@@ -25,20 +25,12 @@ use tandem::testing::LosingProxy;
 use tandem::{CommitPoint, Coordinator, DocumentChange, Transaction, TxState};
 use tandem_mongodb::MongoStore;
 
-/// The `host:port` of a single-host URI, or `None` for a list of hosts.
-fn single_host(uri: &str) -> Option<String> {
-    let rest = uri.strip_prefix("mongodb://")?;
-    let hosts = rest.split(['/', '?']).next()?;
-    let hosts = hosts.rsplit('@').next()?;
-    (!hosts.contains(',')).then(|| hosts.to_owned())
-}
-
 #[tokio::test]
 async fn an_apply_whose_answer_was_lost_lands_at_most_once() {
     let Some(uri) = common::mongodb_uri() else {
         return;
     };
-    let Some(host) = single_host(&uri) else {
+    let Some(host) = common::single_host(&uri) else {
         println!("skipped: the proxy needs a single-host MONGODB_URI");
         return;
     };
@@ -114,9 +106,7 @@ async fn an_apply_whose_answer_was_lost_lands_at_most_once() {
 
     // Past the deadline (by the server's clock), recovery finishes the debit.
     let deadline = started.timestamp_millis() + 2 * i64::try_from(lease.as_millis()).unwrap();
-    while records.now().await.unwrap().timestamp_millis() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    common::wait_for_server_time(&records, deadline).await;
     let report = coordinator
         .recovery(RecoveryConfig::default())
         .run_once()

@@ -206,11 +206,7 @@ async fn run_with_the_commit_sent_again(
     let answer = coordinator
         .run(Transaction::new().change(change(ns.clone())))
         .await;
-    admin
-        .database("admin")
-        .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
-        .await
-        .unwrap();
+    common::fail_command_off(&admin).await;
     assert_eq!(
         proxy.lost.load(Ordering::SeqCst),
         1,

@@ -22,23 +22,11 @@ use tandem_mongodb::MongoStore;
 
 async fn fail_once(admin: &mongodb::Client, app_name: &str, mut data: Document) {
     data.insert("appName", app_name);
-    admin
-        .database("admin")
-        .run_command(doc! {
-            "configureFailPoint": "failCommand",
-            "mode": { "times": 1 },
-            "data": data,
-        })
-        .await
-        .expect("configureFailPoint");
+    common::fail_command(admin, 1, data).await;
 }
 
 async fn off(admin: &mongodb::Client) {
-    admin
-        .database("admin")
-        .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
-        .await
-        .expect("turn the failpoint off");
+    common::fail_command_off(admin).await;
 }
 
 /// The record's create (a `findAndModify` upsert) lands, but its answer is a
@@ -132,9 +120,7 @@ async fn a_record_create_refused_after_a_lost_answer_is_not_answered_canceled() 
         .unwrap()
         .timestamp_millis()
         + 2 * i64::try_from(lease.as_millis()).unwrap();
-    while store.now().await.unwrap().timestamp_millis() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    common::wait_for_server_time(&store, deadline).await;
     let report = coordinator
         .recovery(RecoveryConfig {
             pending: PendingPolicy::RollForward,

@@ -19,6 +19,18 @@ use tandem::{
     TxError,
 };
 
+/// A debit of 30 from account `A`, and `change`, with `strategy`.
+fn debit_a_and(change: DocumentChange, strategy: Strategy) -> Transaction {
+    Transaction::new()
+        .change(
+            DocumentChange::update(accounts(), "A")
+                .inc("balance", -30_i64)
+                .require_gte("balance", 30_i64),
+        )
+        .change(change)
+        .strategy(strategy)
+}
+
 fn things() -> Namespace {
     Namespace::new("app", "things")
 }
@@ -41,15 +53,7 @@ async fn a_marker_field_holding_a_string_is_named_by_a_two_phase_refusal() {
             } else {
                 change.set("n", 2)
             };
-            let tx = Transaction::new()
-                .change(
-                    DocumentChange::update(accounts(), "A")
-                        .inc("balance", -30_i64)
-                        .require_gte("balance", 30_i64),
-                )
-                .change(change)
-                .strategy(strategy);
-            let answer = coordinator.run(tx).await;
+            let answer = coordinator.run(debit_a_and(change, strategy)).await;
             let case = format!("{strategy:?}, shared {shared}");
             if strategy == Strategy::Native {
                 assert!(answer.is_ok(), "{case}: {answer:?}");
@@ -116,15 +120,7 @@ async fn a_marker_field_holding_an_application_array_is_refused() {
             } else {
                 change.inc("n", 1)
             };
-            let tx = Transaction::new()
-                .change(
-                    DocumentChange::update(accounts(), "A")
-                        .inc("balance", -30_i64)
-                        .require_gte("balance", 30_i64),
-                )
-                .change(change)
-                .strategy(strategy);
-            let answer = coordinator.run(tx).await;
+            let answer = coordinator.run(debit_a_and(change, strategy)).await;
             let case = format!("{strategy:?}, exclusive {exclusive}");
             let x = get(&store, &things(), "X").await.unwrap();
             assert_eq!(

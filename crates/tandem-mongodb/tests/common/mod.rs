@@ -91,3 +91,45 @@ pub fn with_options(uri: &str, options: &str) -> String {
     };
     format!("{uri}{sep}{options}")
 }
+
+/// The `host:port` of a single-host URI, or `None` for a list of hosts
+/// (a proxy in front of the server needs one host).
+pub fn single_host(uri: &str) -> Option<String> {
+    let rest = uri.strip_prefix("mongodb://")?;
+    let hosts = rest.split(['/', '?']).next()?;
+    let hosts = hosts.rsplit('@').next()?;
+    (!hosts.contains(',')).then(|| hosts.to_owned())
+}
+
+/// Arms the server's `failCommand` fail point `times` times with `data`
+/// (which names the commands and, usually, the `appName` it applies to).
+pub async fn fail_command(admin: &mongodb::Client, times: i32, data: bson::Document) {
+    admin
+        .database("admin")
+        .run_command(bson::doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": times },
+            "data": data,
+        })
+        .await
+        .expect("configureFailPoint");
+}
+
+/// Turns the server's `failCommand` fail point off.
+pub async fn fail_command_off(admin: &mongodb::Client) {
+    admin
+        .database("admin")
+        .run_command(bson::doc! { "configureFailPoint": "failCommand", "mode": "off" })
+        .await
+        .expect("turn the fail point off");
+}
+
+/// Waits until the server's clock reads `millis` (milliseconds since the
+/// epoch) or later, asking it every 100 ms: deadlines are judged by the
+/// server's clock, not by this process's.
+pub async fn wait_for_server_time(store: &MongoStore, millis: i64) {
+    use tandem::store::Store;
+    while store.now().await.unwrap().timestamp_millis() < millis {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
