@@ -135,7 +135,7 @@ pub fn check_namespace(ns: &Namespace) -> Result<(), ChangeError> {
 pub const MAX_VALUE_DEPTH: usize = 90;
 
 /// How many documents and arrays `value` nests (a scalar: 0).
-fn nesting(value: &Bson) -> usize {
+pub(crate) fn nesting(value: &Bson) -> usize {
     // Iterative, so that a value nested far too deep does not exhaust the stack.
     let mut deepest = 0;
     let mut stack = vec![(value, 0_usize)];

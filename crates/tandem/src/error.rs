@@ -263,6 +263,24 @@ pub enum StepError {
         /// The participant.
         participant: String,
     },
+    /// What the transaction record would keep of the participant (its
+    /// spec, and its before-image: a field's value as the document holds
+    /// it) nests documents and arrays deeper than a document may hold
+    /// them: the record keeps a before-image's values six levels below its
+    /// own top, and MongoDB stores at most 100 levels. Refused while
+    /// preparing, before anything is written; a document field that deep
+    /// was not written by tandem (whose values reach at most
+    /// [`MAX_VALUE_DEPTH`](crate::change::MAX_VALUE_DEPTH) levels, their
+    /// paths included). The native strategy keeps no before-image.
+    #[error("{participant}: the transaction record would nest what it keeps of it {depth} levels deep; at most {limit} fit")]
+    TooDeep {
+        /// The participant.
+        participant: String,
+        /// How deep the record would nest, its own level included.
+        depth: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// A numeric change would overflow.
     #[error("{participant}: {message}")]
     Overflow {
@@ -309,6 +327,7 @@ impl StepError {
             | StepError::NotYet { participant, .. }
             | StepError::Overwritten { participant, .. }
             | StepError::TooLarge { participant }
+            | StepError::TooDeep { participant, .. }
             | StepError::Overflow { participant, .. }
             | StepError::Rejected { participant, .. }
             | StepError::Store { participant, .. } => Some(participant),

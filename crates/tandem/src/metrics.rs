@@ -39,7 +39,7 @@
 //!   it).
 //! * `cause`: the [`StepError`](crate::StepError) variant in snake case:
 //!   `not_found`, `already_exists`, `guard_failed`, `type_mismatch`,
-//!   `conflict`, `fenced`, `expired`, `not_yet`, `overwritten`, `too_large`,
+//!   `conflict`, `fenced`, `expired`, `not_yet`, `overwritten`, `too_large`, `too_deep`,
 //!   `overflow`, `rejected` or `store`.
 //! * `result` of a pass: `ok` or `error`.
 //! * `outcome` of a recovered transaction, as in
@@ -306,6 +306,7 @@ mod labels {
             StepError::NotYet { .. } => "not_yet",
             StepError::Overwritten { .. } => "overwritten",
             StepError::TooLarge { .. } => "too_large",
+            StepError::TooDeep { .. } => "too_deep",
             StepError::Overflow { .. } => "overflow",
             StepError::Rejected { .. } => "rejected",
             StepError::Store { .. } => "store",

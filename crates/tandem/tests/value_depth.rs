@@ -15,8 +15,8 @@ use std::sync::Arc;
 use bson::{doc, Bson};
 use common::{accounts, balance, bank, get, records};
 use tandem::{
-    change::MAX_VALUE_DEPTH, ChangeError, CommitPoint, Coordinator, DocumentChange, Strategy,
-    Transaction, TxError,
+    change::MAX_VALUE_DEPTH, ChangeError, CommitPoint, Coordinator, DocumentChange, StepError,
+    Store, Strategy, Transaction, TxError,
 };
 
 /// A value nesting `levels` documents.
@@ -82,7 +82,9 @@ async fn a_value_nested_too_deep_is_refused() {
     }
 }
 
-/// A value at the limit is accepted, and commits.
+/// A value at the limit is accepted, and commits: a `set`, a `push`, a
+/// guard's value and an inserted field (the transaction record, which keeps
+/// each, can hold them too).
 #[tokio::test]
 async fn a_value_at_the_limit_commits() {
     for strategy in [Strategy::TwoPhase, Strategy::Native] {
@@ -90,18 +92,88 @@ async fn a_value_at_the_limit_commits() {
         let coordinator = Coordinator::builder_shared(Arc::new(store.clone()))
             .commit_point(CommitPoint::Done)
             .build();
+        let at_limit = nested(MAX_VALUE_DEPTH - 1);
         coordinator
             .run(
                 Transaction::new()
                     .change(
                         DocumentChange::update(accounts(), "A")
-                            .set("deep", nested(MAX_VALUE_DEPTH - 1)),
+                            .set("deep", at_limit.clone())
+                            .push("log", nested(MAX_VALUE_DEPTH - 2))
+                            .require_ne("other", at_limit.clone()),
                     )
+                    .change(DocumentChange::insert(
+                        accounts(),
+                        "Z",
+                        doc! { "deep": at_limit.clone() },
+                    ))
                     .strategy(strategy),
             )
             .await
             .unwrap();
         let a = get(&store, &accounts(), "A").await.unwrap();
-        assert_eq!(a.get("deep"), Some(&nested(MAX_VALUE_DEPTH - 1)));
+        assert_eq!(a.get("deep"), Some(&at_limit));
+        let z = get(&store, &accounts(), "Z").await.unwrap();
+        assert_eq!(z.get("deep"), Some(&at_limit));
+    }
+}
+
+/// A field that holds a value nested deeper than the transaction record
+/// can keep as a before-image (written outside tandem: MongoDB stores 100
+/// levels, the record keeps a before-image six levels below its top):
+/// the two-phase strategy refuses to change it (`StepError::TooDeep`)
+/// before anything is written, where MongoDB refused the record's insert
+/// with an error of its own and the embedded store committed. One level
+/// less commits; the native strategy, which keeps no before-image,
+/// commits either way.
+#[tokio::test]
+async fn a_before_image_too_deep_for_the_record_is_refused() {
+    // The record, its participants, the entry, the image, its fields, a
+    // field: six levels above the value's own.
+    let fits = MAX_VALUE_DEPTH + 7 - 6;
+    for (levels, strategy, commits) in [
+        (fits + 1, Strategy::TwoPhase, false),
+        (fits, Strategy::TwoPhase, true),
+        (fits + 1, Strategy::Native, true),
+    ] {
+        let (store, _clock, _) = bank(&["A", "B"], 100).await;
+        store
+            .insert_one(&accounts(), doc! { "_id": "Z", "deep": nested(levels) })
+            .await
+            .unwrap();
+        let coordinator = Coordinator::builder_shared(Arc::new(store.clone()))
+            .commit_point(CommitPoint::Done)
+            .build();
+        let tx = Transaction::new()
+            .change(
+                DocumentChange::update(accounts(), "B")
+                    .inc("balance", -30_i64)
+                    .require_gte("balance", 30_i64),
+            )
+            .change(DocumentChange::update(accounts(), "Z").set("deep", 1))
+            .strategy(strategy);
+        let answer = coordinator.run(tx).await;
+        let z = get(&store, &accounts(), "Z").await.unwrap();
+        if commits {
+            assert!(answer.is_ok(), "{strategy:?}, {levels}: {answer:?}");
+            assert_eq!(z.get("deep"), Some(&Bson::Int32(1)));
+            assert_eq!(balance(&store, "B").await, 70);
+            continue;
+        }
+        let limit = MAX_VALUE_DEPTH + 7;
+        assert!(
+            matches!(
+                answer,
+                Err(TxError::Canceled {
+                    cause: StepError::TooDeep { ref participant, depth, limit: l },
+                    undone: true,
+                    ..
+                }) if participant.contains('Z') && depth == limit + 1 && l == limit
+            ),
+            "{levels}: {answer:?}"
+        );
+        assert_eq!(z.get("deep"), Some(&nested(levels)));
+        assert_eq!(balance(&store, "B").await, 100);
+        assert!(store.documents(&records()).is_empty());
     }
 }

@@ -30,6 +30,19 @@ mod two_phase;
 /// document limit, less room for the record's other fields and history.
 const MAX_RECORD_ENTRIES_LEN: usize = 16 * 1024 * 1024 - 64 * 1024;
 
+/// The most levels a record may nest, its own included: a change's values
+/// sit seven levels below its top, and reach at most
+/// [`MAX_VALUE_DEPTH`](crate::change::MAX_VALUE_DEPTH) levels with their
+/// path; MongoDB stores at most 100.
+const MAX_RECORD_DEPTH: usize = crate::change::MAX_VALUE_DEPTH + 7;
+
+/// How deep a record nests a participant's `entry` (its spec and
+/// before-image): the record, its `participants` array, then the entry's
+/// own levels.
+fn entry_depth(entry: &Bson) -> usize {
+    2 + crate::change::nesting(entry)
+}
+
 /// The bytes the participant entries take in the record's `participants`
 /// array, the array's keys (`"0"`, `"1"`, …) included.
 fn entries_len(entries: &[Bson]) -> usize {

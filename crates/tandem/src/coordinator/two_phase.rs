@@ -6,7 +6,10 @@ use std::time::Duration;
 use bson::{doc, Bson, Document};
 use futures::future::join_all;
 
-use super::{entries_len, entry, Coordinator, Item, Receipt, Transaction, MAX_RECORD_ENTRIES_LEN};
+use super::{
+    entries_len, entry, entry_depth, Coordinator, Item, Receipt, Transaction, MAX_RECORD_DEPTH,
+    MAX_RECORD_ENTRIES_LEN,
+};
 use crate::change::DocumentOp;
 use crate::config::{CommitPoint, Strategy};
 use crate::engine::{history, party_markers, CreateStamps, Live, Party};
@@ -134,13 +137,32 @@ impl Coordinator {
                 }
             };
             match spec {
-                Ok(spec) => entries.push(entry(
-                    participant.as_ref(),
-                    spec,
-                    before.clone(),
-                    own.as_ref(),
-                    uid.as_deref(),
-                )),
+                Ok(spec) => {
+                    let kept = entry(
+                        participant.as_ref(),
+                        spec,
+                        before.clone(),
+                        own.as_ref(),
+                        uid.as_deref(),
+                    );
+                    // An entry the record could not hold (a before-image
+                    // of a field nested that deep was not written by tandem)
+                    // is refused before anything is written.
+                    let depth = entry_depth(&kept);
+                    if depth > MAX_RECORD_DEPTH {
+                        refused.get_or_insert_with(|| TxError::Canceled {
+                            id: id.clone(),
+                            cause: StepError::TooDeep {
+                                participant: participant.label(),
+                                depth,
+                                limit: MAX_RECORD_DEPTH,
+                            },
+                            participant: Some(Box::new(participant.reference(index))),
+                            undone: true,
+                        });
+                    }
+                    entries.push(kept);
+                }
                 Err(e) => {
                     refused.get_or_insert(TxError::Invalid(e));
                 }
