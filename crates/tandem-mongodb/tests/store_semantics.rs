@@ -1246,3 +1246,37 @@ async fn type_of_an_element_past_an_arrays_end_differs_between_servers() {
     assert_eq!(count(&t.store, &ns, typed(past_end.into())).await, want);
     t.drop().await;
 }
+
+/// A document nesting documents deeper than 100 levels is stored by
+/// SecantusDB 0.7.0b3 (and by the embedded store), where MongoDB refuses
+/// it. tandem does not rely on either: it refuses a change's value that
+/// would reach past `MAX_VALUE_DEPTH` levels (`ChangeError::TooDeep`), and
+/// a record entry that would nest past what a record may hold
+/// (`StepError::TooDeep`), before writing anything (`value_depth.rs`).
+#[tokio::test]
+async fn a_document_nested_past_100_levels_differs_between_servers() {
+    let Some(t) = TestDb::new("nested_past_100").await else {
+        return;
+    };
+    let ns = t.ns("docs");
+    let mut deep = bson::Bson::Int32(1);
+    for _ in 0..105 {
+        deep = bson::Bson::Document(doc! { "x": deep });
+    }
+    let nested = doc! { "_id": "k", "deep": deep };
+    let embedded = tandem::MemoryStore::new();
+    embedded.insert_one(&ns, nested.clone()).await.unwrap();
+    let stored = t.store.insert_one(&ns, nested).await;
+    match secantus_version(&t.store).await {
+        Some(_) => {
+            stored.unwrap();
+            let found = t.store.find_one(&ns, doc! { "_id": "k" }).await.unwrap();
+            assert_eq!(
+                found,
+                embedded.find_one(&ns, doc! { "_id": "k" }).await.unwrap()
+            );
+        }
+        None => assert!(stored.is_err(), "MongoDB stores 100 levels at most"),
+    }
+    t.drop().await;
+}
