@@ -82,6 +82,12 @@ impl fmt::Display for Command {
 /// own do: its `insert`s, `update`s, `delete`s and `find`s under their
 /// kinds, and its `commitTransaction`, `abortTransaction` and
 /// `killSessions`. Clones of a store share their counters.
+///
+/// A command counts when the store hands it to the driver: one the driver
+/// then fails before it reaches a server (when no server can be selected,
+/// for one) counts too, as a failure. Command monitoring
+/// on the client (`mongodb::event::command`) sees only what reached the
+/// wire.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CommandCounts {
@@ -119,7 +125,7 @@ pub struct CommandCounts {
     pub kill_sessions: u64,
     /// All commands above.
     pub total: u64,
-    /// Write statements sent: one per write command, and one per statement
+    /// Write statements handed to the driver: one per write command, and one per statement
     /// of an `update_each` request (the unit a server executes and logs one
     /// by one; what a protocol's cost is counted in).
     pub write_statements: u64,
