@@ -600,17 +600,20 @@
 //!   insert is refused as `AlreadyExists` (the outcome the model has for an
 //!   insert that meets a document): an availability matter, which the
 //!   reservers keep from happening through another transaction's undo.
-//! * **Bookkeeping counters** (`_tandem.pending`, `_tandem.credit.<path>`):
+//! * **Bookkeeping counters** (`_tandem.pending`, `_tandem.marks.<field>`,
+//!   `_tandem.marked`, `_tandem.credit.<path>`):
 //!   the model's exclusive change requires no marker of any transaction,
 //!   which is what the pending count stands for in the code (it counts the
 //!   markers under every marker field); the credit sums only make more
 //!   applies refuse (a credit that would overflow), and a refused apply is
 //!   a path the model has (guard failure). So does the shared apply's
 //!   condition that the marker field holds no more entries than the
-//!   pending count (refusing a field of the application's under the
-//!   marker's name): on tandem's own data it always holds, as every apply
-//!   pushes its marker and counts itself in one statement, and every clear
-//!   or undo takes both off together. Their arithmetic is tested on
+//!   changes counted in that field, and those an earlier version applied
+//!   uncounted (`_tandem.pending` less `_tandem.marked`; refusing a field
+//!   of the application's under the marker's name, also while changes are
+//!   pending under another marker field): on tandem's own data it always
+//!   holds, as every apply pushes its marker and counts itself in one
+//!   statement, and every clear or undo takes both off together. Their arithmetic is tested on
 //!   both stores by the safety scenarios instead. Every statement that moves
 //!   a sum moves the pending count with it, so at a pending count of zero
 //!   every sum is zero; two writes drop the sums then, filtered on it: an

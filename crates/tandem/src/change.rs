@@ -335,8 +335,8 @@ pub enum DocumentOp {
 /// Its serde form is the spec a transaction record keeps. A change read
 /// back from one is applied, committed and undone as the version that wrote
 /// it did (a spec without `countsDebits`, `missingHeldAlone`,
-/// `floatDebitsHeldAlone`, `reservesRoom` or `numberedDebitsHeldAlone` is
-/// an earlier version's), so build changes with the methods, not by deserializing.
+/// `floatDebitsHeldAlone`, `reservesRoom`, `numberedDebitsHeldAlone` or
+/// `countsMarks` is an earlier version's), so build changes with the methods, not by deserializing.
 ///
 /// ```
 /// use tandem::{DocumentChange, Namespace};
@@ -403,6 +403,17 @@ pub struct DocumentChange {
     /// document.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) numbered_debits_held_alone: bool,
+    /// Whether the apply counts its marker in the count of its own marker
+    /// field (`_tandem.marks.<field>`) and in the total of those counts
+    /// (`_tandem.marked`), and its clear or undo takes it off: true for
+    /// every change built now, false for one read back from a record an
+    /// earlier version wrote, whose apply counted it in `_tandem.pending`
+    /// alone. A shared apply requires its marker field to hold no more
+    /// entries than the changes counted there (and those no version
+    /// counted): an array of the application's under that name is refused
+    /// whatever is pending under other marker fields.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) counts_marks: bool,
     /// Mistakes found while building, reported by `validate`.
     #[serde(skip)]
     errors: Vec<ChangeError>,
@@ -457,6 +468,7 @@ impl DocumentChange {
             float_debits_held_alone: true,
             reserves_room: true,
             numbered_debits_held_alone: true,
+            counts_marks: true,
             errors: Vec::new(),
             origin: Origin(None),
         }

@@ -166,3 +166,80 @@ async fn a_marker_field_holding_an_application_array_is_refused() {
         }
     }
 }
+
+/// The same application array under the marker name, on a document where
+/// another transaction has a change pending under the default marker field
+/// (`pendingTransactions`), as on any busy document. `_tandem.pending`
+/// counts the changes pending under every marker field, so "no more
+/// entries than the pending count" let `tags: ["alice"]` (one entry, one
+/// transaction pending elsewhere) pass for tandem's own array: the shared
+/// two-phase credit pushed its marker into the application's array and was
+/// answered committed, and the application's next write of its array
+/// would take away the marker the credit's clear needs. It must be refused
+/// as on an idle document, and nothing written.
+#[tokio::test]
+async fn a_marker_field_holding_an_application_array_is_refused_beside_other_markers() {
+    let (store, _clock, _) = bank(&["A"], 100).await;
+    store
+        .insert_one(
+            &things(),
+            doc! { "_id": "X", "tags": ["alice"], "n": 1, "pendingTransactions": [] },
+        )
+        .await
+        .unwrap();
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    // A credit of X under the default marker field, held before its clear
+    // (1 the create, 2 the apply; 3, the clear, waits).
+    let faulty = tandem::testing::FaultStore::new(shared.clone());
+    let pause = faulty.pause_at(3);
+    let slow = Coordinator::builder_shared(Arc::new(faulty))
+        .commit_point(CommitPoint::Done)
+        .build();
+    let other = Transaction::new().change(DocumentChange::update(things(), "X").inc("n", 10));
+    let run = tokio::spawn(async move { slow.run(other).await });
+    pause.reached.await.unwrap();
+    let x = get(&store, &things(), "X").await.unwrap();
+    assert_eq!(
+        x.get_array("pendingTransactions").map(Vec::len),
+        Ok(1),
+        "the other credit is applied, not cleared: {x}"
+    );
+
+    let coordinator = Coordinator::builder_shared(shared.clone())
+        .commit_point(CommitPoint::Done)
+        .build();
+    let change = DocumentChange::update(things(), "X")
+        .marker("tags")
+        .inc("n", 1);
+    let answer = coordinator
+        .run(debit_a_and(change, Strategy::TwoPhase))
+        .await;
+    let x = get(&store, &things(), "X").await.unwrap();
+    assert_eq!(
+        x.get_array("tags").unwrap(),
+        &vec![bson::Bson::from("alice")],
+        "the application's array is left as it was: {answer:?}; {x}"
+    );
+    match &answer {
+        Err(TxError::Canceled {
+            cause: StepError::TypeMismatch { path, message, .. },
+            undone: true,
+            ..
+        }) => {
+            assert_eq!(path, "tags", "{message}");
+            assert!(message.contains("not tandem's"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(balance(&store, "A").await, 100);
+
+    pause.release.send(()).unwrap();
+    run.await.unwrap().unwrap();
+    let x = get(&store, &things(), "X").await.unwrap();
+    assert_eq!(x.get_i32("n").unwrap(), 11, "{x}");
+    assert_eq!(
+        x.get_array("tags").unwrap(),
+        &vec![bson::Bson::from("alice")],
+        "{x}"
+    );
+}

@@ -35,6 +35,7 @@ impl DocumentChange {
         let mut float_debits_held_alone = false;
         let mut reserves_room = false;
         let mut numbered_debits_held_alone = false;
+        let mut counts_marks = false;
         for (key, value) in spec {
             match key.as_str() {
                 "store" => {
@@ -59,6 +60,7 @@ impl DocumentChange {
                 "floatDebitsHeldAlone" => float_debits_held_alone = flag(value)?,
                 "reservesRoom" => reserves_room = flag(value)?,
                 "numberedDebitsHeldAlone" => numbered_debits_held_alone = flag(value)?,
+                "countsMarks" => counts_marks = flag(value)?,
                 _ => return None,
             }
         }
@@ -74,6 +76,7 @@ impl DocumentChange {
             float_debits_held_alone,
             reserves_room,
             numbered_debits_held_alone,
+            counts_marks,
             errors: Vec::new(),
             origin: Origin::default(),
         })
@@ -347,7 +350,7 @@ mod tests {
                 op,
                 proptest::collection::vec(guard(), 0..3),
             ),
-            any::<[bool; 5]>(),
+            any::<[bool; 6]>(),
         )
             .prop_map(|((store, id, op, guards), flags)| {
                 let mut change = DocumentChange::delete(Namespace::new("db", "c"), id);
@@ -359,6 +362,7 @@ mod tests {
                 change.float_debits_held_alone = flags[2];
                 change.reserves_room = flags[3];
                 change.numbered_debits_held_alone = flags[4];
+                change.counts_marks = flags[5];
                 change
             })
     }

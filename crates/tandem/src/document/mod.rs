@@ -9,6 +9,11 @@
 //! * `_tandem.pending`: how many transactions have a change applied to the
 //!   document, whatever marker field they use (an exclusive change requires
 //!   zero, so two marker names on one collection cannot hide a pending change);
+//! * `_tandem.marks.<field>` and `_tandem.marked`: how many of them have their
+//!   marker in each marker field, and the total of those counts (a shared
+//!   apply requires its marker field to hold no more entries than its
+//!   count, so that an array of the application's under the marker's name
+//!   is not taken for tandem's while changes are pending under another);
 //! * `_tandem.ghost`: marks a placeholder: an `_id` reserved by an insert that
 //!   has not filled it (yet), with `_tandem.reservedAt`, the store's time of
 //!   the reservation, and `_tandem.leaseMillis`, how long after it the
@@ -77,6 +82,14 @@ const PENDING: &str = "_tandem.pending";
 /// The bytes the changes applied to the document have reserved for their
 /// clears and undos (see `room.rs`).
 const ROOM: &str = "_tandem.room";
+/// How many changes have their marker in each marker field, by the field's
+/// name under it: raised by the apply, lowered by the clear or undo of every
+/// change that counts it (`DocumentChange::counts_marks`), in the same
+/// statement as `_tandem.pending`.
+const MARKS: &str = "_tandem.marks";
+/// The total of the counts under `_tandem.marks`: `_tandem.pending` less
+/// this is how many changes an earlier version applied that no count names.
+const MARKED: &str = "_tandem.marked";
 
 /// The holder named by a conflict that no transaction explains.
 const CONCURRENT_WRITE: &str = "(concurrent write)";
@@ -424,7 +437,7 @@ impl Participant for DocumentChange {
             DocumentOp::Delete => Some(doc! {
                 "$unset": { LOCK: "", DELETING: "" },
                 "$pull": { self.marker.clone(): tx },
-                "$inc": { PENDING: -1 },
+                "$inc": self.counted_off(doc! { PENDING: -1 }),
             }),
             DocumentOp::Update { .. } => {
                 let mut set = Document::new();
@@ -569,19 +582,24 @@ pub(crate) fn incremented(
     ))
 }
 
-/// Drops the credit sums and the room reserved of the documents `ids`
-/// where no change is pending: every sum is zero then, and so is the room
-/// (each statement that moves them moves the pending count with it), and
-/// a sum is kept for every path ever credited (`daily.<date>`) until the
-/// document's next exclusive change.
+/// Drops the credit sums, the room reserved and the marker counts of the
+/// documents `ids` where no change is pending: every sum and count is zero
+/// then, and so is the room (each statement that moves them moves the
+/// pending count with it), and a sum is kept for every path ever credited
+/// (`daily.<date>`) until the document's next exclusive change.
 pub(crate) fn tidy_credits(ids: &[Bson]) -> (Document, Document) {
     (
         doc! {
             "_id": { "$in": ids },
             PENDING: 0,
-            "$or": [{ CREDITS: { "$exists": true } }, { ROOM: { "$exists": true } }],
+            "$or": [
+                { CREDITS: { "$exists": true } },
+                { ROOM: { "$exists": true } },
+                { MARKS: { "$exists": true } },
+                { MARKED: { "$exists": true } },
+            ],
         },
-        doc! { "$unset": { CREDITS: "", ROOM: "" } },
+        doc! { "$unset": { CREDITS: "", ROOM: "", MARKS: "", MARKED: "" } },
     )
 }
 

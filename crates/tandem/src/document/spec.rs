@@ -107,6 +107,9 @@ impl DocumentChange {
         if self.numbered_debits_held_alone {
             spec.insert("numberedDebitsHeldAlone", true);
         }
+        if self.counts_marks {
+            spec.insert("countsMarks", true);
+        }
         Some(spec)
     }
 }

@@ -271,14 +271,51 @@ impl DocumentChange {
         filter
     }
 
+    /// Where the changes with their marker in this change's marker field
+    /// are counted (`_tandem.marks.<field>`).
+    pub(super) fn marks_path(&self) -> String {
+        format!("{MARKS}.{}", self.marker)
+    }
+
+    /// `inc` (an `$inc` body that raises `_tandem.pending` by one) raising
+    /// this change's marker count and their total with it, where this change
+    /// counts them.
+    pub(super) fn counted_on(&self, mut inc: Document) -> Document {
+        if self.counts_marks {
+            inc.insert(self.marks_path(), 1);
+            inc.insert(MARKED, 1);
+        }
+        inc
+    }
+
+    /// `inc` (an `$inc` body that lowers `_tandem.pending` by one) lowering
+    /// this change's marker count and their total with it, where its apply
+    /// raised them.
+    pub(super) fn counted_off(&self, mut inc: Document) -> Document {
+        if self.counts_marks {
+            inc.insert(self.marks_path(), -1);
+            inc.insert(MARKED, -1);
+        }
+        inc
+    }
+
     /// The filter condition "the marker field holds no more entries than
-    /// `_tandem.pending` counts": true where the field is missing or holds
-    /// no array.
+    /// the changes counted in it (`_tandem.marks.<field>`), and those no
+    /// count names (applied by an earlier version: `_tandem.pending` less
+    /// `_tandem.marked`)": true where the field is missing or holds no
+    /// array. (`_tandem.pending` alone counts the changes under every
+    /// marker field: an array of the application's passed for tandem's as
+    /// long as as many changes were pending under another one.)
     fn markers_counted(&self) -> Document {
         let marker = field_expr(&self.marker);
         let entries =
             doc! { "$cond": [{ "$isArray": marker.clone() }, marker, { "$literal": [] }] };
-        let beyond = doc! { "$arrayElemAt": [entries, { "$ifNull": [format!("${PENDING}"), 0] }] };
+        let uncounted = doc! { "$subtract": [
+            { "$ifNull": [format!("${PENDING}"), 0] },
+            { "$ifNull": [format!("${MARKED}"), 0] },
+        ] };
+        let counted = doc! { "$ifNull": [field_expr(&self.marks_path()), 0] };
+        let beyond = doc! { "$arrayElemAt": [entries, { "$add": [counted, uncounted] }] };
         // Missing past the array's end (or null: an entry tandem never
         // writes, reported by the diagnosis where the filter missed).
         doc! { "$lte": [beyond, Bson::Null] }
@@ -286,18 +323,22 @@ impl DocumentChange {
 
     /// Why the marker field of `current` holds something that is not
     /// tandem's, if it does: an array with an entry that is no string, or
-    /// with more entries than the transactions `_tandem.pending` counts
-    /// (every apply pushes its marker and counts itself together). A field
-    /// that holds no array is reported by the caller.
+    /// with more entries than the transactions counted in that field (and
+    /// those an earlier version applied uncounted), as
+    /// [`markers_counted`](Self::markers_counted) requires (every apply
+    /// pushes its marker and counts itself together). A field that holds
+    /// no array is reported by the caller.
     fn foreign_markers(&self, current: &Document) -> Option<StepError> {
         let Some(Bson::Array(entries)) = query::lookup(current, &self.marker) else {
             return None;
         };
-        let pending = match query::lookup(current, PENDING) {
+        let count = |path: &str| match query::lookup(current, path) {
             Some(Bson::Int32(n)) => i64::from(*n),
             Some(Bson::Int64(n)) => *n,
             _ => 0,
         };
+        let pending =
+            count(&self.marks_path()).saturating_add(count(PENDING).saturating_sub(count(MARKED)));
         let counted = i64::try_from(entries.len()).is_ok_and(|n| n <= pending);
         if counted && entries.iter().all(|e| matches!(e, Bson::String(_))) {
             return None;
@@ -1085,7 +1126,12 @@ impl DocumentChange {
         let tx = ctx.marker.as_str();
         let mut set = fields.clone();
         set.insert(self.marker.clone(), vec![tx]);
-        set.insert(META_FIELD, doc! { "lock": tx, "pending": 1 });
+        let mut meta = doc! { "lock": tx, "pending": 1 };
+        if self.counts_marks {
+            meta.insert("marks", doc! { self.marker.as_str(): 1 });
+            meta.insert("marked", 1);
+        }
+        set.insert(META_FIELD, meta);
         doc! { "$set": set }
     }
 
@@ -1519,6 +1565,7 @@ impl DocumentChange {
             }
         }
         inc.insert(PENDING, -1);
+        let mut inc = self.counted_off(inc);
         let later = self.later_growth(before);
         if later > 0 {
             inc.insert(ROOM, -later);
@@ -1576,7 +1623,7 @@ impl DocumentChange {
         doc! {
             "$set": { LOCK: tx, DELETING: true },
             "$push": { self.marker.clone(): tx },
-            "$inc": { PENDING: 1 },
+            "$inc": self.counted_on(doc! { PENDING: 1 }),
             // Nothing else is pending here (the filter says so), so every
             // credit sum is zero: drop them, as an exclusive update does. A
             // canceled delete's record credits nothing, so no collection
@@ -1605,6 +1652,7 @@ impl DocumentChange {
             late.insert(credit_path(path), negate(&back));
         }
         late.insert(PENDING, -1);
+        let mut late = self.counted_off(late);
         let later = self.later_growth(ctx.before);
         if later > 0 {
             late.insert(ROOM, -later);
@@ -1656,6 +1704,7 @@ impl DocumentChange {
         }
         push.insert(self.marker.clone(), ctx.marker.as_str());
         inc.insert(PENDING, 1);
+        let mut inc = self.counted_on(inc);
         let later = self.later_growth(ctx.before);
         if self.is_exclusive() {
             set.insert(LOCK, ctx.marker.as_str());
