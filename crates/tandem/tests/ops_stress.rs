@@ -11,7 +11,7 @@
 //! (against the ledger, or by `audit` and their total), markers and the
 //! answers given.
 //!
-//! One harness ([`run`]) drives four scenarios ([`Scenario`]): `stress`
+//! One harness ([`run`]) drives six scenarios ([`Scenario`]): `stress`
 //! (plain transfers), `stress_gc` (transfers with a ledger entry, paused
 //! coordinators, garbage collection), `stress_skew` (`stress_gc` with the
 //! accounts and ledger in a second store whose clock is skewed, and each
@@ -19,7 +19,10 @@
 //! operations of either store) and
 //! `stress_mixed` (`stress_gc` with native transactions beside two-phase
 //! ones, nested and prefix-related paths, guards on them and fields that
-//! are sometimes missing, checked field by field).
+//! are sometimes missing, checked field by field); and two more,
+//! `stress_vouchers` and `stress_vouchers_skew` (`stress_gc` and
+//! `stress_skew` issuing and redeeming two vouchers over and over, inserts
+//! and deletes of one `_id` overlapping, a third natively).
 //! `TANDEM_STRESS_SEED` and `TANDEM_STRESS_RUNS` pick the runs (50 of each
 //! scenario by default); `TANDEM_STRESS_SHOW` prints, for each run with a
 //! ledger, its entries and the answers.
@@ -91,6 +94,14 @@ enum Transfers {
     /// listing its increments, and is checked against the ledger field by
     /// field.
     Mixed,
+    /// Vouchers `V0` and `V1`, each issued (an account debited, the voucher
+    /// inserted) and redeemed (the voucher deleted, guarded on its amount,
+    /// an account credited) over and over, so that inserts and deletes of
+    /// one `_id` overlap, a third natively; each writes ledger entry
+    /// `L{i}`, and is checked against the ledger: balances, and every
+    /// voucher there exactly when more of its issues than redeems took
+    /// effect, written by one of them.
+    Vouchers,
 }
 
 /// The faults a coordinator may get: one draw out of `odds` picks a crash
@@ -293,6 +304,9 @@ fn transfer(s: &Scenario, i: u64, seed: &mut u64) -> Transaction {
     if s.transfers == Transfers::Mixed {
         return mixed(i, seed);
     }
+    if s.transfers == Transfers::Vouchers {
+        return voucher(s, i, seed);
+    }
     let from = NAMES[(rng(seed) % 4) as usize];
     let mut to = NAMES[(rng(seed) % 4) as usize];
     if to == from {
@@ -301,10 +315,10 @@ fn transfer(s: &Scenario, i: u64, seed: &mut u64) -> Transaction {
     let amount = 1 + (rng(seed) % 60) as i64;
     let t = match s.transfers {
         Transfers::Plain => Transaction::with_id(format!("t{i}")),
-        Transfers::Ledger | Transfers::Mixed if rng(seed) % 3 == 0 => {
+        Transfers::Ledger | Transfers::Mixed | Transfers::Vouchers if rng(seed) % 3 == 0 => {
             Transaction::with_id(format!("k{}", i % 3))
         }
-        Transfers::Ledger | Transfers::Mixed => Transaction::new(),
+        Transfers::Ledger | Transfers::Mixed | Transfers::Vouchers => Transaction::new(),
     };
     let kind = rng(seed);
     let place = |c: DocumentChange| if s.two_stores { c.in_store("p") } else { c };
@@ -320,11 +334,13 @@ fn transfer(s: &Scenario, i: u64, seed: &mut u64) -> Transaction {
     let t = t.change(debit).change(credit);
     match s.transfers {
         Transfers::Plain => t,
-        Transfers::Ledger | Transfers::Mixed => t.change(place(DocumentChange::insert(
-            ledger(),
-            format!("L{i}"),
-            doc! { "from": from, "to": to, "amount": amount },
-        ))),
+        Transfers::Ledger | Transfers::Mixed | Transfers::Vouchers => {
+            t.change(place(DocumentChange::insert(
+                ledger(),
+                format!("L{i}"),
+                doc! { "from": from, "to": to, "amount": amount },
+            )))
+        }
     }
 }
 
@@ -456,6 +472,135 @@ fn mixed(i: u64, seed: &mut u64) -> Transaction {
     ))
 }
 
+fn vouchers() -> Namespace {
+    Namespace::new("bank", "vouchers")
+}
+
+/// What every voucher is worth.
+const VOUCHER: i64 = 10;
+
+/// Draws coordinator `i`'s voucher transaction: an issue (an account
+/// debited, voucher `V{k}` inserted) or a redeem (`V{k}` deleted, guarded
+/// on its amount, an account credited), with ledger entry `L{i}`.
+fn voucher(s: &Scenario, i: u64, seed: &mut u64) -> Transaction {
+    let place = |c: DocumentChange| if s.two_stores { c.in_store("p") } else { c };
+    let who = NAMES[(rng(seed) % 4) as usize];
+    let k = rng(seed) % 2;
+    let id = format!("V{k}");
+    let t = if rng(seed) % 3 == 0 {
+        Transaction::with_id(format!("k{}", i % 3))
+    } else {
+        Transaction::new()
+    };
+    let issue = rng(seed) % 2 == 0;
+    let t = if issue {
+        t.change(place(
+            DocumentChange::update(accounts(), who)
+                .inc("balance", -VOUCHER)
+                .require_gte("balance", VOUCHER),
+        ))
+        .change(place(DocumentChange::insert(
+            vouchers(),
+            id.clone(),
+            doc! { "amount": VOUCHER, "by": format!("L{i}") },
+        )))
+    } else {
+        t.change(place(
+            DocumentChange::delete(vouchers(), id.clone()).require_eq("amount", VOUCHER),
+        ))
+        .change(place(
+            DocumentChange::update(accounts(), who).inc("balance", VOUCHER),
+        ))
+    };
+    t.change(place(DocumentChange::insert(
+        ledger(),
+        format!("L{i}"),
+        doc! { "kind": if issue { "issue" } else { "redeem" }, "who": who, "voucher": id },
+    )))
+}
+
+/// The checks of vouchers: no entry, voucher or account carries a marker;
+/// every balance is its opening plus the entries; a voucher is there
+/// exactly when one more of its issues than of its redeems took effect,
+/// and was written by an issue that did. Returns, for each coordinator,
+/// whether its entry is there.
+async fn check_vouchers(
+    s: &Scenario,
+    bank: &Bank,
+    recs: &[Document],
+    answers: &[(u64, Result<TxState, String>)],
+    seed0: u64,
+) -> Vec<bool> {
+    let store = bank.accounts();
+    let entries = find_all(store.as_ref(), ledger()).await;
+    let vs = find_all(store.as_ref(), vouchers()).await;
+    let docs = find_all(store.as_ref(), accounts()).await;
+    let ctx = || format!("{docs:#?}\n{vs:#?}\n{entries:#?}\n{recs:#?}\n{answers:#?}");
+    let mut expect: HashMap<String, i64> = NAMES.iter().map(|n| (n.to_string(), OPENING)).collect();
+    let mut net: HashMap<String, i64> = HashMap::new();
+    let mut live = HashSet::new();
+    for e in &entries {
+        let meta = e.get_document("_tandem").ok();
+        if meta.is_some_and(|m| m.get_bool("ghost").unwrap_or(false)) {
+            continue;
+        }
+        assert!(!marked(e, true), "seed {seed0}: marker left on {e:#?}");
+        let who = e.get_str("who").unwrap().to_owned();
+        let v = e.get_str("voucher").unwrap().to_owned();
+        if e.get_str("kind").unwrap() == "issue" {
+            *expect.get_mut(&who).unwrap() -= VOUCHER;
+            *net.entry(v).or_default() += 1;
+        } else {
+            *expect.get_mut(&who).unwrap() += VOUCHER;
+            *net.entry(v).or_default() -= 1;
+        }
+        live.insert(e.get_str("_id").unwrap().to_owned());
+    }
+    let mut existing = HashSet::new();
+    for v in &vs {
+        let meta = v.get_document("_tandem").ok();
+        if meta.is_some_and(|m| m.get_bool("ghost").unwrap_or(false)) {
+            continue;
+        }
+        assert!(
+            !marked(v, true),
+            "seed {seed0}: marker left on {v:#?}\n{}",
+            ctx()
+        );
+        assert_eq!(v.get_i64("amount").unwrap(), VOUCHER, "seed {seed0}");
+        let by = v.get_str("by").unwrap();
+        assert!(
+            live.contains(by),
+            "seed {seed0}: voucher {v:?} from an issue without entry\n{}",
+            ctx()
+        );
+        existing.insert(v.get_str("_id").unwrap().to_owned());
+    }
+    for k in ["V0", "V1"] {
+        let n = net.get(k).copied().unwrap_or(0);
+        let there = existing.contains(k);
+        assert!(
+            (n == 1 && there) || (n == 0 && !there),
+            "seed {seed0}: {k} net issues {n}, exists {there}\n{}",
+            ctx()
+        );
+    }
+    for d in &docs {
+        let name = d.get_str("_id").unwrap();
+        assert!(
+            !marked(d, true),
+            "seed {seed0}: marker left on {d:#?}\n{}",
+            ctx()
+        );
+        let b = d.get_i64("balance").unwrap();
+        assert!(b >= 0, "seed {seed0}: negative");
+        assert_eq!(b, expect[name], "seed {seed0}: {name}\n{}", ctx());
+    }
+    (0..s.coordinators)
+        .map(|i| live.contains(&format!("L{i}")))
+        .collect()
+}
+
 /// Spawns coordinator `i` running its transaction natively, after 0 to 39
 /// yields, on the records store itself (a [`FaultStore`] runs no native
 /// transactions), sometimes with `ConflictPolicy::Wait`.
@@ -482,7 +627,7 @@ fn native(s: &Scenario, bank: &Bank, i: u64, seed: &mut u64) -> JoinHandle<Answe
 /// `ConflictPolicy::Wait`, running its transfer; and, if it pauses, the task
 /// that recovers around it ([`pauser`]).
 fn coordinator(s: &Scenario, bank: &Bank, i: u64, seed: &mut u64) -> Vec<JoinHandle<Answer>> {
-    if s.transfers == Transfers::Mixed && rng(seed) % 3 == 0 {
+    if matches!(s.transfers, Transfers::Mixed | Transfers::Vouchers) && rng(seed) % 3 == 0 {
         return vec![native(s, bank, i, seed)];
     }
     // With two stores, the faults strike the accounts' store, with its
@@ -662,7 +807,7 @@ fn operator(s: &Scenario, bank: &Bank, seed: &mut u64) -> JoinHandle<Answer> {
             let numbers: Vec<u64> = (0..4).map(|_| rng(seed) % s.coordinators).collect();
             (numbers, waits(seed), 0)
         }
-        Transfers::Ledger | Transfers::Mixed => {
+        Transfers::Ledger | Transfers::Mixed | Transfers::Vouchers => {
             let waits = waits(seed);
             (Vec::new(), waits, rng(seed))
         }
@@ -999,6 +1144,7 @@ async fn run(s: &Scenario, seed0: u64) -> Tally {
         Transfers::Plain => check_plain(s, &bank, &seeded, seed0).await,
         Transfers::Ledger => check_ledger(s, &bank, &recs, &answers, seed0).await,
         Transfers::Mixed => check_mixed(s, &bank, &seeded, &recs, &answers, seed0).await,
+        Transfers::Vouchers => check_vouchers(s, &bank, &recs, &answers, seed0).await,
     };
     let mut tally = Tally::default();
     for (i, answer) in &answers {
@@ -1075,4 +1221,26 @@ fn stress_skew() {
 #[test]
 fn stress_mixed() {
     runs("stress_mixed", &MIXED);
+}
+
+/// `stress_vouchers`.
+const VOUCHERS: Scenario = Scenario {
+    transfers: Transfers::Vouchers,
+    ..GC
+};
+/// `stress_vouchers_skew`.
+const VOUCHERS_SKEW: Scenario = Scenario {
+    transfers: Transfers::Vouchers,
+    two_stores: true,
+    ..GC
+};
+
+#[test]
+fn stress_vouchers() {
+    runs("stress_vouchers", &VOUCHERS);
+}
+
+#[test]
+fn stress_vouchers_skew() {
+    runs("stress_vouchers_skew", &VOUCHERS_SKEW);
 }
