@@ -869,16 +869,20 @@ async fn find_all(store: &dyn Store, ns: Namespace) -> Vec<Document> {
 }
 
 /// Whether a document still carries a marker: a `pendingTransactions` entry
-/// or a `_tandem.lock`, and with `count` a `_tandem.pending` other than 0.
+/// or a `_tandem.lock`, and with `count` a `_tandem.pending`, a
+/// `_tandem.marked` or a `_tandem.marks.<field>` other than 0.
 fn marked(d: &Document, count: bool) -> bool {
+    let nonzero = |n: &Bson| n.as_i64().or(n.as_i32().map(i64::from)) != Some(0);
     d.get_array("pendingTransactions")
         .map(|a| !a.is_empty())
         .unwrap_or(false)
         || d.get_document("_tandem").ok().is_some_and(|m| {
             m.get("lock").is_some_and(|l| *l != Bson::Null)
                 || (count
-                    && m.get("pending")
-                        .is_some_and(|p| p.as_i64().or(p.as_i32().map(i64::from)) != Some(0)))
+                    && (m.get("pending").is_some_and(nonzero)
+                        || m.get("marked").is_some_and(nonzero)
+                        || m.get_document("marks")
+                            .is_ok_and(|marks| marks.values().any(nonzero))))
         })
 }
 

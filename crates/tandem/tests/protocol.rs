@@ -2510,7 +2510,8 @@ async fn a_newer_recovery_finishes_an_older_versions_missing_guard_credit() {
         };
         // The record and B as the earlier version wrote them: no
         // `missingHeldAlone` in the spec; the credit deferred, not held;
-        // and (older still) no room reserved for the clear.
+        // and (older still) no room reserved for the clear and no count of
+        // the marker by its field.
         store
             .update_one(
                 &records(),
@@ -2518,6 +2519,7 @@ async fn a_newer_recovery_finishes_an_older_versions_missing_guard_credit() {
                 doc! { "$unset": {
                     "participants.1.spec.missingHeldAlone": "",
                     "participants.1.spec.reservesRoom": "",
+                    "participants.1.spec.countsMarks": "",
                 } },
                 tandem::store::UpdateOptions::default(),
             )

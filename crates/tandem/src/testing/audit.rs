@@ -60,8 +60,9 @@ fn as_f64(b: &Bson) -> Option<f64> {
 ///
 /// * every record in `records_ns` is `done` or `canceled`;
 /// * no document of `documents` has a marker entry (in any marker field the
-///   records name), a pending count, room reserved for a clear or an undo
-///   (`_tandem.room`), or a `_tandem.lock`;
+///   records name), a pending count, a count of markers by marker field
+///   or in all (`_tandem.marks`, `_tandem.marked`), room reserved for a
+///   clear or an undo (`_tandem.room`), or a `_tandem.lock`;
 /// * every numeric field in `initial` equals its initial value plus the
 ///   increments of the `done` transactions, so nothing was applied twice, lost,
 ///   or left uncompensated.
@@ -151,6 +152,25 @@ pub async fn audit(
                 result
                     .violations
                     .push(format!("{ns}/{id} keeps {n} bytes of room reserved"));
+            }
+            // The counts of markers by marker field, and their total, move
+            // with the pending count: at rest every one is zero.
+            if let Some(n) = query::lookup(&doc, &format!("{META_FIELD}.marked"))
+                .filter(|n| !matches!(n, Bson::Int32(0) | Bson::Int64(0)))
+            {
+                result
+                    .violations
+                    .push(format!("{ns}/{id} counts {n} marker(s) in all"));
+            }
+            if let Some(Bson::Document(marks)) = query::lookup(&doc, &format!("{META_FIELD}.marks"))
+            {
+                for (field, n) in marks {
+                    if !matches!(n, Bson::Int32(0) | Bson::Int64(0)) {
+                        result
+                            .violations
+                            .push(format!("{ns}/{id} counts {n} marker(s) in {field}"));
+                    }
+                }
             }
             if let Some(lock) = query::lookup(&doc, &format!("{META_FIELD}.lock")) {
                 result
