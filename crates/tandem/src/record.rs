@@ -494,18 +494,21 @@ impl TxRecord {
 /// deserializer reads every date through its extended JSON form (a
 /// document and a decimal string, built and parsed again), which cost a
 /// record's read more than all its other fields. A value of another type
-/// is left where it is, for serde to read (or refuse) as before; a key
-/// taken reads as missing there, which such a field takes as `None`.
+/// is left where it is, for serde to read (or refuse) as before. A date
+/// taken leaves a null in its place, which such a field reads as `None`,
+/// as it would a missing key: nulled in place, not removed, as removing a
+/// key moves every later field of the document.
 pub(crate) fn take_dates<const N: usize>(
     doc: &mut Document,
     keys: [&str; N],
 ) -> [Option<bson::DateTime>; N] {
-    keys.map(|key| match doc.get(key) {
-        Some(Bson::DateTime(_)) => match doc.remove(key) {
-            Some(Bson::DateTime(date)) => Some(date),
-            _ => None,
-        },
-        _ => None,
+    keys.map(|key| {
+        let slot = doc.get_mut(key)?;
+        let Bson::DateTime(date) = *slot else {
+            return None;
+        };
+        *slot = Bson::Null;
+        Some(date)
     })
 }
 
@@ -577,6 +580,26 @@ mod tests {
             .unwrap()
             .push(Bson::from(1));
         assert!(TxRecord::from_document(doc).is_err());
+    }
+
+    /// A date taken leaves a null where it was, the other fields in their
+    /// places; a value of another type stays for serde.
+    #[test]
+    fn taken_dates_leave_nulls_in_place() {
+        let mut doc = with_dates();
+        doc.insert("createBy", "tomorrow");
+        let keys: Vec<String> = doc.keys().cloned().collect();
+        let [created, create_by, missing] =
+            take_dates(&mut doc, ["created", "createBy", "nowhere"]);
+        assert_eq!(created, Some(bson::DateTime::from_millis(1)));
+        assert_eq!((create_by, missing), (None, None));
+        assert_eq!(doc.keys().cloned().collect::<Vec<_>>(), keys);
+        assert_eq!(doc.get("created"), Some(&Bson::Null));
+        assert_eq!(doc.get("createBy"), Some(&Bson::from("tomorrow")));
+        assert_eq!(
+            doc.get("lastModified"),
+            Some(&Bson::DateTime(bson::DateTime::from_millis(2)))
+        );
     }
 
     #[test]
