@@ -13,8 +13,8 @@ use crate::change::DocumentChange;
 use crate::clock::{Clock, SystemClock};
 use crate::query::size::document_len;
 use crate::query::update::{
-    apply_logged, apply_logged_taking, apply_to_new, check_update, checked_upsert_seed,
-    validate_replacement, UndoLog,
+    apply_logged_taking, apply_to_new, apply_validated, apply_validated_taking, check_update,
+    check_update_touching_id, checked_upsert_seed, validate_replacement, UndoLog,
 };
 use crate::query::{self, is_operator_doc, lookup, total_cmp, Ctx};
 use crate::store::{
@@ -319,18 +319,19 @@ impl Store for MemoryStore {
             .map(|doc| doc.get("_id").cloned().unwrap_or(Bson::Null))
             .collect();
         cx.check()?;
-        if ids.is_empty() {
-            check_update(&update)?;
-        }
+        // Checked once for every match (the check reads the update alone):
+        // a malformed update is refused before the first match is touched,
+        // as each match's own check refused it.
+        let touches_id = check_update_touching_id(&update)?;
         let mut total = UpdateOutcome::default();
         // Every match but the last reads the update; the last takes its values.
         let last = ids.len().saturating_sub(1);
         for (i, id) in ids.iter().enumerate() {
             let stored = coll.get_mut(id).expect("a match found under this lock");
             let arg = if i == last {
-                UpdateArg::Taken(&mut update)
+                UpdateArg::TakenChecked(&mut update, touches_id)
             } else {
-                UpdateArg::Shared(&update)
+                UpdateArg::SharedChecked(&update, touches_id)
             };
             let (outcome, _) = update_stored(stored, arg, None, now)?;
             total.matched += outcome.matched;
@@ -568,8 +569,11 @@ fn collection<'a>(data: &'a mut Collections, ns: &Namespace) -> &'a mut Collecti
 enum UpdateArg<'a> {
     /// Left partly emptied.
     Taken(&'a mut Document),
-    /// Left as it is.
-    Shared(&'a Document),
+    /// [`Taken`](Self::Taken), already checked
+    /// ([`check_update_touching_id`], which answered the `bool`).
+    TakenChecked(&'a mut Document, bool),
+    /// Left as it is; already checked, as [`TakenChecked`](Self::TakenChecked).
+    SharedChecked(&'a Document, bool),
 }
 
 /// Applies `update` to one stored document in place, with an undo log: the
@@ -595,7 +599,12 @@ fn update_stored(
         UpdateArg::Taken(update) => {
             apply_logged_taking(&mut stored.doc, update, now, false, &mut undo)
         }
-        UpdateArg::Shared(update) => apply_logged(&mut stored.doc, update, now, false, &mut undo),
+        UpdateArg::TakenChecked(update, touches_id) => {
+            apply_validated_taking(&mut stored.doc, update, touches_id, now, false, &mut undo)
+        }
+        UpdateArg::SharedChecked(update, touches_id) => {
+            apply_validated(&mut stored.doc, update, touches_id, now, false, &mut undo)
+        }
     };
     let applied = applied.and_then(|()| {
         let len = stored.len.checked_add_signed(undo.size_delta());

@@ -816,3 +816,45 @@ async fn a_sorted_find_with_a_limit_takes_the_first_of_a_stable_sort() {
     }
     assert_eq!(all.len(), in_id_order.len());
 }
+
+/// `update_many` checks its update once for all matches: a malformed one
+/// is refused before any match is touched, one changing `_id` fails at the
+/// first match and leaves it as it was, and a good one changes every match
+/// as `update_one` changes each.
+#[tokio::test]
+async fn update_many_checks_its_update_once_with_the_same_answers() {
+    let docs = || {
+        (1..=3)
+            .map(|i| doc! { "_id": i, "n": 1, "h": ["a"], "t": ["a", "b"], "s": "x" })
+            .collect::<Vec<_>>()
+    };
+    let store = store_with(docs()).await;
+    for (update, code) in [
+        (doc! { "$set": { "n": 2 }, "$inc": { "n": 1 } }, 40),
+        (doc! { "$set": { "n": 2, "_id": 9 } }, 66),
+        (doc! { "$set": { "n": 2 }, "$bogus": { "n": 1 } }, 9),
+    ] {
+        let e = store
+            .update_many(&ns(), doc! {}, update.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, Some(code), "{update}: {e}");
+        assert_eq!(store.documents(&ns()), docs(), "{update}");
+    }
+    let update = doc! {
+        "$set": { "s": "y" },
+        "$inc": { "n": 2 },
+        "$push": { "h": { "$each": ["b"], "$slice": -2 } },
+        "$pull": { "t": "a" },
+    };
+    let one_by_one = store_with(docs()).await;
+    for i in 1..=3 {
+        one_by_one
+            .update_one(&ns(), doc! { "_id": i }, update.clone(), Default::default())
+            .await
+            .unwrap();
+    }
+    let many = store.update_many(&ns(), doc! {}, update).await.unwrap();
+    assert_eq!((many.matched, many.modified), (3, 3));
+    assert_eq!(store.documents(&ns()), one_by_one.documents(&ns()));
+}

@@ -54,9 +54,9 @@ use ops::{current_date, each_len, inc, max, pull, push, slice_of};
 use path::{listed_in_path_order, path_order, set_value, unset};
 use undo::OpKind;
 pub(crate) use undo::UndoLog;
-pub(crate) use validate::check_update;
 pub use validate::validate_replacement;
 use validate::{bad_request, immutable_id, valid_path, validate_update};
+pub(crate) use validate::{check_update, check_update_touching_id};
 
 mod ops;
 mod path;
@@ -136,6 +136,20 @@ pub(crate) fn apply_logged<'u>(
     undo: &mut UndoLog<'u>,
 ) -> Result<(), StoreError> {
     let touches_id = validate_update(update)?;
+    apply_validated(doc, update, touches_id, now, inserting, undo)
+}
+
+/// [`apply_logged`] of an update already checked by
+/// [`check_update_touching_id`], which answered `touches_id`: for a caller
+/// applying one update to several documents, which checks it once.
+pub(crate) fn apply_validated<'u>(
+    doc: &mut Document,
+    update: &'u Document,
+    touches_id: bool,
+    now: DateTime,
+    inserting: bool,
+    undo: &mut UndoLog<'u>,
+) -> Result<(), StoreError> {
     let original_id = if touches_id {
         doc.get("_id").cloned()
     } else {
@@ -192,6 +206,19 @@ pub(crate) fn apply_logged_taking<'u>(
     undo: &mut UndoLog<'u>,
 ) -> Result<(), StoreError> {
     let touches_id = validate_update(update)?;
+    apply_validated_taking(doc, update, touches_id, now, inserting, undo)
+}
+
+/// [`apply_logged_taking`] of an update already checked, as
+/// [`apply_validated`].
+pub(crate) fn apply_validated_taking<'u>(
+    doc: &mut Document,
+    update: &'u mut Document,
+    touches_id: bool,
+    now: DateTime,
+    inserting: bool,
+    undo: &mut UndoLog<'u>,
+) -> Result<(), StoreError> {
     let original_id = if touches_id {
         doc.get("_id").cloned()
     } else {

@@ -40,6 +40,11 @@ pub(crate) fn check_update(update: &Document) -> Result<(), StoreError> {
     validate_update(update).map(|_| ())
 }
 
+/// [`check_update`], answering whether any path of the update touches `_id`.
+pub(crate) fn check_update_touching_id(update: &Document) -> Result<bool, StoreError> {
+    validate_update(update)
+}
+
 pub(super) fn bad_request(code: i32, message: impl Into<String>) -> StoreError {
     StoreError::new(StoreErrorKind::BadRequest, message).with_code(code)
 }
