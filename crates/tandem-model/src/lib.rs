@@ -608,10 +608,11 @@
 //!   applies refuse (a credit that would overflow), and a refused apply is
 //!   a path the model has (guard failure). So does the shared apply's
 //!   condition that the marker field holds no more entries than the
-//!   changes counted in that field, and those an earlier version applied
-//!   uncounted (`_tandem.pending` less `_tandem.marked`; refusing a field
-//!   of the application's under the marker's name, also while changes are
-//!   pending under another marker field): on tandem's own data it always
+//!   changes pending under it (for a field of its own name, its count;
+//!   for the default field, those no count names, `_tandem.pending` less
+//!   `_tandem.marked`; refusing a field of the application's under the
+//!   marker's name, also while changes are pending under another marker
+//!   field): on tandem's own data it always
 //!   holds, as every apply pushes its marker and counts itself in one
 //!   statement, and every clear or undo takes both off together. Their arithmetic is tested on
 //!   both stores by the safety scenarios instead. Every statement that moves

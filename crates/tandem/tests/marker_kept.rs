@@ -15,8 +15,8 @@ use std::sync::Arc;
 use bson::doc;
 use common::{accounts, balance, bank, get, records};
 use tandem::{
-    CommitPoint, Coordinator, DocumentChange, Namespace, StepError, Store, Strategy, Transaction,
-    TxError,
+    change::DEFAULT_MARKER, CommitPoint, Coordinator, DocumentChange, Namespace, StepError, Store,
+    Strategy, Transaction, TxError,
 };
 
 /// A debit of 30 from account `A`, and `change`, with `strategy`.
@@ -179,28 +179,49 @@ async fn a_marker_field_holding_an_application_array_is_refused() {
 /// as on an idle document, and nothing written.
 #[tokio::test]
 async fn a_marker_field_holding_an_application_array_is_refused_beside_other_markers() {
+    refused_beside_a_pending_change(DEFAULT_MARKER, "tags").await;
+}
+
+/// The other way round: the application's array under the default marker
+/// name (`pendingTransactions: ["alice"]`), and a change pending under a
+/// marker field of another name. The default field's changes are counted
+/// as those no other field's count names, so this one is refused too.
+#[tokio::test]
+async fn an_application_array_under_the_default_marker_is_refused_beside_other_markers() {
+    refused_beside_a_pending_change("tags", DEFAULT_MARKER).await;
+}
+
+/// A shared two-phase change under the marker field `mine`, which holds an
+/// application's array `["alice"]`, while another transaction's change is
+/// applied, not cleared, under the marker field `held`: refused with
+/// `TypeMismatch` naming `mine`, nothing written; the other then lands.
+async fn refused_beside_a_pending_change(held: &str, mine: &str) {
     let (store, _clock, _) = bank(&["A"], 100).await;
     store
         .insert_one(
             &things(),
-            doc! { "_id": "X", "tags": ["alice"], "n": 1, "pendingTransactions": [] },
+            doc! { "_id": "X", mine: ["alice"], "n": 1, held: [] },
         )
         .await
         .unwrap();
     let shared: Arc<dyn Store> = Arc::new(store.clone());
-    // A credit of X under the default marker field, held before its clear
-    // (1 the create, 2 the apply; 3, the clear, waits).
+    // A credit of X under `held`, held before its clear (1 the create, 2
+    // the apply; 3, the clear, waits).
     let faulty = tandem::testing::FaultStore::new(shared.clone());
     let pause = faulty.pause_at(3);
     let slow = Coordinator::builder_shared(Arc::new(faulty))
         .commit_point(CommitPoint::Done)
         .build();
-    let other = Transaction::new().change(DocumentChange::update(things(), "X").inc("n", 10));
+    let other = Transaction::new().change(
+        DocumentChange::update(things(), "X")
+            .marker(held)
+            .inc("n", 10),
+    );
     let run = tokio::spawn(async move { slow.run(other).await });
     pause.reached.await.unwrap();
     let x = get(&store, &things(), "X").await.unwrap();
     assert_eq!(
-        x.get_array("pendingTransactions").map(Vec::len),
+        x.get_array(held).map(Vec::len),
         Ok(1),
         "the other credit is applied, not cleared: {x}"
     );
@@ -209,14 +230,14 @@ async fn a_marker_field_holding_an_application_array_is_refused_beside_other_mar
         .commit_point(CommitPoint::Done)
         .build();
     let change = DocumentChange::update(things(), "X")
-        .marker("tags")
+        .marker(mine)
         .inc("n", 1);
     let answer = coordinator
         .run(debit_a_and(change, Strategy::TwoPhase))
         .await;
     let x = get(&store, &things(), "X").await.unwrap();
     assert_eq!(
-        x.get_array("tags").unwrap(),
+        x.get_array(mine).unwrap(),
         &vec![bson::Bson::from("alice")],
         "the application's array is left as it was: {answer:?}; {x}"
     );
@@ -226,7 +247,7 @@ async fn a_marker_field_holding_an_application_array_is_refused_beside_other_mar
             undone: true,
             ..
         }) => {
-            assert_eq!(path, "tags", "{message}");
+            assert_eq!(path, mine, "{message}");
             assert!(message.contains("not tandem's"), "{message}");
         }
         other => panic!("{other:?}"),
@@ -238,7 +259,7 @@ async fn a_marker_field_holding_an_application_array_is_refused_beside_other_mar
     let x = get(&store, &things(), "X").await.unwrap();
     assert_eq!(x.get_i32("n").unwrap(), 11, "{x}");
     assert_eq!(
-        x.get_array("tags").unwrap(),
+        x.get_array(mine).unwrap(),
         &vec![bson::Bson::from("alice")],
         "{x}"
     );

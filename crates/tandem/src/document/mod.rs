@@ -10,10 +10,12 @@
 //!   document, whatever marker field they use (an exclusive change requires
 //!   zero, so two marker names on one collection cannot hide a pending change);
 //! * `_tandem.marks.<field>` and `_tandem.marked`: how many of them have their
-//!   marker in each marker field, and the total of those counts (a shared
-//!   apply requires its marker field to hold no more entries than its
-//!   count, so that an array of the application's under the marker's name
-//!   is not taken for tandem's while changes are pending under another);
+//!   marker in each marker field other than the default one, and the total
+//!   of those counts (a shared apply requires its marker field to hold no
+//!   more entries than the changes pending under it: its count, or, for
+//!   the default field, `_tandem.pending` less `_tandem.marked`; so that an
+//!   array of the application's under the marker's name is not taken for
+//!   tandem's while changes are pending under another);
 //! * `_tandem.ghost`: marks a placeholder: an `_id` reserved by an insert that
 //!   has not filled it (yet), with `_tandem.reservedAt`, the store's time of
 //!   the reservation, and `_tandem.leaseMillis`, how long after it the
@@ -82,13 +84,16 @@ const PENDING: &str = "_tandem.pending";
 /// The bytes the changes applied to the document have reserved for their
 /// clears and undos (see `room.rs`).
 const ROOM: &str = "_tandem.room";
-/// How many changes have their marker in each marker field, by the field's
-/// name under it: raised by the apply, lowered by the clear or undo of every
-/// change that counts it (`DocumentChange::counts_marks`), in the same
-/// statement as `_tandem.pending`.
+/// How many changes have their marker in each marker field other than the
+/// default one, by the field's name under it: raised by the apply, lowered
+/// by the clear or undo of every change that counts it
+/// (`DocumentChange::counts_own_marks`), in the same statement as
+/// `_tandem.pending`.
 const MARKS: &str = "_tandem.marks";
 /// The total of the counts under `_tandem.marks`: `_tandem.pending` less
-/// this is how many changes an earlier version applied that no count names.
+/// this is how many changes are pending under the default marker field
+/// (with those an earlier version applied under another, which it did not
+/// count).
 const MARKED: &str = "_tandem.marked";
 
 /// The holder named by a conflict that no transaction explains.

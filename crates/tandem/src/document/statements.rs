@@ -4,7 +4,7 @@
 use crate::error::{clip, MESSAGE_LIMIT, QUOTE_LIMIT};
 use bson::{doc, Bson, Document};
 
-use crate::change::overlaps;
+use crate::change::{overlaps, DEFAULT_MARKER};
 
 use super::room::Room;
 use super::*;
@@ -277,11 +277,21 @@ impl DocumentChange {
         format!("{MARKS}.{}", self.marker)
     }
 
+    /// Whether this change counts itself in `_tandem.marks.<field>` and
+    /// `_tandem.marked`: a change under a marker field of its own name
+    /// (not [`DEFAULT_MARKER`](crate::change::DEFAULT_MARKER)), made by a version that counts them. The
+    /// changes under the default field are the ones no count names
+    /// (`_tandem.pending` less `_tandem.marked`), which keeps the common
+    /// case's statements as they were.
+    pub(super) fn counts_own_marks(&self) -> bool {
+        self.counts_marks && self.marker != DEFAULT_MARKER
+    }
+
     /// `inc` (an `$inc` body that raises `_tandem.pending` by one) raising
     /// this change's marker count and their total with it, where this change
     /// counts them.
     pub(super) fn counted_on(&self, mut inc: Document) -> Document {
-        if self.counts_marks {
+        if self.counts_own_marks() {
             inc.insert(self.marks_path(), 1);
             inc.insert(MARKED, 1);
         }
@@ -292,7 +302,7 @@ impl DocumentChange {
     /// this change's marker count and their total with it, where its apply
     /// raised them.
     pub(super) fn counted_off(&self, mut inc: Document) -> Document {
-        if self.counts_marks {
+        if self.counts_own_marks() {
             inc.insert(self.marks_path(), -1);
             inc.insert(MARKED, -1);
         }
@@ -300,22 +310,30 @@ impl DocumentChange {
     }
 
     /// The filter condition "the marker field holds no more entries than
-    /// the changes counted in it (`_tandem.marks.<field>`), and those no
-    /// count names (applied by an earlier version: `_tandem.pending` less
-    /// `_tandem.marked`)": true where the field is missing or holds no
-    /// array. (`_tandem.pending` alone counts the changes under every
-    /// marker field: an array of the application's passed for tandem's as
-    /// long as as many changes were pending under another one.)
+    /// the changes pending under it": true where the field is missing or
+    /// holds no array. Those changes are, under the default marker field,
+    /// the ones no count names (`_tandem.pending` less `_tandem.marked`);
+    /// under a field of another name, its count (`_tandem.marks.<field>`),
+    /// or, for a change an earlier version made, which counted none,
+    /// `_tandem.pending`. (`_tandem.pending` alone counts the changes under
+    /// every marker field: an array of the application's passed for
+    /// tandem's as long as as many changes were pending under another one.)
     fn markers_counted(&self) -> Document {
         let marker = field_expr(&self.marker);
         let entries =
             doc! { "$cond": [{ "$isArray": marker.clone() }, marker, { "$literal": [] }] };
-        let uncounted = doc! { "$subtract": [
-            { "$ifNull": [format!("${PENDING}"), 0] },
-            { "$ifNull": [format!("${MARKED}"), 0] },
-        ] };
-        let counted = doc! { "$ifNull": [field_expr(&self.marks_path()), 0] };
-        let beyond = doc! { "$arrayElemAt": [entries, { "$add": [counted, uncounted] }] };
+        let pending = doc! { "$ifNull": [format!("${PENDING}"), 0] };
+        let allowed = if self.marker == DEFAULT_MARKER {
+            Bson::Document(doc! { "$subtract": [
+                pending,
+                { "$ifNull": [format!("${MARKED}"), 0] },
+            ] })
+        } else if self.counts_own_marks() {
+            Bson::Document(doc! { "$ifNull": [field_expr(&self.marks_path()), 0] })
+        } else {
+            Bson::Document(pending)
+        };
+        let beyond = doc! { "$arrayElemAt": [entries, allowed] };
         // Missing past the array's end (or null: an entry tandem never
         // writes, reported by the diagnosis where the filter missed).
         doc! { "$lte": [beyond, Bson::Null] }
@@ -337,8 +355,14 @@ impl DocumentChange {
             Some(Bson::Int64(n)) => *n,
             _ => 0,
         };
-        let pending =
-            count(&self.marks_path()).saturating_add(count(PENDING).saturating_sub(count(MARKED)));
+        // As `markers_counted` counts them.
+        let pending = if self.marker == DEFAULT_MARKER {
+            count(PENDING).saturating_sub(count(MARKED))
+        } else if self.counts_own_marks() {
+            count(&self.marks_path())
+        } else {
+            count(PENDING)
+        };
         let counted = i64::try_from(entries.len()).is_ok_and(|n| n <= pending);
         if counted && entries.iter().all(|e| matches!(e, Bson::String(_))) {
             return None;
@@ -1127,7 +1151,7 @@ impl DocumentChange {
         let mut set = fields.clone();
         set.insert(self.marker.clone(), vec![tx]);
         let mut meta = doc! { "lock": tx, "pending": 1 };
-        if self.counts_marks {
+        if self.counts_own_marks() {
             meta.insert("marks", doc! { self.marker.as_str(): 1 });
             meta.insert("marked", 1);
         }
