@@ -263,4 +263,21 @@ async fn refused_beside_a_pending_change(held: &str, mine: &str) {
         &vec![bson::Bson::from("alice")],
         "{x}"
     );
+    // Every count the apply raised, its clear lowered: a change under a
+    // field of another name counts itself there and in the total.
+    let meta = x.get_document("_tandem").unwrap();
+    assert_eq!(meta.get_i32("pending"), Ok(0), "{x}");
+    if held == DEFAULT_MARKER {
+        assert!(
+            !meta.contains_key("marks") && !meta.contains_key("marked"),
+            "{x}"
+        );
+    } else {
+        assert_eq!(
+            meta.get_document("marks").unwrap().get_i32(held),
+            Ok(0),
+            "{x}"
+        );
+        assert_eq!(meta.get_i32("marked"), Ok(0), "{x}");
+    }
 }

@@ -107,7 +107,7 @@ impl DocumentChange {
         if self.numbered_debits_held_alone {
             spec.insert("numberedDebitsHeldAlone", true);
         }
-        if self.counts_own_marks() {
+        if self.counts_marks {
             spec.insert("countsMarks", true);
         }
         Some(spec)
