@@ -13,7 +13,7 @@ mod common;
 use std::sync::Arc;
 
 use bson::doc;
-use common::{accounts, balance, bank, get, records};
+use common::{balance, bank, debit_and, get, records};
 use tandem::{
     change::DEFAULT_MARKER, CommitPoint, Coordinator, DocumentChange, Namespace, StepError, Store,
     Strategy, Transaction, TxError,
@@ -21,14 +21,31 @@ use tandem::{
 
 /// A debit of 30 from account `A`, and `change`, with `strategy`.
 fn debit_a_and(change: DocumentChange, strategy: Strategy) -> Transaction {
-    Transaction::new()
-        .change(
-            DocumentChange::update(accounts(), "A")
-                .inc("balance", -30_i64)
-                .require_gte("balance", 30_i64),
-        )
-        .change(change)
-        .strategy(strategy)
+    debit_and("A", change).strategy(strategy)
+}
+
+/// Asserts that `answer` is a cancel, every apply undone, for a
+/// `TypeMismatch` at the marker field `marker` whose message holds each of
+/// `words`.
+fn refused_at_marker(
+    answer: &Result<tandem::Receipt, TxError>,
+    marker: &str,
+    words: &[&str],
+    case: &str,
+) {
+    match answer {
+        Err(TxError::Canceled {
+            cause: StepError::TypeMismatch { path, message, .. },
+            undone: true,
+            ..
+        }) => {
+            assert_eq!(path, marker, "{case}: {message}");
+            for word in words {
+                assert!(message.contains(word), "{case}: {message}");
+            }
+        }
+        other => panic!("{case}: {other:?}"),
+    }
 }
 
 fn things() -> Namespace {
@@ -63,17 +80,7 @@ async fn a_marker_field_holding_a_string_is_named_by_a_two_phase_refusal() {
                 assert_eq!(x.get_i32("n").unwrap(), 2, "{case}");
                 continue;
             }
-            match &answer {
-                Err(TxError::Canceled {
-                    cause: StepError::TypeMismatch { path, message, .. },
-                    undone: true,
-                    ..
-                }) => {
-                    assert_eq!(path, "owner", "{case}: {message}");
-                    assert!(message.contains("marker field owner"), "{case}: {message}");
-                }
-                other => panic!("{case}: {other:?}"),
-            }
+            refused_at_marker(&answer, "owner", &["marker field owner"], &case);
             assert_eq!(balance(&store, "A").await, 100, "{case}");
             let x = get(&store, &things(), "X").await.unwrap();
             assert_eq!(x.get_str("owner").unwrap(), "alice", "{case}");
@@ -134,20 +141,7 @@ async fn a_marker_field_holding_an_application_array_is_refused() {
                 assert_eq!(x.get_i32("n").unwrap(), 2, "{case}");
                 continue;
             }
-            match &answer {
-                Err(TxError::Canceled {
-                    cause: StepError::TypeMismatch { path, message, .. },
-                    undone: true,
-                    ..
-                }) => {
-                    assert_eq!(path, "tags", "{case}: {message}");
-                    assert!(
-                        message.contains("not tandem's") && message.contains("alice"),
-                        "{case}: {message}"
-                    );
-                }
-                other => panic!("{case}: {other:?}"),
-            }
+            refused_at_marker(&answer, "tags", &["not tandem's", "alice"], &case);
             assert_eq!(balance(&store, "A").await, 100, "{case}");
             assert_eq!(x.get_i32("n").unwrap(), 1, "{case}");
             assert!(
@@ -241,17 +235,7 @@ async fn refused_beside_a_pending_change(held: &str, mine: &str) {
         &vec![bson::Bson::from("alice")],
         "the application's array is left as it was: {answer:?}; {x}"
     );
-    match &answer {
-        Err(TxError::Canceled {
-            cause: StepError::TypeMismatch { path, message, .. },
-            undone: true,
-            ..
-        }) => {
-            assert_eq!(path, mine, "{message}");
-            assert!(message.contains("not tandem's"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
+    refused_at_marker(&answer, mine, &["not tandem's"], &format!("{held} held"));
     assert_eq!(balance(&store, "A").await, 100);
 
     pause.release.send(()).unwrap();

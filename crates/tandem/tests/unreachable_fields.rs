@@ -15,7 +15,7 @@ mod common;
 use std::sync::Arc;
 
 use bson::{doc, Document};
-use common::{accounts, balance, bank, records};
+use common::{balance, bank, debit_and, records};
 use tandem::{
     CommitPoint, Coordinator, DocumentChange, Namespace, StepError, Store, Strategy, Transaction,
     TxError,
@@ -31,13 +31,7 @@ fn order() -> Document {
 
 /// A payment of 30 from A, and a change of the order's `items.<field>`.
 fn paid(change: DocumentChange) -> Transaction {
-    Transaction::new()
-        .change(
-            DocumentChange::update(accounts(), "A")
-                .inc("balance", -30_i64)
-                .require_gte("balance", 30_i64),
-        )
-        .change(change)
+    debit_and("A", change)
 }
 
 #[tokio::test]

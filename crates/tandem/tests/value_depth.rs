@@ -13,7 +13,7 @@ mod common;
 use std::sync::Arc;
 
 use bson::{doc, Bson};
-use common::{accounts, balance, bank, get, records};
+use common::{accounts, balance, bank, debit_and, get, records};
 use tandem::{
     change::MAX_VALUE_DEPTH, ChangeError, CommitPoint, Coordinator, DocumentChange, StepError,
     Store, Strategy, Transaction, TxError,
@@ -56,14 +56,7 @@ async fn a_value_nested_too_deep_is_refused() {
             let coordinator = Coordinator::builder_shared(Arc::new(store.clone()))
                 .commit_point(CommitPoint::Done)
                 .build();
-            let tx = Transaction::new()
-                .change(
-                    DocumentChange::update(accounts(), "B")
-                        .inc("balance", -30_i64)
-                        .require_gte("balance", 30_i64),
-                )
-                .change(change(nested(levels)))
-                .strategy(strategy);
+            let tx = debit_and("B", change(nested(levels))).strategy(strategy);
             let answer = coordinator.run(tx).await;
             assert!(
                 matches!(
@@ -144,13 +137,7 @@ async fn a_before_image_too_deep_for_the_record_is_refused() {
         let coordinator = Coordinator::builder_shared(Arc::new(store.clone()))
             .commit_point(CommitPoint::Done)
             .build();
-        let tx = Transaction::new()
-            .change(
-                DocumentChange::update(accounts(), "B")
-                    .inc("balance", -30_i64)
-                    .require_gte("balance", 30_i64),
-            )
-            .change(DocumentChange::update(accounts(), "Z").set("deep", 1))
+        let tx = debit_and("B", DocumentChange::update(accounts(), "Z").set("deep", 1))
             .strategy(strategy);
         let answer = coordinator.run(tx).await;
         let z = get(&store, &accounts(), "Z").await.unwrap();

@@ -48,6 +48,17 @@ pub async fn bank(
     (store, clock, seeded)
 }
 
+/// A debit of 30 from `account`, guarded by `balance >= 30`, and `change`.
+pub fn debit_and(account: &str, change: DocumentChange) -> tandem::Transaction {
+    tandem::Transaction::new()
+        .change(
+            DocumentChange::update(accounts(), account)
+                .inc("balance", -30_i64)
+                .require_gte("balance", 30_i64),
+        )
+        .change(change)
+}
+
 pub fn transfer(from: &str, to: &str, amount: i64) -> tandem::Transaction {
     tandem::Transaction::new()
         .change(
