@@ -128,8 +128,10 @@ pub fn check_namespace(ns: &Namespace) -> Result<(), ChangeError> {
 }
 
 /// How deep a value may reach in its document, counting the levels of its
-/// field's path (`a.b` is two) and each document or array it nests: MongoDB
-/// stores at most 100 levels, and a transaction record keeps a change's
+/// field's path (`a.b` is two) and each document or array it nests:
+/// MongoDB's manual supports at most 100 levels (a server refuses a
+/// document past 180 by default, past fewer where its `maxBSONDepth` is
+/// set lower), and a transaction record keeps a change's
 /// values seven levels below its own top (participants, entry, spec, op,
 /// ops, op), so 90 leaves room for both.
 pub const MAX_VALUE_DEPTH: usize = 90;

@@ -75,9 +75,10 @@ pub enum ChangeError {
     },
     /// A value nests documents and arrays deeper than a document may hold
     /// them, counting the levels of its field's path
-    /// ([`MAX_VALUE_DEPTH`](crate::change::MAX_VALUE_DEPTH)): MongoDB
-    /// stores at most 100 levels, and the transaction record keeps the
-    /// value deeper than the document does.
+    /// ([`MAX_VALUE_DEPTH`](crate::change::MAX_VALUE_DEPTH)): MongoDB's
+    /// manual supports at most 100 levels (a server refuses past 180 by
+    /// default), and the transaction record keeps the value deeper than
+    /// the document does.
     #[error("value for {path:?} nests {depth} levels deep, its path included; at most {limit} fit in a document and in the transaction record")]
     TooDeep {
         /// The field.
@@ -267,7 +268,7 @@ pub enum StepError {
     /// spec, and its before-image: a field's value as the document holds
     /// it) nests documents and arrays deeper than a document may hold
     /// them: the record keeps a before-image's values six levels below its
-    /// own top, and MongoDB stores at most 100 levels. Refused while
+    /// own top, and MongoDB's manual supports at most 100 levels. Refused while
     /// preparing, before anything is written; a document field that deep
     /// was not written by tandem (whose values reach at most
     /// [`MAX_VALUE_DEPTH`](crate::change::MAX_VALUE_DEPTH) levels, their

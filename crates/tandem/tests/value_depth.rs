@@ -1,8 +1,9 @@
 #![cfg(feature = "test-util")]
-//! A value nested deeper than MongoDB stores (100 levels, each document or
-//! array one): the embedded store committed a `set` or an insert of one,
-//! while MongoDB refuses it, at the apply, after the record and the other
-//! participants' applies were written; and the record, which keeps the
+//! A value nested deeper than MongoDB's manual supports (100 levels, each
+//! document or array one): the embedded store committed a `set` or an
+//! insert of one, while a MongoDB server refuses one past 180 levels (by
+//! default) at the apply, after the record and the other participants'
+//! applies were written; and the record, which keeps the
 //! value seven levels below its own top, could not be written for values
 //! that fit in the document. Such a value is refused as malformed
 //! (`ChangeError::TooDeep`), with either strategy, before anything is
@@ -112,11 +113,11 @@ async fn a_value_at_the_limit_commits() {
 }
 
 /// A field that holds a value nested deeper than the transaction record
-/// can keep as a before-image (written outside tandem: MongoDB stores 100
-/// levels, the record keeps a before-image six levels below its top):
-/// the two-phase strategy refuses to change it (`StepError::TooDeep`)
-/// before anything is written, where MongoDB refused the record's insert
-/// with an error of its own and the embedded store committed. One level
+/// can keep as a before-image (written outside tandem: MongoDB's manual
+/// supports 100 levels, the record keeps a before-image six levels below
+/// its top): the two-phase strategy refuses to change it
+/// (`StepError::TooDeep`) before anything is written, where the record
+/// went past what MongoDB supports and the embedded store committed. One level
 /// less commits; the native strategy, which keeps no before-image,
 /// commits either way.
 #[tokio::test]

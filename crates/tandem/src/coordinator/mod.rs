@@ -33,7 +33,7 @@ const MAX_RECORD_ENTRIES_LEN: usize = 16 * 1024 * 1024 - 64 * 1024;
 /// The most levels a record may nest, its own included: a change's values
 /// sit seven levels below its top, and reach at most
 /// [`MAX_VALUE_DEPTH`](crate::change::MAX_VALUE_DEPTH) levels with their
-/// path; MongoDB stores at most 100.
+/// path; MongoDB's manual supports at most 100.
 const MAX_RECORD_DEPTH: usize = crate::change::MAX_VALUE_DEPTH + 7;
 
 /// How deep a record nests a participant's `entry` (its spec and

@@ -60,7 +60,10 @@ const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 ///   MongoDB's bracket order; unlike MongoDB, an array is not sorted by its
 ///   smallest or largest element. No collations.
 /// * Documents over 16 MiB are refused with
-///   [`StoreErrorKind::DocumentTooLarge`], as MongoDB does.
+///   [`StoreErrorKind::DocumentTooLarge`], as MongoDB does; so are those
+///   nesting documents and arrays more than 180 levels deep, themselves
+///   included (empty ones do not count), with [`StoreErrorKind::Overflow`]
+///   (code 15), as MongoDB does with its default `maxBSONDepth`.
 /// * Data lives as long as the store (and its clones): there is no persistence.
 ///
 /// # Server time in filters
@@ -720,11 +723,11 @@ fn check_id(doc: &Document) -> Result<(), StoreError> {
     }
 }
 
-/// `doc`, measured, if it is within the size limit.
+/// `doc`, measured, if it is within the size and depth limits.
 fn checked(doc: Document) -> Result<Stored, StoreError> {
-    let stored = Stored::new(doc);
-    check_len(stored.len)?;
-    Ok(stored)
+    let (doc, len) = query::depth::measured(doc)?;
+    check_len(len)?;
+    Ok(Stored { doc, len })
 }
 
 /// Refuses a document of `size` bytes over the limit.

@@ -7,7 +7,6 @@ use bson::{Bson, Document};
 
 use super::id::{IdBuildHasher, IdKey, IdRef, IdView};
 use super::{eval_rest, id_equality, id_list};
-use crate::query::size::document_len;
 use crate::query::{self, Ctx};
 use crate::store::{Namespace, StoreError, StoreErrorKind};
 
@@ -29,14 +28,6 @@ pub(super) struct Collection {
 pub(super) struct Stored {
     pub(super) doc: Document,
     pub(super) len: usize,
-}
-
-impl Stored {
-    /// `doc`, measured.
-    pub(super) fn new(doc: Document) -> Stored {
-        let len = document_len(&doc);
-        Stored { doc, len }
-    }
 }
 
 impl Collection {

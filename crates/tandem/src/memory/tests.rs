@@ -11,6 +11,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 mod concurrency;
+mod depth;
 mod expr_now;
 mod sizes;
 

@@ -102,6 +102,7 @@
 
 mod decimal;
 mod decimal_arith;
+pub(crate) mod depth;
 mod eval;
 mod expr;
 mod order;

@@ -46,6 +46,44 @@ pub(crate) fn value_len(v: &Bson) -> usize {
     }
 }
 
+/// [`document_len`] of a document nesting non-empty documents and arrays
+/// no more than `levels` levels deep, itself included; `None` for one
+/// nesting deeper, found without recursing further than `levels` calls.
+pub(crate) fn document_len_within(doc: &Document, levels: usize) -> Option<usize> {
+    if doc.is_empty() {
+        return Some(5);
+    }
+    let room = levels.checked_sub(1)?;
+    let mut len = 5;
+    for (k, v) in doc {
+        len += 2 + k.len() + value_len_within(v, room)?;
+    }
+    Some(len)
+}
+
+/// [`value_len`] of a value nesting no more than `levels` levels, as
+/// [`document_len_within`].
+fn value_len_within(v: &Bson, levels: usize) -> Option<usize> {
+    match v {
+        Bson::Document(d) => document_len_within(d, levels),
+        Bson::Array(a) if a.is_empty() => Some(5),
+        Bson::Array(a) => {
+            let room = levels.checked_sub(1)?;
+            let mut len = 5 + key_digits(a.len());
+            for e in a {
+                len += 2 + value_len_within(e, room)?;
+            }
+            Some(len)
+        }
+        // MongoDB does not count a scope's levels; measuring it must not
+        // recurse without bound all the same.
+        Bson::JavaScriptCodeWithScope(c) => {
+            Some(4 + 5 + c.code.len() + document_len_within(&c.scope, levels)?)
+        }
+        v => Some(value_len(v)),
+    }
+}
+
 /// The length of an array serialized as BSON (a document keyed "0", "1", ...).
 pub(crate) fn array_len(a: &[Bson]) -> usize {
     5 + key_digits(a.len()) + a.iter().map(|e| 2 + value_len(e)).sum::<usize>()
@@ -85,6 +123,24 @@ pub(crate) fn key_digits(n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn document_len_within_measures_within_its_levels() {
+        let mut v = Bson::Int32(1);
+        for levels in 1..40 {
+            v = if levels % 2 == 0 {
+                Bson::Document(bson::doc! { "x": v, "e": [], "f": {} })
+            } else {
+                Bson::Array(vec![v, Bson::String("s".into())])
+            };
+            let d = bson::doc! { "_id": 1, "v": v.clone() };
+            // The document, and `levels` below it; empty ones do not count.
+            assert_eq!(document_len_within(&d, levels + 1), Some(document_len(&d)));
+            assert_eq!(document_len_within(&d, levels + 5), Some(document_len(&d)));
+            assert_eq!(document_len_within(&d, levels), None, "{levels}");
+        }
+        assert_eq!(document_len_within(&Document::new(), 0), Some(5));
+    }
 
     #[test]
     fn key_digits_sums_decimal_digits() {

@@ -48,6 +48,7 @@
 
 use bson::{Bson, DateTime, Document};
 
+use super::depth::{check_path, check_push, check_set};
 use super::is_operator_doc;
 use crate::store::StoreError;
 use ops::{current_date, each_len, inc, max, pull, push, slice_of};
@@ -297,15 +298,31 @@ fn apply_one<'u>(
         _ => OpKind::Write,
     };
     undo.save(doc, path, kind);
+    // (Each write is checked for the depth it reaches before it is made;
+    // the caller rolls back whatever came before.)
     match op {
-        "$set" | "$setOnInsert" => set_value(doc, path, value.into_value())?,
+        "$set" | "$setOnInsert" => {
+            check_set(op, path, value.get())?;
+            set_value(doc, path, value.into_value())?;
+        }
         "$unset" => unset(doc, path),
-        "$inc" => inc(doc, path, value.get())?,
-        "$max" => max(doc, path, value.into_value())?,
-        "$push" => push(doc, path, value, false)?,
-        "$addToSet" => push(doc, path, value, true)?,
+        "$inc" => {
+            check_path(op, path)?;
+            inc(doc, path, value.get())?;
+        }
+        "$max" => {
+            check_set(op, path, value.get())?;
+            max(doc, path, value.into_value())?;
+        }
+        "$push" | "$addToSet" => {
+            check_push(op, path, value.get())?;
+            push(doc, path, value, op == "$addToSet")?;
+        }
         "$pull" => pull(doc, path, value.get(), undo.pulled())?,
-        "$currentDate" => set_value(doc, path, current_date(value.get(), now))?,
+        "$currentDate" => {
+            check_path(op, path)?;
+            set_value(doc, path, current_date(value.get(), now))?;
+        }
         _ => {}
     }
     undo.measure(doc);
@@ -342,7 +359,14 @@ pub(crate) fn apply_to_new(
     }
     entries.sort_by(|a, b| path_order(&a.1, &b.1));
     for (op, path, mut value) in entries {
-        match ops[op].as_str() {
+        let op = ops[op].as_str();
+        match op {
+            "$set" | "$setOnInsert" | "$max" => check_set(op, &path, &value)?,
+            "$push" | "$addToSet" => check_push(op, &path, &value)?,
+            "$inc" | "$currentDate" => check_path(op, &path)?,
+            _ => {}
+        }
+        match op {
             // A top-level field: the key is moved too.
             "$set" | "$setOnInsert" if !path.contains('.') => match doc.get_mut(&path) {
                 Some(slot) => *slot = value,
