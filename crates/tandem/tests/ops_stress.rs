@@ -19,7 +19,8 @@
 //! operations of either store) and
 //! `stress_mixed` (`stress_gc` with native transactions beside two-phase
 //! ones, nested and prefix-related paths, guards on them and fields that
-//! are sometimes missing, checked field by field); and two more,
+//! are sometimes missing, checked field by field, and changes pending
+//! under a second marker field beside the default one); and two more,
 //! `stress_vouchers` and `stress_vouchers_skew` (`stress_gc` and
 //! `stress_skew` issuing and redeeming two vouchers over and over, inserts
 //! and deletes of one `_id` overlapping, a third natively).
@@ -381,7 +382,24 @@ fn mixed_account(name: &str, seed: &mut u64) -> Document {
     if rng(seed) % 2 == 0 {
         d.insert("pendingTransactions", Bson::Array(Vec::new()));
     }
+    if rng(seed) % 2 == 0 {
+        d.insert(HELD, Bson::Array(Vec::new()));
+    }
     d
+}
+
+/// The marker field other than the default that a mixed transaction's
+/// changes use one time in three, each change drawn on its own: changes
+/// under both fields pend on one document, and count apart.
+const HELD: &str = "held";
+
+/// `change`, under the marker field [`HELD`] one time in three.
+fn marker_drawn(change: DocumentChange, seed: &mut u64) -> DocumentChange {
+    if rng(seed) % 3 == 0 {
+        change.marker(HELD)
+    } else {
+        change
+    }
 }
 
 /// Draws coordinator `i`'s mixed transaction: 1 to 60 of one currency from
@@ -390,8 +408,9 @@ fn mixed_account(name: &str, seed: &mut u64) -> Document {
 /// credited account, a bonus to a third, a guard that `stats` exists on
 /// the debited one, a count of `stats.visits` (guarded by `<`) or a debit
 /// of `stats` or `stats.visits` (guarded by `>=`) there, or a count of
-/// `m` or `bal` (a document: refused); and the ledger entry `L{i}` listing
-/// every increment.
+/// `m` or `bal` (a document: refused); each change of an account under the
+/// marker field [`HELD`] one time in three; and the ledger entry `L{i}`
+/// listing every increment.
 fn mixed(i: u64, seed: &mut u64) -> Transaction {
     let from = NAMES[(rng(seed) % 4) as usize];
     let mut to = NAMES[(rng(seed) % 4) as usize];
@@ -461,9 +480,11 @@ fn mixed(i: u64, seed: &mut u64) -> Transaction {
         .iter()
         .map(|(id, path, by)| Bson::Document(doc! { "id": *id, "path": *path, "by": *by }))
         .collect();
-    let mut t = t.change(debit).change(credit);
+    let mut t = t
+        .change(marker_drawn(debit, seed))
+        .change(marker_drawn(credit, seed));
     if let Some(extra) = extra {
-        t = t.change(extra);
+        t = t.change(marker_drawn(extra, seed));
     }
     t.change(DocumentChange::insert(
         ledger(),
@@ -868,14 +889,15 @@ async fn find_all(store: &dyn Store, ns: Namespace) -> Vec<Document> {
     store.find(&ns, doc! {}, Default::default()).await.unwrap()
 }
 
-/// Whether a document still carries a marker: a `pendingTransactions` entry
-/// or a `_tandem.lock`, and with `count` a `_tandem.pending`, a
-/// `_tandem.marked` or a `_tandem.marks.<field>` other than 0.
+/// Whether a document still carries a marker: a `pendingTransactions` or
+/// [`HELD`] entry or a `_tandem.lock`, and with `count` a
+/// `_tandem.pending`, a `_tandem.marked` or a `_tandem.marks.<field>`
+/// other than 0.
 fn marked(d: &Document, count: bool) -> bool {
     let nonzero = |n: &Bson| n.as_i64().or(n.as_i32().map(i64::from)) != Some(0);
-    d.get_array("pendingTransactions")
-        .map(|a| !a.is_empty())
-        .unwrap_or(false)
+    ["pendingTransactions", HELD]
+        .iter()
+        .any(|f| d.get_array(f).is_ok_and(|a| !a.is_empty()))
         || d.get_document("_tandem").ok().is_some_and(|m| {
             m.get("lock").is_some_and(|l| *l != Bson::Null)
                 || (count
