@@ -14,7 +14,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::query::size::document_len;
 use crate::query::update::{
     apply_logged_taking, apply_to_new, apply_validated, apply_validated_taking, check_update,
-    check_update_touching_id, checked_upsert_seed, validate_replacement, UndoLog,
+    check_update_touching_id, checked_upsert_seed, path_count, validate_replacement, UndoLog,
 };
 use crate::query::{self, is_operator_doc, lookup, total_cmp, Ctx};
 use crate::store::{
@@ -597,7 +597,11 @@ fn update_stored(
         }
         _ => None,
     };
-    let mut undo = UndoLog::default();
+    let paths = match &update {
+        UpdateArg::Taken(u) | UpdateArg::TakenChecked(u, _) => path_count(u),
+        UpdateArg::SharedChecked(u, _) => path_count(u),
+    };
+    let mut undo = UndoLog::with_capacity(paths);
     let applied = match update {
         UpdateArg::Taken(update) => {
             apply_logged_taking(&mut stored.doc, update, now, false, &mut undo)

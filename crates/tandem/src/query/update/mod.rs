@@ -119,7 +119,7 @@ pub fn apply_update(
     now: DateTime,
     inserting: bool,
 ) -> Result<(), StoreError> {
-    let mut undo = UndoLog::default();
+    let mut undo = UndoLog::with_capacity(path_count(update));
     let result = apply_logged(doc, update, now, inserting, &mut undo);
     if result.is_err() {
         undo.rollback(doc);
@@ -178,10 +178,20 @@ pub(crate) fn apply_validated<'u>(
     check_id_kept(doc, original_id)
 }
 
+/// How many paths the operator documents of `update` name: what its
+/// entries and its undo log are sized for, so that they are allocated once.
+pub(crate) fn path_count(update: &Document) -> usize {
+    update
+        .values()
+        .filter_map(Bson::as_document)
+        .map(Document::len)
+        .sum()
+}
+
 /// The `(operator, path, argument)` entries of `update` that apply (those
 /// of `$setOnInsert` only when `inserting`), in the order it lists them.
 fn entries(update: &Document, inserting: bool) -> Vec<(&str, &str, &Bson)> {
-    let mut entries = Vec::new();
+    let mut entries = Vec::with_capacity(path_count(update));
     for (op, spec) in update {
         let Bson::Document(spec) = spec else {
             continue;
@@ -226,7 +236,11 @@ pub(crate) fn apply_validated_taking<'u>(
         None
     };
     let ordered = listed_in_path_order(update);
-    let mut entries = Vec::new();
+    let mut entries = if ordered {
+        Vec::new()
+    } else {
+        Vec::with_capacity(path_count(update))
+    };
     for (op, spec) in update.iter_mut() {
         let Bson::Document(spec) = spec else {
             continue;
@@ -346,8 +360,8 @@ pub(crate) fn apply_to_new(
     };
     // In MongoDB's order, which decides the order of the new fields. Each
     // entry names its operator by its place in `ops`.
-    let mut ops = Vec::new();
-    let mut entries = Vec::new();
+    let mut ops = Vec::with_capacity(update.len());
+    let mut entries = Vec::with_capacity(path_count(&update));
     for (op, spec) in update {
         let Bson::Document(spec) = spec else {
             continue;

@@ -80,6 +80,15 @@ enum Undo<'u> {
 }
 
 impl<'u> UndoLog<'u> {
+    /// An empty log with room for the entries of `paths` operator paths.
+    pub(crate) fn with_capacity(paths: usize) -> Self {
+        UndoLog {
+            entries: Vec::with_capacity(paths),
+            changed: false,
+            size_delta: 0,
+        }
+    }
+
     /// Records what the operator of `kind` at `path` is about to change in `doc`.
     pub(super) fn save(&mut self, doc: &Document, path: &'u str, kind: OpKind) {
         let kind = match kind {
