@@ -447,10 +447,7 @@ fn numbered_debit(op: &FieldOp) -> bool {
                 _ => false,
             };
             // The segments the pending sums leave out (`counted`).
-            debit
-                && path
-                    .split('.')
-                    .any(|seg| crate::query::array_index(seg).is_some())
+            debit && crate::query::has_index_segment(path)
         }
         _ => false,
     }

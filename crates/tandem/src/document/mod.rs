@@ -525,7 +525,7 @@ impl Participant for DocumentChange {
 /// Whether a deferred credit of `by` to `path` is counted in the field's
 /// pending sum: a positive integer credit to a field outside any array.
 fn counted(path: &str, by: &Bson) -> bool {
-    credit_ceiling(by).is_some() && !path.split('.').any(|seg| query::array_index(seg).is_some())
+    credit_ceiling(by).is_some() && !query::has_index_segment(path)
 }
 
 /// Where the sum of the credits pending on `path` is kept.

@@ -33,7 +33,7 @@ pub(super) const MAX_DOCUMENT_LEN: i64 = 16 * 1024 * 1024;
 /// from its before-image (`image_sizes`), and a shared increment may not
 /// pad ([`DocumentChange::no_padding`]).
 fn field_overhead(path: &str) -> i64 {
-    let segments = len(path.split('.').count());
+    let segments = len(path.bytes().filter(|&b| b == b'.').count() + 1);
     len(path.len())
         .saturating_add(segments.saturating_mul(7))
         .saturating_add(4)
@@ -107,6 +107,9 @@ fn numbers(v: &Bson) -> i64 {
 /// [`DocumentChange::no_padding`]).
 fn no_padding_of(path: &str) -> Vec<Document> {
     let mut conds = Vec::new();
+    if !crate::query::has_index_segment(path) {
+        return conds;
+    }
     let mut start = 0;
     for (k, seg) in path.split('.').enumerate() {
         let at = start;

@@ -560,7 +560,7 @@ impl DocumentChange {
             }
         };
         for (path, _) in self.deferred_credits() {
-            let through_array = path.split('.').any(|seg| query::array_index(seg).is_some());
+            let through_array = query::has_index_segment(path);
             for parent in parents(path) {
                 if !through_array {
                     // Every type but a document.
@@ -613,7 +613,7 @@ impl DocumentChange {
         ops.iter()
             .filter(|op| !op.commutes())
             .map(FieldOp::path)
-            .filter(|path| !path.split('.').any(|seg| query::array_index(seg).is_some()))
+            .filter(|path| !query::has_index_segment(path))
             .collect()
     }
 
@@ -694,7 +694,7 @@ impl DocumentChange {
     /// that `current` holds a parent of as something other than a
     /// document, where no `$inc` can create its field, if it does.
     fn parent_not_a_document(&self, current: &Document, path: &str) -> Option<StepError> {
-        if path.split('.').any(|seg| query::array_index(seg).is_some()) {
+        if query::has_index_segment(path) {
             return None;
         }
         parents(path).find_map(|parent| match query::lookup(current, parent) {

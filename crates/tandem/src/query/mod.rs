@@ -359,6 +359,14 @@ pub(crate) fn array_index(seg: &str) -> Option<usize> {
     seg.parse().ok()
 }
 
+/// Whether a segment of the dotted `path` is an array index
+/// ([`array_index`]). A path without a digit has none: most paths are
+/// answered without being split.
+pub(crate) fn has_index_segment(path: &str) -> bool {
+    path.bytes().any(|b| b.is_ascii_digit())
+        && path.split('.').any(|seg| array_index(seg).is_some())
+}
+
 /// Splits a dotted path at its first dot.
 pub(crate) fn split_dot(path: &str) -> Option<(&str, &str)> {
     let i = path.bytes().position(|b| b == b'.')?;

@@ -127,12 +127,14 @@ fn validate_expr_in(expr: &Bson, bound: &[&str]) -> Result<(), StoreError> {
             }
         }
         Bson::String(s) if s.starts_with('$') => {
-            let path = &s[1..];
-            if path.is_empty()
-                || path
-                    .split('.')
-                    .any(|seg| seg.is_empty() || seg.starts_with('$'))
-            {
+            // No segment empty or starting with `$`, checked byte by byte.
+            let mut segment_start = true;
+            let mut invalid = false;
+            for &b in &s.as_bytes()[1..] {
+                invalid |= segment_start && (b == b'.' || b == b'$');
+                segment_start = b == b'.';
+            }
+            if invalid || segment_start {
                 return Err(bad_request(format!("invalid field path in $expr: '{s}'")));
             }
             Ok(())
