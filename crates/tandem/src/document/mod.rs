@@ -119,7 +119,7 @@ fn from(time: bson::DateTime) -> Document {
 /// The end of a placeholder's validity, by its own fields: `reservedAt`
 /// plus `leaseMillis`, in milliseconds; null when either is missing.
 fn reservation_end() -> Document {
-    doc! { "$add": [ { "$toLong": format!("${RESERVED_AT}") }, format!("${LEASE_MILLIS}") ] }
+    doc! { "$add": [ { "$toLong": (["$", RESERVED_AT].concat()) }, (["$", LEASE_MILLIS].concat()) ] }
 }
 
 /// The filter condition "the placeholder is still a reservation": the
@@ -530,7 +530,7 @@ fn counted(path: &str, by: &Bson) -> bool {
 
 /// Where the sum of the credits pending on `path` is kept.
 fn credit_path(path: &str) -> String {
-    format!("{CREDITS}.{path}")
+    [CREDITS, ".", path].concat()
 }
 
 /// Adds `exprs` to `filter` as its `$expr`: one condition as it is, several

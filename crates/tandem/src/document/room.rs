@@ -297,7 +297,7 @@ impl DocumentChange {
             .saturating_sub(growth)
             .saturating_sub(later);
         doc! { "$lte": [
-            { "$add": [{ "$bsonSize": "$$ROOT" }, { "$ifNull": [format!("${ROOM}"), 0_i64] }] },
+            { "$add": [{ "$bsonSize": "$$ROOT" }, { "$ifNull": [(["$", ROOM].concat()), 0_i64] }] },
             most,
         ] }
     }

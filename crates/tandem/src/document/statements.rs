@@ -274,7 +274,7 @@ impl DocumentChange {
     /// Where the changes with their marker in this change's marker field
     /// are counted (`_tandem.marks.<field>`).
     pub(super) fn marks_path(&self) -> String {
-        format!("{MARKS}.{}", self.marker)
+        [MARKS, ".", &self.marker].concat()
     }
 
     /// Whether this change counts itself in `_tandem.marks.<field>` and
@@ -322,11 +322,11 @@ impl DocumentChange {
         let marker = field_expr(&self.marker);
         let entries =
             doc! { "$cond": [{ "$isArray": marker.clone() }, marker, { "$literal": [] }] };
-        let pending = doc! { "$ifNull": [format!("${PENDING}"), 0] };
+        let pending = doc! { "$ifNull": [(["$", PENDING].concat()), 0] };
         let allowed = if self.marker == DEFAULT_MARKER {
             Bson::Document(doc! { "$subtract": [
                 pending,
-                { "$ifNull": [format!("${MARKED}"), 0] },
+                { "$ifNull": [(["$", MARKED].concat()), 0] },
             ] })
         } else if self.counts_own_marks() {
             Bson::Document(doc! { "$ifNull": [field_expr(&self.marks_path()), 0] })
@@ -922,8 +922,8 @@ impl DocumentChange {
             // shape rule refuses the change; `$subtract` of a document
             // fails the whole statement on MongoDB (code 16556), whichever
             // condition the server tries first.
-            let sum = format!("${pending}");
-            let field = format!("${path}");
+            let sum = ["$", &pending].concat();
+            let field = ["$", path].concat();
             // A double or a decimal field takes any integer credit: no
             // overflow there (and tandem's increments keep it so: an
             // integer or a decimal added to a decimal, an integer or a
@@ -943,7 +943,7 @@ impl DocumentChange {
             // With the comparison above (which every type but numbers, null
             // and missing fails), the field is numeric or missing: the credit
             // cannot fail at commit.
-            exprs.push(doc! { "$ne": [format!("${path}"), Bson::Null] });
+            exprs.push(doc! { "$ne": [(["$", path].concat()), Bson::Null] });
         }
         (plain, exprs)
     }
@@ -1035,7 +1035,7 @@ impl DocumentChange {
         if self.is_exclusive() {
             // Nobody else may have a change pending on a document we change
             // exclusively, under this marker field or any other.
-            filter.insert(format!("{}.0", self.marker), doc! { "$exists": false });
+            filter.insert([&self.marker, ".0"].concat(), doc! { "$exists": false });
             filter.insert(PENDING, doc! { "$not": { "$gt": 0 } });
         }
         let mut conds: Vec<(String, Bson)> = self
@@ -1049,7 +1049,7 @@ impl DocumentChange {
             // a string as a string (not a symbol of the same text).
             for path in self.pinned_paths() {
                 conds.push((
-                    format!("{path}.0"),
+                    [&path[..], ".0"].concat(),
                     Bson::Document(doc! { "$exists": false }),
                 ));
                 if let Some(g) = self
@@ -1074,7 +1074,7 @@ impl DocumentChange {
                     // Null itself: not a missing field, not an array holding null.
                     Some(Bson::Null) => {
                         conds.push((
-                            format!("{path}.0"),
+                            [&path[..], ".0"].concat(),
                             Bson::Document(doc! { "$exists": false }),
                         ));
                         doc! { "$eq": Bson::Null, "$exists": true }
@@ -1086,7 +1086,7 @@ impl DocumentChange {
                             // element itself must equal the image, which an
                             // aggregation expression reads alone.
                             Some(only) if !through_element(&path) => {
-                                conds.push((format!("{path}.0"), Bson::Document(only)))
+                                conds.push(([&path[..], ".0"].concat(), Bson::Document(only)))
                             }
                             // An array, or a document with a field `0`:
                             // the field itself must equal it, which an
@@ -1218,7 +1218,7 @@ impl DocumentChange {
                 "_id": self.id.clone(),
                 GHOST: { "$exists": true },
                 LOCK: Bson::Null,
-                format!("{}.0", self.marker): { "$exists": false },
+                ([&self.marker, ".0"].concat()): { "$exists": false },
                 RESERVERS: reservers,
             }
         };
@@ -2378,6 +2378,10 @@ fn image_root<'p>(doc: &Document, path: &'p str, unset: bool) -> Option<&'p str>
 /// `"$items.0.tags"` would read the field `0` of each element instead, and
 /// never equal the image: the apply would be refused for good.)
 pub(super) fn field_expr(path: &str) -> Bson {
+    // The common case, without splitting the path: no segment is an index.
+    if !crate::query::has_index_segment(path) {
+        return Bson::String(["$", path].concat());
+    }
     let segments: Vec<&str> = path.split('.').collect();
     // An index as the document was read by (`query::lookup`).
     let index = |seg: &str| crate::query::array_index(seg).and_then(|i| i32::try_from(i).ok());
