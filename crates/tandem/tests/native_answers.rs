@@ -561,3 +561,60 @@ async fn a_keyed_native_record_reads_back_as_native() {
         );
     }
 }
+
+/// A keyed payment refused before its record could be written (the order
+/// it marks paid does not exist yet, found where the two-phase strategy
+/// reads the order's before-image, before the record) takes its key as a
+/// refusal at an apply does, under every strategy: before, the two-phase
+/// run left the key free, and the redelivered payment, once the order
+/// existed, paid (natively it was told `Duplicate`).
+#[tokio::test]
+async fn a_keyed_payment_refused_before_its_record_keeps_its_key_under_every_strategy() {
+    let orders = tandem::Namespace::new("shop", "orders");
+    let pay = || {
+        Transaction::with_id("pay-order-7")
+            .change(
+                DocumentChange::update(accounts(), "A")
+                    .inc("balance", -30_i64)
+                    .require_gte("balance", 30_i64),
+            )
+            .change(DocumentChange::update(orders.clone(), "o7").set("state", "paid"))
+    };
+    let mut outcomes = Vec::new();
+    for strategy in [Strategy::TwoPhase, Strategy::Auto, Strategy::Native] {
+        let (store, _, _) = bank(&["A"], 100).await;
+        let coordinator = Coordinator::builder(store.clone())
+            .strategy(strategy)
+            .commit_point(CommitPoint::Done)
+            .build();
+        let first = coordinator.run(pay()).await;
+        assert!(
+            matches!(
+                &first,
+                Err(TxError::Canceled {
+                    cause: StepError::NotFound { .. },
+                    undone: true,
+                    ..
+                })
+            ),
+            "{strategy:?}: {first:?}"
+        );
+        // The order is created; a redelivered message retries under the key.
+        store
+            .insert_one(&orders, bson::doc! { "_id": "o7", "state": "open" })
+            .await
+            .unwrap();
+        let again = coordinator.run(pay()).await;
+        outcomes.push((
+            strategy,
+            format!("{:?}", again.as_ref().map(|r| r.state)),
+            balance(&store, "A").await,
+        ));
+    }
+    for (strategy, answer, a) in &outcomes {
+        assert!(
+            answer.contains("Duplicate") && answer.contains("Some(Canceled)") && *a == 100,
+            "{strategy:?}: the retry under the refused key answered {answer} and A = {a} (expected Duplicate {{ Canceled }}, A = 100); all: {outcomes:?}"
+        );
+    }
+}

@@ -110,21 +110,29 @@ impl Coordinator {
         )
     }
 
-    /// The record of a native transaction under a caller-chosen id, in
-    /// `state` (`done` or `canceled`): final from the start, stamped with the
-    /// records store's clock as the coordinator estimates it (no step of it
-    /// can arrive late: the time serves garbage collection only). A `done`
-    /// record is written inside the transaction, so it exists if and only if
-    /// the transaction committed; a `canceled` one after it aborted.
-    async fn native_record(
+    /// The record of a transaction under a caller-chosen id that is final
+    /// from the start, in `state` (`done` or `canceled`), with no
+    /// participants: a native one's (`native`), or a two-phase one's refused
+    /// before its own record was written. Stamped with the records store's
+    /// clock as the coordinator estimates it (no step of it can arrive late:
+    /// the time serves garbage collection only). A native `done` record is
+    /// written inside the transaction, so it exists if and only if the
+    /// transaction committed; a `canceled` one after the refusal.
+    async fn final_record(
         &self,
         state: TxState,
         last_error: Option<&str>,
+        native: bool,
     ) -> Result<bson::Document, StoreError> {
         let engine = &self.engine;
         let now = engine.records().clock_estimate().await?;
         let owner = engine.config.owner.as_str();
         let lease = i64::try_from(engine.config.lease.as_millis()).unwrap_or(i64::MAX);
+        let event = if native {
+            "native"
+        } else {
+            "refused before its record"
+        };
         let mut record = bson::doc! {
             "state": state,
             "participants": [],
@@ -134,12 +142,14 @@ impl Coordinator {
             "attempts": 0,
             "token": crate::record::new_token(),
             "keyed": true,
-            "native": true,
             "created": now,
             "lastModified": now,
             "finishedAt": now,
-            "history": [crate::engine::history(state, owner, 0, "native")],
+            "history": [crate::engine::history(state, owner, 0, event)],
         };
+        if native {
+            record.insert("native", true);
+        }
         if let Some(error) = last_error {
             record.insert(
                 "lastError",
@@ -149,21 +159,26 @@ impl Coordinator {
         Ok(record)
     }
 
-    /// After a keyed native transaction was refused (it aborted: nothing of
-    /// it was applied), takes its id with a `canceled` record, so that a retry
-    /// under the id is told `Duplicate`, as a two-phase one is. `Ok(None)`:
-    /// the record is written. `Ok(Some(state))`: another run under the id
-    /// took it first (`state`, if its record could be read). `Err`: the
-    /// records store failed, and whether the id is taken is not known.
+    /// After a keyed transaction was refused without a record of its own
+    /// (a native one aborted, a two-phase one was refused before its record
+    /// was written: nothing of it was applied), takes its id with a
+    /// `canceled` record, so that a retry under the id is told `Duplicate`,
+    /// as after a refusal at a two-phase apply. `Ok(None)`: the record is
+    /// written (or the id holds this run's own record already).
+    /// `Ok(Some(state))`: another run under the id took it first (`state`,
+    /// if its record could be read). `Err`: the records store failed, and
+    /// whether the id is taken is not known.
     async fn take_refused_key(
         &self,
         id: &TxId,
         cause: &StepError,
+        native: bool,
+        own_token: Option<&str>,
     ) -> Result<Option<Option<TxState>>, StoreError> {
         let engine = &self.engine;
         let mut record = bson::doc! { "_id": id.as_str() };
         record.extend(
-            self.native_record(TxState::Canceled, Some(&cause.to_string()))
+            self.final_record(TxState::Canceled, Some(&cause.to_string()), native)
                 .await?,
         );
         let token = record.get_str("token").ok().map(str::to_owned);
@@ -178,20 +193,66 @@ impl Coordinator {
                 // another run's: told apart by the creation token, read as
                 // the two-phase create reads it (`exists`: on MongoDB a
                 // `linearizable` read, which a lagging snapshot cannot fool).
-                let mut ours = bson::doc! { "_id": id.as_str() };
-                if let Some(token) = &token {
-                    ours.insert("token", token.as_str());
-                }
-                if engine
-                    .retry(|| engine.records().exists(&ns, ours.clone()))
-                    .await?
-                {
-                    return Ok(None);
+                for token in token.as_deref().into_iter().chain(own_token) {
+                    let ours = bson::doc! { "_id": id.as_str(), "token": token };
+                    if engine
+                        .retry(|| engine.records().exists(&ns, ours.clone()))
+                        .await?
+                    {
+                        return Ok(None);
+                    }
                 }
                 let state = engine.load(id).await.ok().flatten().map(|r| r.state);
                 Ok(Some(state))
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// A keyed transaction's refusal that left no record of its own
+    /// (`answer`, a [`TxError::Canceled`]: a native transaction aborted, or
+    /// a two-phase one refused before its record was written) takes the id
+    /// with a `canceled` record ([`take_refused_key`](Self::take_refused_key)),
+    /// so that a retry under the id is told `Duplicate` whichever strategy
+    /// ran it and wherever it was refused (a store failure takes no id). The answer stays `Canceled`; it
+    /// is `Duplicate` when another run under the id took it first. Should
+    /// the record not be written or confirmed, the answer is `Canceled` all
+    /// the same, and a [`TxEvent::StepFailed`] says that a retry under the
+    /// id may run again. `own_token`: the creation token of a record this
+    /// run may have written under the id already (an inert one), which is
+    /// then its own. Any other answer is passed on as it is.
+    pub(super) async fn keep_refused_key(
+        &self,
+        answer: TxError,
+        native: bool,
+        own_token: Option<&str>,
+    ) -> Result<Receipt, TxError> {
+        let TxError::Canceled { id, cause, .. } = &answer else {
+            return Err(answer);
+        };
+        // A store failure, not a refusal (a named store's identity that
+        // could not be read, the records store's clock): no id is taken, as
+        // a native transaction whose store failed before its commit takes
+        // none, and a retry under the id runs it.
+        if matches!(cause, StepError::Store { source, .. } if source.kind.outcome_unknown()) {
+            return Err(answer);
+        }
+        match self.take_refused_key(id, cause, native, own_token).await {
+            Ok(None) => Err(answer),
+            Ok(Some(state)) => Err(TxError::Duplicate {
+                id: id.clone(),
+                state,
+            }),
+            Err(e) => {
+                self.engine.emit(TxEvent::StepFailed {
+                    id: id.clone(),
+                    participant: self.engine.records_ns().to_string() + "/" + id.as_str(),
+                    error: format!(
+                        "the refusal's record under the id could not be written or confirmed, so a retry under the id may run again: {e}"
+                    ),
+                });
+                Err(answer)
+            }
         }
     }
 
@@ -218,7 +279,7 @@ impl Coordinator {
         // stub for the idempotency window.
         let record = if keyed {
             let doc = self
-                .native_record(TxState::Done, None)
+                .final_record(TxState::Done, None, true)
                 .await
                 .map_err(|source| TxError::Interrupted {
                     id: id.clone(),
@@ -365,35 +426,16 @@ impl Coordinator {
                 // The native transaction was aborted: nothing of it was
                 // applied. Under a caller-chosen id, the refusal takes the
                 // id, as a two-phase one's record does.
-                let taken = if keyed {
-                    self.take_refused_key(&id, &cause).await
-                } else {
-                    Ok(None)
+                let canceled = TxError::Canceled {
+                    id,
+                    cause,
+                    participant,
+                    undone: true,
                 };
-                match taken {
-                    Ok(Some(state)) => Err(TxError::Duplicate { id, state }),
-                    Ok(None) => Err(TxError::Canceled {
-                        id,
-                        cause,
-                        participant,
-                        undone: true,
-                    }),
-                    Err(e) => {
-                        // Canceled all the same; the id stays free.
-                        self.engine.emit(TxEvent::StepFailed {
-                            id: id.clone(),
-                            participant: record.clone().unwrap_or_default(),
-                            error: format!(
-                                "the refusal's record under the id could not be written or confirmed, so a retry under the id may run again: {e}"
-                            ),
-                        });
-                        Err(TxError::Canceled {
-                            id,
-                            cause,
-                            participant,
-                            undone: true,
-                        })
-                    }
+                if keyed {
+                    self.keep_refused_key(canceled, true, None).await
+                } else {
+                    Err(canceled)
                 }
             }
         };

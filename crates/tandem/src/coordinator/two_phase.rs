@@ -83,7 +83,7 @@ impl Coordinator {
         // another database does not drive the record.
         let uids = match self.store_uids(&id, &participants, &specs).await {
             Ok(uids) => uids,
-            Err(e) => return Err(e),
+            Err(e) => return self.refused_without_record(keyed, e, None).await,
         };
         let prepare_ctx = StepContext {
             tx: &id,
@@ -185,7 +185,7 @@ impl Coordinator {
         if let Some(refusal) = refused {
             // Nothing was recorded.
             give_back(&parties, &inserts, prepare_ctx).await;
-            return Err(refusal);
+            return self.refused_without_record(keyed, refusal, None).await;
         }
         let custom_reads = parties
             .iter()
@@ -225,7 +225,9 @@ impl Coordinator {
                 if matches!(e, TxError::Duplicate { .. } | TxError::Canceled { .. }) {
                     give_back(&live.parties, &inserts, prepare_ctx).await;
                 }
-                return Err(e);
+                // A record of this run under the id (an inert one, canceled)
+                // takes the id already.
+                return self.refused_without_record(keyed, e, Some(&token)).await;
             }
         };
         round_trips += 1;
@@ -273,6 +275,27 @@ impl Coordinator {
                     strategy: Strategy::TwoPhase,
                 })
             }
+        }
+    }
+
+    /// The answer of a two-phase transaction refused before its record was
+    /// written (`answer`): under a caller-chosen id, a refusal
+    /// ([`TxError::Canceled`]) takes the id with a `canceled` record, as a
+    /// refusal at an apply does through the transaction's own record and a
+    /// native refusal through one written after it
+    /// ([`keep_refused_key`](Self::keep_refused_key)): an idempotency key is
+    /// taken by whatever its first run ended as, wherever it was refused.
+    /// Other answers are passed on.
+    async fn refused_without_record(
+        &self,
+        keyed: bool,
+        answer: TxError,
+        own_token: Option<&str>,
+    ) -> Result<Receipt, TxError> {
+        if keyed {
+            self.keep_refused_key(answer, false, own_token).await
+        } else {
+            Err(answer)
         }
     }
 
