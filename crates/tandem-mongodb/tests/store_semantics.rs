@@ -657,6 +657,56 @@ async fn exists_reads_linearizable_and_returns_only_the_id() {
     store.client().database(&db).drop().await.unwrap();
 }
 
+/// An age longer than a TTL index holds (2^31 − 1 seconds) is refused
+/// before any index is created: `ensure_ttl(Duration::MAX)`, meaning "keep
+/// finished records for good", overflowed rounding its seconds up (a panic
+/// in a debug build; in a release build an index of `expireAfterSeconds:
+/// 0`, which removes every finished record at once, younger than the lease
+/// plus the margin the age was checked against).
+#[tokio::test]
+async fn ensure_ttl_refuses_an_age_no_index_holds() {
+    use std::time::Duration;
+
+    let Some(t) = TestDb::new("ttl_long").await else {
+        return;
+    };
+    let coordinator = tandem::Coordinator::builder(t.store.clone())
+        .database(&t.db)
+        .build();
+    for age in [Duration::MAX, Duration::from_secs(u64::MAX)] {
+        let refused = coordinator.ensure_ttl(age).await.unwrap_err();
+        assert_eq!(
+            refused.kind,
+            StoreErrorKind::BadRequest,
+            "{age:?}: {refused}"
+        );
+    }
+    let names = t
+        .store
+        .client()
+        .database(&t.db)
+        .list_collection_names()
+        .await
+        .unwrap();
+    if names.iter().any(|n| n == "transactions") {
+        let mut cursor = t
+            .store
+            .collection(&t.ns("transactions"))
+            .list_indexes()
+            .await
+            .expect("list indexes");
+        while cursor.advance().await.unwrap() {
+            let model = cursor.deserialize_current().unwrap();
+            let name = model.options.as_ref().and_then(|o| o.name.clone());
+            assert_ne!(
+                name.as_deref(),
+                Some("tandem_finishedAt_ttl_unkeyed"),
+                "{model:?}"
+            );
+        }
+    }
+}
+
 /// `Coordinator::ensure_ttl` creates its two TTL indexes with the age in
 /// whole seconds rounded up (4.9 s is 5 s, never the 4 s below the lease
 /// plus the margin that was checked), and refuses an age below that.

@@ -45,6 +45,13 @@ pub const NATIVE_MAX_CHANGES: usize = 1000;
 /// runs natively: well under the 16 MiB a transaction's oplog entries allow.
 pub const NATIVE_MAX_BYTES: usize = 1 << 20;
 
+/// The longest age a TTL index holds, in seconds: MongoDB takes
+/// `expireAfterSeconds` up to 2^31 − 1 (about 68 years).
+/// [`Coordinator::ensure_ttl`](crate::Coordinator::ensure_ttl) and
+/// [`Coordinator::ensure_placeholder_ttl`](crate::Coordinator::ensure_placeholder_ttl)
+/// refuse a longer one.
+pub const MAX_TTL_SECS: u64 = i32::MAX as u64;
+
 /// What a transaction does when a document it needs is held by another transaction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ConflictPolicy {

@@ -1156,6 +1156,46 @@ async fn garbage_collection_removes_records_and_leaves_documents_clean() {
     assert!(store.documents(&records()).is_empty());
 }
 
+/// A TTL age longer than an index holds is refused, and nothing is sent:
+/// `ensure_ttl(Duration::MAX)` (meaning "keep finished records for good")
+/// overflowed rounding its seconds up, which panicked in a debug build and
+/// in a release build wrapped around to an index expiring every finished
+/// record at once, below the lease plus the margin that the age was
+/// checked against (a late copy of a create would then write its record
+/// again, live). The same for the placeholders' index, whose age is the
+/// lease plus the margin.
+#[tokio::test]
+async fn a_ttl_age_longer_than_an_index_holds_is_refused() {
+    let (store, _, _) = bank(&["A"], 1000).await;
+    let coordinator = done(&store);
+    let longest = Duration::from_secs(tandem::config::MAX_TTL_SECS);
+    for age in [
+        Duration::MAX,
+        Duration::from_secs(u64::MAX),
+        longest + Duration::from_millis(1),
+    ] {
+        let before = store.command_count();
+        let refused = coordinator.ensure_ttl(age).await;
+        assert!(
+            matches!(&refused, Err(e) if e.kind == tandem::StoreErrorKind::BadRequest),
+            "{age:?}: {refused:?}"
+        );
+        assert_eq!(store.command_count(), before, "{age:?}: nothing sent");
+    }
+    coordinator.ensure_ttl(longest).await.unwrap();
+
+    let forever = tandem::Coordinator::builder(store.clone())
+        .lease(Duration::MAX)
+        .build();
+    let before = store.command_count();
+    let refused = forever.ensure_placeholder_ttl(None, &accounts()).await;
+    assert!(
+        matches!(&refused, Err(e) if e.kind == tandem::StoreErrorKind::BadRequest),
+        "{refused:?}"
+    );
+    assert_eq!(store.command_count(), before, "nothing sent");
+}
+
 /// Garbage collection goes in batches, not record by record: 600 finished
 /// transfers are collected with a clock reading, one page of the scan, two
 /// deletes (up to 500 records each), the removal of expired stubs and one

@@ -26,6 +26,27 @@ mod native;
 mod transaction;
 mod two_phase;
 
+/// `age` in the whole seconds of a TTL index, rounded up (never below the
+/// age checked), or [`StoreErrorKind::BadRequest`] naming `what` where it
+/// is longer than [`MAX_TTL_SECS`](crate::config::MAX_TTL_SECS): the sum overflowed for
+/// [`Duration::MAX`] (a panic, or a wrap-around to an index that expires
+/// records at once), and a server refuses more.
+fn ttl_secs(age: Duration, what: &str) -> Result<u64, StoreError> {
+    use crate::config::MAX_TTL_SECS;
+    let secs = age
+        .as_secs()
+        .saturating_add(u64::from(age.subsec_nanos() > 0));
+    if secs > MAX_TTL_SECS {
+        return Err(StoreError::new(
+            StoreErrorKind::BadRequest,
+            format!(
+                "{what} {age:?} is longer than a TTL index holds ({MAX_TTL_SECS} seconds, about 68 years)"
+            ),
+        ));
+    }
+    Ok(secs)
+}
+
 /// The most the participant entries of one record may take: the 16 MiB
 /// document limit, less room for the record's other fields and history.
 const MAX_RECORD_ENTRIES_LEN: usize = 16 * 1024 * 1024 - 64 * 1024;
@@ -194,8 +215,9 @@ impl Coordinator {
     /// `stubUntil`) then removes.
     ///
     /// `after` must be at least the lease plus the clock margin, as for
-    /// [`RecoveryWorker::collect_garbage`]; a shorter one is refused with
-    /// [`StoreErrorKind::BadRequest`] and creates nothing. Unlike
+    /// [`RecoveryWorker::collect_garbage`], and at most
+    /// [`MAX_TTL_SECS`](crate::config::MAX_TTL_SECS) seconds (what a TTL index holds); another one is
+    /// refused with [`StoreErrorKind::BadRequest`] and creates nothing. Unlike
     /// `collect_garbage`, the index cannot wait for each record's own create
     /// deadline: give `after` at least the longest lease of any coordinator
     /// writing to these records, plus the margin, or a late copy of a
@@ -223,6 +245,7 @@ impl Coordinator {
                 ),
             ));
         }
+        let expire_after = ttl_secs(after, "record expiry")?;
         let ns = self.engine.records_ns();
         let records = self.engine.records();
         records
@@ -231,8 +254,7 @@ impl Coordinator {
                 IndexSpec {
                     name: "tandem_finishedAt_ttl_unkeyed".into(),
                     keys: doc! { "finishedAt": 1 },
-                    // Whole seconds, rounded up: never below the age checked above.
-                    expire_after_secs: Some(after.as_secs() + u64::from(after.subsec_nanos() > 0)),
+                    expire_after_secs: Some(expire_after),
                     partial_filter: Some(doc! { "keyed": false }),
                 },
             )
@@ -292,20 +314,23 @@ impl Coordinator {
     /// (`_tandem.reservedAt` missing), which a TTL index never removes, are
     /// stamped with the store's time first: they expire a lease plus the
     /// margin later.
+    ///
+    /// A lease plus margin longer than [`MAX_TTL_SECS`](crate::config::MAX_TTL_SECS) seconds is refused
+    /// with [`StoreErrorKind::BadRequest`], and nothing is created.
     pub async fn ensure_placeholder_ttl(
         &self,
         store: Option<&str>,
         ns: &crate::Namespace,
     ) -> Result<(), StoreError> {
         let target = self.named_store(store)?;
-        let age = self.placeholder_age();
+        let expire_after = ttl_secs(self.placeholder_age(), "placeholder expiry")?;
         target
             .ensure_index(
                 ns,
                 IndexSpec {
                     name: "tandem_placeholder_ttl".into(),
                     keys: doc! { crate::document::RESERVED_AT: 1 },
-                    expire_after_secs: Some(age.as_secs() + u64::from(age.subsec_nanos() > 0)),
+                    expire_after_secs: Some(expire_after),
                     partial_filter: Some(doc! { "_tandem.ghost": true }),
                 },
             )
