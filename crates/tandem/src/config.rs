@@ -136,6 +136,8 @@ pub struct CoordinatorConfig {
     /// transactions' own steps on the server.
     /// [`Coordinator::drain`](crate::Coordinator::drain) does not wait out the
     /// delay, and recovery is unaffected: keep the delay far below the lease.
+    /// (A delay longer than the clock reaches, such as `Duration::MAX`, holds
+    /// transactions until a drain or a full round.)
     pub finish_delay: Duration,
     /// Whether transactions whose participants can all say whether their
     /// apply landed ([`Participant::probes`](crate::Participant::probes))

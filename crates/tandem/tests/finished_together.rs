@@ -185,6 +185,35 @@ async fn a_finish_delay_holds_commits_together_and_drain_does_not_wait_it_out() 
     assert_eq!(audit.count(TxState::Done), 3);
 }
 
+/// A finish delay as long as a `Duration` holds ("finish only when
+/// drained or a round is full") holds commits as any long delay does: the
+/// finisher added it to each commit's arrival time, which overflowed and
+/// panicked the finisher, so every committed transaction was left to
+/// recovery, its credit landing only after the lease, and a drain returned
+/// with nothing finished.
+#[tokio::test]
+async fn the_longest_finish_delay_holds_commits_until_a_drain() {
+    let (store, seeded, names) = pairs(2).await;
+    let coordinator = Coordinator::builder(store.clone())
+        .finish_delay(Duration::MAX)
+        .build();
+    for i in 0..2 {
+        let receipt = coordinator
+            .run(transfer(&names[2 * i], &names[2 * i + 1], 10))
+            .await
+            .expect("commits");
+        assert_eq!(receipt.state, TxState::Applied);
+        tokio::task::yield_now().await;
+    }
+    tokio::time::timeout(Duration::from_secs(30), coordinator.drain())
+        .await
+        .expect("drain finishes at once, without waiting out the delay");
+    let audit = audit(&store, &records(), &seeded).await.unwrap();
+    audit.assert_clean();
+    assert_eq!(audit.count(TxState::Done), 2, "finished by the drain");
+    assert_eq!(balance(&store, &names[1]).await, 1010, "the credit landed");
+}
+
 #[tokio::test]
 async fn a_full_round_does_not_wait_for_the_finish_delay() {
     const ROUND: usize = 64;

@@ -207,34 +207,50 @@ impl Coordinator {
                     let close_at = settled_since + linger;
                     let close = !settled.is_empty()
                         && (flush || settled.len() >= FINISH_BATCH || close_at <= now);
-                    let settle_at = bg.arrived.front().map(|&t| t + delay);
-                    let batch: Vec<(u64, Live)> = match settle_at {
-                        Some(at) if (at <= now || flush || bg.waiting.len() >= FINISH_BATCH) => {
-                            let n = bg.waiting.len().min(FINISH_BATCH);
-                            let batch = bg.waiting.drain(..n).collect();
-                            // Those left over keep their own arrival: their
-                            // delay runs from their commit, not from this round.
-                            bg.arrived.drain(..n);
-                            // Room for callers waiting to hand theirs over.
-                            bg.progress.notify_waiters();
-                            batch
-                        }
-                        _ => Vec::new(),
+                    // When the oldest waiting transaction is due: its
+                    // arrival plus the delay, or never by the clock where
+                    // that is past what an instant holds (a delay of
+                    // `Duration::MAX`): then only a drain or a full round
+                    // takes it.
+                    let oldest = bg.arrived.front().copied();
+                    let settle_at = oldest.and_then(|t| t.checked_add(delay));
+                    let due = oldest.is_some()
+                        && (settle_at.is_some_and(|at| at <= now)
+                            || flush
+                            || bg.waiting.len() >= FINISH_BATCH);
+                    let batch: Vec<(u64, Live)> = if due {
+                        let n = bg.waiting.len().min(FINISH_BATCH);
+                        let batch = bg.waiting.drain(..n).collect();
+                        // Those left over keep their own arrival: their
+                        // delay runs from their commit, not from this round.
+                        bg.arrived.drain(..n);
+                        // Room for callers waiting to hand theirs over.
+                        bg.progress.notify_waiters();
+                        batch
+                    } else {
+                        Vec::new()
                     };
                     let wait = (batch.is_empty() && !close).then(|| {
                         // Until the first of: the round's delay is over, the
-                        // settled records' linger is over, a full round, a drain.
-                        let mut at = settle_at.unwrap_or(close_at);
+                        // settled records' linger is over, a full round, a
+                        // drain (`None`: no time, only a wake).
+                        let mut at = settle_at;
                         if !settled.is_empty() {
-                            at = at.min(close_at);
+                            at = Some(at.map_or(close_at, |at| at.min(close_at)));
                         }
                         (at, Arc::clone(&bg.wake))
                     });
                     (batch, wait)
                 };
                 if let Some((at, wake)) = wait {
+                    let timer = async {
+                        match at {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
-                        () = tokio::time::sleep_until(at) => {}
+                        () = timer => {}
                         () = wake.notified() => {}
                     }
                     continue;
