@@ -372,10 +372,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Explain { id, mermaid } => {
             let record = find(store.as_ref(), &ns, &id).await?;
-            if record.native {
-                // Nothing of its changes was recorded: there is no plan to show.
+            // A record without its changes has no plan to show: a native
+            // transaction's, the stub garbage collection leaves of a keyed
+            // one, and the one a keyed transaction refused before its own
+            // record was written takes its key with.
+            let unrecorded = if record.native {
+                Some("ran natively: its changes are not recorded")
+            } else if record.stub_until.is_some() {
+                Some("is a stub garbage collection left (its id and outcome): its changes are not recorded any more")
+            } else if record.participants.is_empty() {
+                Some("was refused before its record was written: its changes are not recorded")
+            } else {
+                None
+            };
+            if let Some(why) = unrecorded {
                 let line = format!(
-                    "transaction {} ({}) ran natively: its changes are not recorded, so there is no plan to show",
+                    "transaction {} ({}) {why}, so there is no plan to show",
                     record.id, record.state
                 );
                 if mermaid {

@@ -532,6 +532,71 @@ async fn a_native_record_is_shown_and_explained_as_native() {
     client.database(&db).drop().await.unwrap();
 }
 
+/// A record whose changes are not kept says so in `explain`, instead of
+/// being explained as a recorded two-phase transaction that changed
+/// nothing: the stub garbage collection leaves of a keyed record (its
+/// participants dropped), and the record a keyed transaction refused
+/// before its own record was written takes its key with.
+#[tokio::test]
+async fn explain_does_not_show_an_empty_plan_for_changes_not_recorded() {
+    let Some(uri) = uri() else { return };
+    let db = format!("tandem_cli_{}", bson::oid::ObjectId::new().to_hex());
+    let mongo = MongoStore::connect(&uri).await.unwrap();
+    let client = mongo.client().clone();
+    let store: Arc<dyn Store> = Arc::new(mongo);
+    let orders = Namespace::new(&db, "orders");
+    store
+        .insert_one(&orders, doc! { "_id": "o-1", "state": "new" })
+        .await
+        .unwrap();
+    let lease = Duration::from_millis(200);
+    let coordinator = Coordinator::builder_shared(store.clone())
+        .database(&db)
+        .strategy(tandem::Strategy::TwoPhase)
+        .commit_point(CommitPoint::Done)
+        .lease(lease)
+        .clock_margin(Duration::ZERO)
+        .build();
+    // Committed, then collected to a stub.
+    let receipt = coordinator
+        .run(
+            Transaction::with_id("pay-o-1")
+                .change(DocumentChange::update(orders.clone(), "o-1").set("state", "paid")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(receipt.state, TxState::Done);
+    let done = deadline(&store, &db, &TxId::new("pay-o-1").unwrap()).await;
+    until_server_time(
+        &store,
+        bson::DateTime::from_millis(done.timestamp_millis() + 2 * lease.as_millis() as i64),
+    )
+    .await;
+    let worker = coordinator.recovery(tandem::RecoveryConfig::default());
+    assert_eq!(worker.collect_garbage(lease).await.unwrap(), 1);
+    // Refused before its record: the order it marks paid does not exist.
+    let refused = coordinator
+        .run(
+            Transaction::with_id("pay-o-2")
+                .change(DocumentChange::update(orders.clone(), "o-2").set("state", "paid")),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(TxError::Canceled { .. })),
+        "{refused:?}"
+    );
+    for (key, why) in [("pay-o-1", "stub"), ("pay-o-2", "refused")] {
+        let explained = tandem(&uri, &db, &["explain", key]);
+        assert_eq!(explained.status.code(), Some(0), "{explained:?}");
+        let text = stdout(&explained);
+        assert!(
+            text.contains("not recorded") && text.contains(why) && !text.contains("two-phase:"),
+            "{key}: {text}"
+        );
+    }
+    client.database(&db).drop().await.unwrap();
+}
+
 #[tokio::test]
 async fn connection_problems_exit_with_code_3_and_hide_the_password() {
     if uri().is_none() {
