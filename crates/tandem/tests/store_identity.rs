@@ -337,6 +337,57 @@ async fn an_unreadable_identity_refuses_the_transaction() {
     assert_eq!(balance(&r, "A").await, 1000);
 }
 
+/// Under a caller-chosen id, a ledger whose identity cannot be read is a
+/// store failure before anything was written, as a native transaction's
+/// store failing before its commit: the answer is `Interrupted` with no
+/// record, and the key stays free, so a retry once the ledger answers runs
+/// it. It was `Canceled`, which the guide reads as a refusal that takes
+/// its key (a caller tells its customer "declined"), while a retry under
+/// the key ran and paid.
+#[tokio::test]
+async fn a_keyed_transaction_meeting_an_unreadable_identity_is_interrupted() {
+    let (r, _, _) = bank(&["A", "B"], 1000).await;
+    let qc = Arc::new(ManualClock::default());
+    let q = ledger(&qc).await;
+    let keyed = || {
+        Transaction::with_id("pay-z")
+            .change(
+                DocumentChange::update(accounts(), "Z")
+                    .in_store("ledger")
+                    .inc("balance", -100_i64)
+                    .require_gte("balance", 100_i64),
+            )
+            .change(DocumentChange::update(accounts(), "A").inc("balance", 100_i64))
+    };
+    let failing = Coordinator::builder(r.clone())
+        .store(
+            "ledger",
+            FaultStore::new(Arc::new(q.clone())).crash_after(0),
+        )
+        .lease(LEASE)
+        .build();
+    let answer = failing.run(keyed()).await;
+    assert!(
+        matches!(&answer, Err(TxError::Interrupted { state: None, .. })),
+        "{answer:?}"
+    );
+    assert!(r.documents(&records()).is_empty());
+    let app = Coordinator::builder(r.clone())
+        .store("ledger", q.clone())
+        .lease(LEASE)
+        .commit_point(tandem::CommitPoint::Done)
+        .build();
+    let retry = app.run(keyed()).await;
+    assert!(
+        matches!(&retry, Ok(receipt) if receipt.state == TxState::Done),
+        "{retry:?}"
+    );
+    assert_eq!(
+        (balance(&r, "A").await, balance(&q, "Z").await),
+        (1100, 900)
+    );
+}
+
 /// Garbage collection in a process whose "ledger" is another database
 /// leaves that database's documents alone.
 #[tokio::test]

@@ -214,8 +214,10 @@ impl Coordinator {
     /// a two-phase one refused before its record was written) takes the id
     /// with a `canceled` record ([`take_refused_key`](Self::take_refused_key)),
     /// so that a retry under the id is told `Duplicate` whichever strategy
-    /// ran it and wherever it was refused (a store failure takes no id). The answer stays `Canceled`; it
-    /// is `Duplicate` when another run under the id took it first. Should
+    /// ran it and wherever it was refused. The answer stays `Canceled`; it
+    /// is `Duplicate` when another run under the id took it first, and
+    /// [`TxError::Interrupted`] (no id taken) for a store failure whose
+    /// outcome is not known rather than a refusal. Should
     /// the record not be written or confirmed, the answer is `Canceled` all
     /// the same, and a [`TxEvent::StepFailed`] says that a retry under the
     /// id may run again. `own_token`: the creation token of a record this
@@ -231,11 +233,18 @@ impl Coordinator {
             return Err(answer);
         };
         // A store failure, not a refusal (a named store's identity that
-        // could not be read, the records store's clock): no id is taken, as
-        // a native transaction whose store failed before its commit takes
-        // none, and a retry under the id runs it.
-        if matches!(cause, StepError::Store { source, .. } if source.kind.outcome_unknown()) {
-            return Err(answer);
+        // could not be read, the records store's clock): no id is taken,
+        // and the answer is that the outcome is not known, as for a native
+        // transaction whose store failed before its commit, so that a retry
+        // under the id runs it (`Canceled` would say the key was used up).
+        if let StepError::Store { source, .. } = cause {
+            if source.kind.outcome_unknown() {
+                return Err(TxError::Interrupted {
+                    id: id.clone(),
+                    state: None,
+                    source: source.clone(),
+                });
+            }
         }
         match self.take_refused_key(id, cause, native, own_token).await {
             Ok(None) => Err(answer),
