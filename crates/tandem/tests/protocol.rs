@@ -1196,6 +1196,41 @@ async fn a_ttl_age_longer_than_an_index_holds_is_refused() {
     assert_eq!(store.command_count(), before, "nothing sent");
 }
 
+/// A coordinator whose lease is as long as a `Duration` holds ("never
+/// take my transactions over"), whose record create lost its answer and
+/// whose retry met another record under the id, answers `Interrupted`
+/// (its own first attempt may still land, and its create deadline never
+/// passes): it added the lease to the current instant to bound its wait,
+/// which overflowed and panicked.
+#[tokio::test]
+async fn a_retried_create_under_the_longest_lease_meeting_a_taken_id_is_interrupted() {
+    let (store, _, _) = bank(&["A", "B"], 1000).await;
+    // Another transaction's record under the id.
+    store
+        .insert_one(
+            &records(),
+            doc! { "_id": "pay-1", "state": "done", "token": "another" },
+        )
+        .await
+        .unwrap();
+    // The first operation, the record's create, is lost on its way.
+    let faulty = tandem::testing::FaultStore::new(std::sync::Arc::new(store.clone())).lose_at(1);
+    let coordinator = tandem::Coordinator::builder(faulty)
+        .lease(Duration::MAX)
+        .commit_point(tandem::CommitPoint::Done)
+        .build();
+    let tx = tandem::Transaction::with_id("pay-1")
+        .change(tandem::DocumentChange::update(accounts(), "B").inc("balance", 5_i64));
+    let answer = tokio::time::timeout(Duration::from_secs(30), coordinator.run(tx))
+        .await
+        .expect("answers without waiting for a deadline that never passes");
+    assert!(
+        matches!(&answer, Err(TxError::Interrupted { state: None, .. })),
+        "{answer:?}"
+    );
+    assert_eq!(balance(&store, "B").await, 1000);
+}
+
 /// Garbage collection goes in batches, not record by record: 600 finished
 /// transfers are collected with a clock reading, one page of the scan, two
 /// deletes (up to 500 records each), the removal of expired stubs and one

@@ -675,10 +675,15 @@ impl Coordinator {
 
     /// Waits until the records store's clock reads `time` or later: `true`
     /// once it does, `false` if it does not within the lease plus the clock
-    /// margin of local time (or cannot be read).
+    /// margin of local time (or cannot be read; or at once, where that is
+    /// past what an instant holds: a lease of `Duration::MAX`).
     async fn wait_until(&self, time: bson::DateTime) -> bool {
         let config = &self.engine.config;
-        let give_up = tokio::time::Instant::now() + config.lease + config.clock_margin;
+        let Some(give_up) = tokio::time::Instant::now()
+            .checked_add(config.lease.saturating_add(config.clock_margin))
+        else {
+            return false;
+        };
         loop {
             let Ok(now) = self.engine.records().now().await else {
                 return false;
@@ -690,7 +695,10 @@ impl Coordinator {
                 return true;
             }
             let left = Duration::from_millis(u64::try_from(left).unwrap_or(0).min(1_000));
-            if tokio::time::Instant::now() + left > give_up {
+            if tokio::time::Instant::now()
+                .checked_add(left)
+                .is_none_or(|at| at > give_up)
+            {
                 return false;
             }
             tokio::time::sleep(left).await;
