@@ -778,12 +778,12 @@ impl DocumentChange {
                     match op {
                         FieldOp::Inc { by, .. } => check_amount(path, by)?,
                         FieldOp::Set { value, .. } | FieldOp::Pull { value, .. } => {
-                            check_value(path, value)?;
                             check_depth(path, value, 0)?;
+                            check_value(path, value)?;
                         }
                         FieldOp::Push { value, .. } => {
-                            check_value(path, value)?;
                             check_depth(path, value, 1)?;
+                            check_value(path, value)?;
                         }
                         FieldOp::Unset { .. } => {}
                     }
@@ -819,8 +819,8 @@ impl DocumentChange {
                     if reserved(key) {
                         return Err(ChangeError::ReservedField { path: key.clone() });
                     }
-                    check_value(key, &doc[key])?;
                     check_depth(key, &doc[key], 0)?;
+                    check_value(key, &doc[key])?;
                 }
             }
             DocumentOp::Delete => {}
@@ -850,6 +850,7 @@ fn check_id(id: &Bson) -> Result<(), ChangeError> {
 }
 
 /// A stored value may not hold documents with `$` keys, at any depth.
+/// (Recursive: called after [`check_depth`], which bounds the depth.)
 fn check_value(path: &str, value: &Bson) -> Result<(), ChangeError> {
     match value {
         Bson::Document(d) => {
