@@ -346,7 +346,8 @@ fn apply_one<'u>(
 /// Applies `update` to a document being created by an upsert, which the
 /// caller drops on error: no undo is kept, and values are moved out of
 /// `update` rather than cloned. Otherwise the same as [`apply_update`] with
-/// `inserting`.
+/// `inserting`, but for the depth of what it writes, which the caller
+/// checks on the whole new document as it measures it.
 pub(crate) fn apply_to_new(
     doc: &mut Document,
     update: Document,
@@ -372,15 +373,10 @@ pub(crate) fn apply_to_new(
         ops.push(op);
     }
     entries.sort_by(|a, b| path_order(&a.1, &b.1));
+    // (The new document's depth is checked whole, as it is measured, by
+    // the caller that stores it.)
     for (op, path, mut value) in entries {
-        let op = ops[op].as_str();
-        match op {
-            "$set" | "$setOnInsert" | "$max" => check_set(op, &path, &value)?,
-            "$push" | "$addToSet" => check_push(op, &path, &value)?,
-            "$inc" | "$currentDate" => check_path(op, &path)?,
-            _ => {}
-        }
-        match op {
+        match ops[op].as_str() {
             // A top-level field: the key is moved too.
             "$set" | "$setOnInsert" if !path.contains('.') => match doc.get_mut(&path) {
                 Some(slot) => *slot = value,
