@@ -50,6 +50,16 @@ fn keyed_elsewhere(name: &str) -> String {
     )
 }
 
+/// Whose record, final from the start, a keyed transaction leaves.
+#[derive(Clone, Copy)]
+pub(super) enum FinalRecord {
+    /// A native transaction's (marked `native`).
+    Native,
+    /// A two-phase transaction's, refused before its own record was
+    /// written.
+    RefusedBeforeRecord,
+}
+
 impl Coordinator {
     /// What [`Strategy::Auto`] runs `tx` with, and why.
     pub(crate) fn choose(&self, tx: &Transaction) -> (Strategy, String) {
@@ -112,7 +122,7 @@ impl Coordinator {
 
     /// The record of a transaction under a caller-chosen id that is final
     /// from the start, in `state` (`done` or `canceled`), with no
-    /// participants: a native one's (`native`), or a two-phase one's refused
+    /// participants (`origin`): a native one's, or a two-phase one's refused
     /// before its own record was written. Stamped with the records store's
     /// clock as the coordinator estimates it (no step of it can arrive late:
     /// the time serves garbage collection only). A native `done` record is
@@ -122,16 +132,15 @@ impl Coordinator {
         &self,
         state: TxState,
         last_error: Option<&str>,
-        native: bool,
+        origin: FinalRecord,
     ) -> Result<bson::Document, StoreError> {
         let engine = &self.engine;
         let now = engine.records().clock_estimate().await?;
         let owner = engine.config.owner.as_str();
         let lease = i64::try_from(engine.config.lease.as_millis()).unwrap_or(i64::MAX);
-        let event = if native {
-            "native"
-        } else {
-            "refused before its record"
+        let event = match origin {
+            FinalRecord::Native => "native",
+            FinalRecord::RefusedBeforeRecord => "refused before its record",
         };
         let mut record = bson::doc! {
             "state": state,
@@ -147,7 +156,7 @@ impl Coordinator {
             "finishedAt": now,
             "history": [crate::engine::history(state, owner, 0, event)],
         };
-        if native {
+        if let FinalRecord::Native = origin {
             record.insert("native", true);
         }
         if let Some(error) = last_error {
@@ -172,13 +181,13 @@ impl Coordinator {
         &self,
         id: &TxId,
         cause: &StepError,
-        native: bool,
+        origin: FinalRecord,
         own_token: Option<&str>,
     ) -> Result<Option<Option<TxState>>, StoreError> {
         let engine = &self.engine;
         let mut record = bson::doc! { "_id": id.as_str() };
         record.extend(
-            self.final_record(TxState::Canceled, Some(&cause.to_string()), native)
+            self.final_record(TxState::Canceled, Some(&cause.to_string()), origin)
                 .await?,
         );
         let token = record.get_str("token").ok().map(str::to_owned);
@@ -226,7 +235,7 @@ impl Coordinator {
     pub(super) async fn keep_refused_key(
         &self,
         answer: TxError,
-        native: bool,
+        origin: FinalRecord,
         own_token: Option<&str>,
     ) -> Result<Receipt, TxError> {
         let TxError::Canceled { id, cause, .. } = &answer else {
@@ -246,7 +255,7 @@ impl Coordinator {
                 });
             }
         }
-        match self.take_refused_key(id, cause, native, own_token).await {
+        match self.take_refused_key(id, cause, origin, own_token).await {
             Ok(None) => Err(answer),
             Ok(Some(state)) => Err(TxError::Duplicate {
                 id: id.clone(),
@@ -288,7 +297,7 @@ impl Coordinator {
         // stub for the idempotency window.
         let record = if keyed {
             let doc = self
-                .final_record(TxState::Done, None, true)
+                .final_record(TxState::Done, None, FinalRecord::Native)
                 .await
                 .map_err(|source| TxError::Interrupted {
                     id: id.clone(),
@@ -442,7 +451,8 @@ impl Coordinator {
                     undone: true,
                 };
                 if keyed {
-                    self.keep_refused_key(canceled, true, None).await
+                    self.keep_refused_key(canceled, FinalRecord::Native, None)
+                        .await
                 } else {
                     Err(canceled)
                 }

@@ -293,7 +293,12 @@ impl Coordinator {
         own_token: Option<&str>,
     ) -> Result<Receipt, TxError> {
         if keyed {
-            self.keep_refused_key(answer, false, own_token).await
+            self.keep_refused_key(
+                answer,
+                super::native::FinalRecord::RefusedBeforeRecord,
+                own_token,
+            )
+            .await
         } else {
             Err(answer)
         }
