@@ -25,6 +25,12 @@ pub const URI_VARIABLE: &str = "MONGODB_URI";
 ///
 /// A connection string that does not parse, or a server that does not
 /// answer, is an error (it does not fall back to the embedded store).
+///
+/// The embedded store keeps nothing once the process ends, so a service
+/// that meant to reach a server and runs without the variable would lose
+/// every transaction it answered: the fall-back is logged as a warning
+/// (`tracing`, target `tandem`), and a service should connect with
+/// [`MongoStore::connect`] instead, which has no fall-back.
 pub async fn store_from_env() -> Result<Arc<dyn Store>, StoreError> {
     match std::env::var(URI_VARIABLE) {
         Ok(uri) if !uri.is_empty() => {
@@ -32,6 +38,12 @@ pub async fn store_from_env() -> Result<Arc<dyn Store>, StoreError> {
             store.ping().await?;
             Ok(Arc::new(store))
         }
-        _ => Ok(Arc::new(MemoryStore::new())),
+        _ => {
+            tracing::warn!(
+                target: "tandem",
+                "{URI_VARIABLE} is not set: running on a new embedded store, which keeps nothing once the process ends"
+            );
+            Ok(Arc::new(MemoryStore::new()))
+        }
     }
 }
