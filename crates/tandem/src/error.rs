@@ -315,6 +315,42 @@ impl StepError {
         matches!(self, StepError::Store { .. })
     }
 
+    /// Whether the change's own conditions refused it: its document is
+    /// missing ([`NotFound`](Self::NotFound)) or, for an insert, exists
+    /// ([`AlreadyExists`](Self::AlreadyExists)), a guard is false
+    /// ([`GuardFailed`](Self::GuardFailed)), or a hand-written participant
+    /// said no ([`Rejected`](Self::Rejected)). These are the answers a
+    /// business gives its customer ("insufficient funds", "out of stock");
+    /// the same transaction run again is refused again until the data
+    /// changes.
+    ///
+    /// Not a refusal: another transaction in the way
+    /// ([`Conflict`](Self::Conflict)), a step too late or fenced off
+    /// ([`Expired`](Self::Expired), [`Fenced`](Self::Fenced),
+    /// [`NotYet`](Self::NotYet)), an outside write met by an undo
+    /// ([`Overwritten`](Self::Overwritten)), a store failure
+    /// ([`Store`](Self::Store)), and what the stored data or the store's
+    /// limits do not allow ([`TypeMismatch`](Self::TypeMismatch),
+    /// [`TooLarge`](Self::TooLarge), [`TooDeep`](Self::TooDeep),
+    /// [`Overflow`](Self::Overflow)).
+    ///
+    /// ```
+    /// use tandem::StepError;
+    /// let guard = StepError::GuardFailed { participant: "shop.wallets/bob".into(), guard: "balance >= 300 (found 40)".into() };
+    /// let conflict = StepError::Conflict { participant: "shop.wallets/bob".into(), holder: "t-7".into() };
+    /// assert!(guard.is_refusal());
+    /// assert!(!conflict.is_refusal());
+    /// ```
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            StepError::NotFound { .. }
+                | StepError::AlreadyExists { .. }
+                | StepError::GuardFailed { .. }
+                | StepError::Rejected { .. }
+        )
+    }
+
     /// The label of the participant the error is about.
     pub fn participant(&self) -> Option<&str> {
         match self {
@@ -488,7 +524,11 @@ impl ParticipantRef {
 }
 
 impl TxError {
-    /// The participant whose refusal canceled the transaction, if one did.
+    /// The participant at which the transaction was canceled, if it was
+    /// canceled at one: by its refusal ([`StepError::is_refusal`]), or by a
+    /// conflict, an expired apply or a store failure there. `None` for a
+    /// refusal of the transaction as a whole (its record too large, say)
+    /// and for every answer but [`TxError::Canceled`].
     pub fn participant(&self) -> Option<&ParticipantRef> {
         match self {
             TxError::Canceled {
@@ -499,10 +539,23 @@ impl TxError {
         }
     }
 
-    /// Whether the transaction was canceled by a refusal of a change declared
-    /// from the `#[participant]` struct `T` (e.g. `err.refused_by::<Coupon>()`).
+    /// Whether the transaction was canceled by a refusal
+    /// ([`StepError::is_refusal`]: a guard, a missing or existing document,
+    /// a hand-written participant's no) of a change declared from the
+    /// `#[participant]` struct `T` (e.g. `err.refused_by::<Coupon>()`).
+    ///
+    /// `false` when the transaction was canceled at that change for
+    /// another reason (a conflict with another transaction, an apply past
+    /// its deadline, a store failure): telling a customer "coupon already
+    /// used" then would be wrong. [`participant`](Self::participant) names
+    /// the change whatever the reason.
     pub fn refused_by<T: ?Sized + 'static>(&self) -> bool {
-        self.participant().is_some_and(ParticipantRef::is::<T>)
+        match self {
+            TxError::Canceled { cause, .. } => {
+                cause.is_refusal() && self.participant().is_some_and(ParticipantRef::is::<T>)
+            }
+            _ => false,
+        }
     }
 
     /// The transaction id, when one was assigned.

@@ -123,3 +123,89 @@ async fn a_refusal_of_the_whole_transaction_names_no_participant() {
     };
     assert!(err.participant().is_none());
 }
+
+/// A cancel at a participant for another reason than its own conditions (a
+/// conflict with a transaction holding its document) names the participant,
+/// but is no refusal of it: a shop asking `refused_by::<Coupon>()` must not
+/// tell its customer "coupon already used" for a coupon that is free.
+#[tokio::test]
+async fn a_conflict_at_a_participant_is_not_its_refusal() {
+    let store = shop().await;
+    store
+        .replace_one(
+            &Namespace::new("shop", "coupons"),
+            doc! { "_id": "SPRING" },
+            doc! { "_id": "SPRING", "used": false },
+        )
+        .await
+        .unwrap();
+    // Another transaction holds the coupon: its record and its apply
+    // landed (the commit point), then its store failed for good.
+    let dying = tandem::testing::FaultStore::new(std::sync::Arc::new(store.clone())).crash_after(3);
+    let holder = Coordinator::builder(dying).database("shop").build();
+    holder
+        .run(Transaction::new().change(Coupon::change("SPRING").set_used(true)))
+        .await
+        .unwrap();
+    let coupon = store
+        .find_one(&Namespace::new("shop", "coupons"), doc! { "_id": "SPRING" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        coupon.get_array("pendingTransactions").map(Vec::len),
+        Ok(1),
+        "held: {coupon:?}"
+    );
+    let coordinator = Coordinator::builder(store.clone()).database("shop").build();
+    let err = coordinator.run(checkout()).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            TxError::Canceled {
+                cause: StepError::Conflict { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let by = err.participant().expect("the cancel names its participant");
+    assert!(by.is::<Coupon>(), "{by:?}");
+    assert!(
+        !err.refused_by::<Coupon>(),
+        "a conflict is no refusal: {err:?}"
+    );
+    assert!(!err.refused_by::<Stock>());
+}
+
+/// Which step errors are refusals by the change's own conditions.
+#[test]
+fn refusals_are_the_changes_own_conditions() {
+    let p = || "shop.coupons/SPRING".to_owned();
+    let refusals = [
+        StepError::NotFound { participant: p() },
+        StepError::AlreadyExists { participant: p() },
+        StepError::GuardFailed {
+            participant: p(),
+            guard: "used == false (found true)".into(),
+        },
+    ];
+    let others = [
+        StepError::Conflict {
+            participant: p(),
+            holder: "t-1".into(),
+        },
+        StepError::Expired { participant: p() },
+        StepError::Fenced { participant: p() },
+        StepError::Store {
+            participant: p(),
+            source: tandem::StoreError::new(tandem::StoreErrorKind::Transient, "reset"),
+        },
+    ];
+    for e in &refusals {
+        assert!(e.is_refusal(), "{e:?}");
+    }
+    for e in &others {
+        assert!(!e.is_refusal(), "{e:?}");
+    }
+}
