@@ -449,8 +449,13 @@ pub enum TxError {
     /// * `state: Some(Applied)` never reaches a caller (`applied` is committed),
     ///   nor does `Canceling` (the outcome is then [`TxError::Canceled`]).
     ///
-    /// With the native strategy (`state` is `None`, no record), the native
-    /// transaction was aborted, or its commit's outcome stayed unknown after retries.
+    /// With the native strategy (`state` is `None`), the commit was sent and
+    /// its outcome stayed unknown (a keyed transaction's record, written in
+    /// the same native transaction, exists exactly when it committed), or a
+    /// keyed transaction's store failed before its commit was sent: nothing
+    /// was applied and its id is left free, so a retry under the id runs it.
+    /// An unkeyed native transaction whose store failed before its commit
+    /// was aborted and is answered [`TxError::Canceled`].
     #[error(
         "transaction {id} interrupted {}, outcome unknown: {source}",
         where_interrupted(state)
