@@ -198,6 +198,9 @@ async fn run_inner(args: WorkerArgs) -> Result<(), String> {
         } else {
             RetryPolicy::NONE
         },
+        // No window of the workers' own: the collector's short one decides
+        // (`STUB_WINDOWS`), so that stubs are removed within a run too.
+        idempotency_window: Duration::ZERO,
         ..CoordinatorConfig::default()
     };
     let build = |point: CommitPoint| {

@@ -153,7 +153,9 @@ enum Command {
         #[arg(long, value_parser = duration::parse)]
         older_than: Duration,
         /// How long after it finished a transaction with a caller-chosen id
-        /// keeps a stub of its id and outcome, so that a retry is refused.
+        /// keeps a stub of its id and outcome, so that a retry is refused,
+        /// at the least: a record that keeps its coordinator's longer
+        /// window keeps that one.
         #[arg(long, default_value = "24h", value_parser = duration::parse)]
         idempotency_window: Duration,
     },

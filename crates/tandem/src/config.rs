@@ -149,6 +149,17 @@ pub struct CoordinatorConfig {
     /// asking its participants, which would undo a transaction its
     /// coordinator answered committed.
     pub early_commit: bool,
+    /// How long after it finished a transaction with a caller-chosen id
+    /// ([`Transaction::with_id`](crate::Transaction::with_id), an
+    /// idempotency key) keeps answering for that id, at the least: its
+    /// record keeps this window (`idempotencyMillis`), and garbage
+    /// collection keeps a stub of it until the longer of this window and
+    /// the collector's own ([`RecoveryConfig::idempotency_window`]) has
+    /// passed. So the promise made to this coordinator's callers does not
+    /// depend on which process collects: another application sharing the
+    /// records, or `tandem gc`, with a shorter window, keeps it all the
+    /// same. 24 hours by default; keep it as long as callers may retry.
+    pub idempotency_window: Duration,
 }
 
 impl Default for CoordinatorConfig {
@@ -166,6 +177,7 @@ impl Default for CoordinatorConfig {
             retry: crate::RetryPolicy::default(),
             finish_delay: Duration::ZERO,
             early_commit: true,
+            idempotency_window: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -186,7 +198,11 @@ pub struct RecoveryConfig {
     /// key) keeps answering for that id: garbage collection turns its record
     /// into a small stub (state and id) until then, so that a retry is told
     /// [`TxError::Duplicate`](crate::TxError::Duplicate) with the outcome
-    /// instead of running again. 24 hours by default.
+    /// instead of running again. 24 hours by default. A record written with
+    /// a longer window ([`CoordinatorConfig::idempotency_window`] of the
+    /// coordinator that ran it, kept in the record) keeps that one: this is
+    /// the window of records that carry none (written by an earlier
+    /// version) and the least of any.
     pub idempotency_window: Duration,
 }
 

@@ -330,6 +330,13 @@ pub struct TxRecord {
     /// idempotency window ([`RecoveryConfig::idempotency_window`](crate::RecoveryConfig::idempotency_window)).
     #[serde(default)]
     pub keyed: bool,
+    /// For a keyed record: the idempotency window of the coordinator that
+    /// wrote it ([`CoordinatorConfig::idempotency_window`](crate::CoordinatorConfig::idempotency_window)),
+    /// in milliseconds. Garbage collection keeps the record's stub until
+    /// the longer of this and its own window has passed since it finished.
+    /// `None` on records written by an earlier version, and unkeyed ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_millis: Option<i64>,
     /// Whether the transaction commits at its applies: every participant
     /// can tell whether its apply landed ([`Participant::probes`](crate::Participant::probes)),
     /// so the coordinator answered as soon as every apply had (the record

@@ -1030,6 +1030,10 @@ impl RecoveryWorker {
                     .or(record.last_modified)
                     .map(|t| t.timestamp_millis())
                     .unwrap_or(0);
+                // The longer of this worker's window and the one the record
+                // was written with: a collector with a shorter window (another
+                // application, `tandem gc`) keeps the writer's promise.
+                let window = window.max(record.idempotency_millis.unwrap_or(0));
                 let keep_until = (record.keyed
                     && finished.saturating_add(window) > now.timestamp_millis())
                 .then(|| bson::DateTime::from_millis(finished.saturating_add(window)));

@@ -383,6 +383,7 @@ async fn a_stale_move_to_done_claims_no_move_of_a_record_that_reused_its_id() {
     let stale = Coordinator::builder(faulty.clone())
         .on_event(sink)
         .finish_delay(Duration::from_secs(3600))
+        .idempotency_window(Duration::from_secs(1))
         .build();
     stale.run(keyed("K", "A", "B", 100)).await.expect("commits");
     stale.run(keyed("L", "C", "D", 100)).await.expect("commits");

@@ -1271,6 +1271,66 @@ fn keyed_transfer(id: &str, from: &str, to: &str, amount: i64) -> Transaction {
         .change(DocumentChange::update(accounts(), to).inc("balance", amount))
 }
 
+/// A keyed transaction keeps its id for its own coordinator's idempotency
+/// window, whoever collects its record: a collector with a shorter window
+/// (another application sharing the records, `tandem gc` with its default
+/// of a day) removed the record of a payment its caller had been promised a
+/// week for, and a retry inside that week paid again.
+#[tokio::test]
+async fn a_collector_with_a_shorter_window_keeps_the_writers_promise() {
+    let day = Duration::from_secs(86_400);
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let coordinator = Coordinator::builder(store.clone())
+        .idempotency_window(7 * day)
+        .build();
+    coordinator
+        .run(keyed_transfer("K", "A", "B", 100))
+        .await
+        .unwrap();
+    coordinator.drain().await;
+    let collector = Coordinator::new(store.clone()).recovery(RecoveryConfig {
+        idempotency_window: day,
+        ..RecoveryConfig::default()
+    });
+    let collect = || async {
+        let mut total = 0;
+        loop {
+            total += collector
+                .collect_garbage(Duration::from_secs(3600))
+                .await
+                .unwrap();
+            if collector.caught_up() {
+                return total;
+            }
+        }
+    };
+
+    // Two days on: past the collector's window, inside the writer's.
+    clock.advance(2 * day);
+    collect().await;
+    collect().await;
+    let retry = coordinator.run(keyed_transfer("K", "A", "B", 100)).await;
+    assert!(
+        matches!(
+            retry,
+            Err(TxError::Duplicate {
+                state: Some(TxState::Done),
+                ..
+            })
+        ),
+        "{retry:?}"
+    );
+    assert_eq!(
+        (balance(&store, "A").await, balance(&store, "B").await),
+        (900, 1100)
+    );
+
+    // Past the writer's window the stub goes.
+    clock.advance(6 * day);
+    collect().await;
+    assert!(get(&store, &records(), "K").await.is_none());
+}
+
 /// A garbage collector that stalled between its scan (which found `K`
 /// `done`, inside its idempotency window) and its stub update wakes after
 /// the old `K` was stubbed and removed, and a new transaction under the id

@@ -110,6 +110,13 @@ impl CoordinatorBuilder {
         self
     }
 
+    /// How long after it finished a keyed transaction keeps answering for
+    /// its id, at the least ([`CoordinatorConfig::idempotency_window`]).
+    pub fn idempotency_window(mut self, window: Duration) -> Self {
+        self.config.idempotency_window = window;
+        self
+    }
+
     /// Whether transactions may commit at their applies
     /// ([`CoordinatorConfig::early_commit`]; `true` by default).
     pub fn early_commit(mut self, early: bool) -> Self {

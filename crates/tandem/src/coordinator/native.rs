@@ -151,6 +151,7 @@ impl Coordinator {
             "attempts": 0,
             "token": crate::record::new_token(),
             "keyed": true,
+            "idempotencyMillis": super::two_phase::idempotency_millis(&engine.config),
             "created": now,
             "lastModified": now,
             "finishedAt": now,

@@ -403,20 +403,26 @@ impl Coordinator {
             // `state: {$in: []}` matches nothing, so an existing record is never touched:
             // the upsert then collides with its `_id` and fails with a duplicate key.
             let filter = doc! { "_id": live.id.as_str(), "state": { "$in": [] } };
+            let mut fields = doc! {
+                "state": TxState::Pending,
+                "participants": participants,
+                "owner": &config.owner,
+                "epoch": live.epoch,
+                "leaseMillis": lease_millis,
+                "attempts": 0,
+                "token": &token,
+                "keyed": keyed,
+                "earlyCommit": live.early,
+                "createBy": create_by,
+                "history": [history(TxState::Pending, &config.owner, live.epoch, "create")],
+            };
+            if keyed {
+                // The promise made to this coordinator's callers travels
+                // with the record, whichever process collects it.
+                fields.insert("idempotencyMillis", idempotency_millis(config));
+            }
             let update = doc! {
-                "$setOnInsert": {
-                    "state": TxState::Pending,
-                    "participants": participants,
-                    "owner": &config.owner,
-                    "epoch": live.epoch,
-                    "leaseMillis": lease_millis,
-                    "attempts": 0,
-                    "token": &token,
-                    "keyed": keyed,
-                    "earlyCommit": live.early,
-                    "createBy": create_by,
-                    "history": [history(TxState::Pending, &config.owner, live.epoch, "create")],
-                },
+                "$setOnInsert": fields,
                 "$currentDate": { "created": true, "lastModified": true, "leaseStart": true },
             };
             (filter, update)
@@ -732,4 +738,10 @@ async fn give_back(parties: &[Party], inserts: &[bool], ctx: StepContext<'_>) {
             }),
     )
     .await;
+}
+
+/// [`CoordinatorConfig::idempotency_window`](crate::CoordinatorConfig::idempotency_window)
+/// in milliseconds, as a keyed record keeps it (`idempotencyMillis`).
+pub(super) fn idempotency_millis(config: &crate::CoordinatorConfig) -> i64 {
+    i64::try_from(config.idempotency_window.as_millis()).unwrap_or(i64::MAX)
 }

@@ -30,11 +30,15 @@ fn accounts(db: &str) -> Namespace {
 
 /// A coordinator on `store` with the factory's lease and no clock margin
 /// (one store, one clock).
+/// The scenarios' coordinators promise no idempotency window of their own
+/// (`Duration::ZERO`): each scenario's collector sets the window a keyed
+/// record keeps its stub for.
 fn coordinator(store: impl Store, db: &str, lease: Duration) -> Coordinator {
     Coordinator::builder(store)
         .database(db)
         .lease(lease)
         .clock_margin(Duration::ZERO)
+        .idempotency_window(Duration::ZERO)
         .commit_point(CommitPoint::Done)
         .build()
 }
@@ -67,6 +71,7 @@ fn recovery_with(
         .database(db)
         .lease(lease)
         .clock_margin(Duration::ZERO)
+        .idempotency_window(Duration::ZERO)
         .build()
         .recovery(config)
 }
@@ -440,12 +445,14 @@ pub async fn same_owner_same_id<F: StoreFactory + ?Sized>(factory: &F, db: &str)
         .owner("shop")
         .lease(lease)
         .clock_margin(Duration::ZERO)
+        .idempotency_window(Duration::ZERO)
         .build();
     let second = Coordinator::builder_shared(store.clone())
         .database(db)
         .owner("shop")
         .lease(lease)
         .clock_margin(Duration::ZERO)
+        .idempotency_window(Duration::ZERO)
         .build();
     let debit = |id: &str| DocumentChange::update(ns.clone(), id).inc("balance", -10_i64);
     let tx1 = Transaction::with_id("order-1").change(debit("A"));
@@ -1151,6 +1158,7 @@ pub async fn stale_move_misses_the_inert_copy<F: StoreFactory + ?Sized>(factory:
         .database(db)
         .lease(lease)
         .clock_margin(Duration::ZERO)
+        .idempotency_window(Duration::ZERO)
         .commit_point(CommitPoint::Done)
         .early_commit(false)
         .build();
@@ -1330,6 +1338,7 @@ pub async fn own_record_landing_while_the_id_is_taken<F: StoreFactory + ?Sized>(
         .database(db)
         .lease(lease)
         .clock_margin(Duration::ZERO)
+        .idempotency_window(Duration::ZERO)
         .commit_point(CommitPoint::Done)
         .early_commit(false)
         .build();
