@@ -187,7 +187,9 @@ impl Default for CoordinatorConfig {
 pub struct RecoveryConfig {
     /// What to do with stuck `pending` transactions.
     pub pending: PendingPolicy,
-    /// The most transactions claimed per pass.
+    /// The most transactions claimed per pass, and the records a scan reads
+    /// per page. Zero counts as one, and more than `i64::MAX` (what a
+    /// store's page limit holds) as `i64::MAX`.
     pub batch: usize,
     /// How many claimed transactions are driven at once.
     pub concurrency: usize,

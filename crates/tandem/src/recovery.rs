@@ -411,7 +411,14 @@ impl RecoveryWorker {
         mut pick: impl FnMut(bson::Document) -> Option<T>,
     ) -> Result<(Vec<T>, usize), StoreError> {
         let engine = &self.engine;
-        let batch = self.config.batch.max(1);
+        // A page's limit is a 64-bit signed count: a batch past it (where
+        // `usize` is wider than `i64` allows, `usize::MAX` say) reads pages
+        // of the largest limit, rather than wrap around to a negative limit,
+        // which a store reads as a limit of its magnitude (`-1`: one record).
+        let (batch, limit) = match i64::try_from(self.config.batch.max(1)) {
+            Ok(limit) => (self.config.batch.max(1), limit),
+            Err(_) => (usize::try_from(i64::MAX).unwrap_or(usize::MAX), i64::MAX),
+        };
         let mut kept = Vec::new();
         let mut scanned = 0;
         let mut after = lock(cursor).clone();
@@ -443,7 +450,7 @@ impl RecoveryWorker {
                         page_filter.clone(),
                         FindOptions {
                             sort: Some(doc! { "lastModified": 1, "_id": 1 }),
-                            limit: Some(batch as i64),
+                            limit: Some(limit),
                         },
                     )
                 })

@@ -1782,6 +1782,48 @@ async fn recovery_is_not_starved_by_long_leases() {
     assert_eq!(pending, 5, "the long leases still run");
 }
 
+/// A batch larger than a store's page limit can say (`usize::MAX`, the
+/// largest `tandem recover --batch` takes) recovers and collects every
+/// record due, as any large batch does: the page limit is an `i64`, and
+/// the batch wrapped around to `-1`, a limit of one record, so a pass
+/// claimed one record and ended its round, and a backlog grew by every
+/// transaction abandoned but one per pass.
+#[tokio::test]
+async fn a_batch_past_what_a_page_limit_holds_takes_every_record_due() {
+    let (store, clock, seeded) = bank(&["A", "B"], 1000).await;
+    for _ in 0..3 {
+        let faulty = FaultStore::new(Arc::new(store.clone())).crash_after(1);
+        let err = Coordinator::new(faulty)
+            .run(transfer("A", "B", 1))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, TxError::Interrupted { .. }), "{err:?}");
+    }
+    clock.advance(Duration::from_secs(33));
+    let worker = done(&store).recovery(RecoveryConfig {
+        batch: usize::MAX,
+        ..RecoveryConfig::default()
+    });
+    let report = worker.run_once().await.unwrap();
+    assert_eq!((report.claimed, report.canceled), (3, 3), "{report:?}");
+    clock.advance(Duration::from_secs(33));
+    let worker = done(&store).recovery(RecoveryConfig {
+        batch: usize::MAX,
+        idempotency_window: Duration::ZERO,
+        ..RecoveryConfig::default()
+    });
+    let removed = worker
+        .collect_garbage(Duration::from_secs(32))
+        .await
+        .unwrap();
+    assert_eq!(removed, 3);
+    assert!(store.documents(&records()).is_empty());
+    audit(&store, &records(), &seeded)
+        .await
+        .unwrap()
+        .assert_clean();
+}
+
 /// Garbage collection pages past finished records it cannot rebuild (a kind
 /// this process does not know), instead of stopping at them.
 /// A record this process cannot drive (a participant kind it does not
