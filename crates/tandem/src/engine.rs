@@ -540,6 +540,41 @@ impl Engine {
         }
     }
 
+    /// A participant's [`prepare`](Participant::prepare) (its before-image
+    /// read, an insert's reservation of its `_id`), repeated while it fails
+    /// transiently and the retry policy allows, as every other store request
+    /// is (`repeat`), or run once (a hand-written participant, whose
+    /// `prepare` runs once).
+    pub async fn prepare(
+        &self,
+        participant: &dyn Participant,
+        ctx: StepContext<'_>,
+        repeat: bool,
+    ) -> Result<Option<Document>, StepError> {
+        let started = tokio::time::Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match participant.prepare(ctx).await {
+                Err(StepError::Store {
+                    participant,
+                    source,
+                }) if repeat && source.kind.is_retryable() => {
+                    match self.config.retry.next_delay(attempt, started.elapsed()) {
+                        Some(delay) => tokio::time::sleep(delay).await,
+                        None => {
+                            return Err(StepError::Store {
+                                participant,
+                                source: gave_up(source, attempt, started),
+                            })
+                        }
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Runs one step on every participant at once.
     ///
     /// Applies and clears that are single-document updates

@@ -200,7 +200,10 @@ pub trait Participant: Send + Sync + fmt::Debug {
         Ok(())
     }
 
-    /// Reads what compensation will need, before the record is written. Runs once.
+    /// Reads what compensation will need, before the record is written. Runs
+    /// once for a hand-written participant (a document change's is repeated
+    /// after a transient store failure, under the coordinator's
+    /// [`RetryPolicy`](crate::RetryPolicy)).
     async fn prepare(&self, ctx: StepContext<'_>) -> Result<Option<Document>, StepError> {
         let _ = ctx;
         Ok(None)

@@ -353,3 +353,29 @@ async fn a_record_taken_over_during_a_pass_is_reported_lost() {
         "{report:?}"
     );
 }
+
+/// A read while preparing (a `set`'s before-image) that fails transiently
+/// is repeated under the coordinator's retry policy, as every other store
+/// request is: the transaction then commits. It was answered
+/// `Interrupted` at once ("not known"), for a transaction of which nothing
+/// had been written, and whose store answered the next request.
+#[tokio::test]
+async fn a_transient_failure_while_preparing_is_repeated() {
+    let (store, _, _) = bank(&["A", "B"], 1000).await;
+    let faulty = FaultStore::new(Arc::new(store.clone())).lose_at(1);
+    let coordinator = Coordinator::builder(faulty.clone())
+        .commit_point(CommitPoint::Done)
+        .build();
+    let answer = coordinator
+        .run(
+            Transaction::new()
+                .change(DocumentChange::update(accounts(), "A").set("note", "paid"))
+                .change(DocumentChange::update(accounts(), "B").inc("balance", -100_i64)),
+        )
+        .await;
+    let receipt = answer.unwrap_or_else(|e| panic!("the read was lost once: {e:?}"));
+    assert_eq!(receipt.state, TxState::Done);
+    let a = get(&store, &accounts(), "A").await.unwrap();
+    assert_eq!(a.get_str("note"), Ok("paid"));
+    assert_eq!(balance(&store, "B").await, 900);
+}

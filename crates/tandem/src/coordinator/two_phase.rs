@@ -95,12 +95,18 @@ impl Coordinator {
             stores: &engine.stores,
             lease: engine.config.lease,
         };
-        let images = join_all(participants.iter().zip(&own_markers).map(|(p, own)| {
-            p.prepare(StepContext {
-                marker: own.as_ref().unwrap_or(&marker),
-                ..prepare_ctx
-            })
-        }))
+        // A document change's reads and reservations are repeated after a
+        // transient failure, as every request is; a hand-written
+        // participant's `prepare` runs once.
+        let images = join_all(participants.iter().zip(&own_markers).zip(&custom).map(
+            |((p, own), custom)| {
+                let ctx = StepContext {
+                    marker: own.as_ref().unwrap_or(&marker),
+                    ..prepare_ctx
+                };
+                engine.prepare(p.as_ref(), ctx, !custom)
+            },
+        ))
         .await;
         let mut parties = Vec::with_capacity(participants.len());
         let mut entries = Vec::with_capacity(participants.len());
