@@ -36,8 +36,8 @@ use bson::{doc, Bson, Document};
 use tandem::testing::{audit, FaultStore, LostWrites, Pause};
 use tandem::{
     CommitPoint, ConflictPolicy, Coordinator, CoordinatorBuilder, DocumentChange, ManualClock,
-    MemoryStore, Namespace, PendingPolicy, RecoveryConfig, Store, Strategy, Transaction, TxId,
-    TxState,
+    MemoryStore, Namespace, PendingPolicy, RecoveryConfig, Store, Strategy, Transaction, TxError,
+    TxId, TxState,
 };
 use tokio::task::JoinHandle;
 
@@ -701,8 +701,32 @@ fn coordinator(s: &Scenario, bank: &Bank, i: u64, seed: &mut u64) -> Vec<JoinHan
     }
     let c = b.build();
     let t = transfer(s, i, seed);
+    let ledger_store = match &bank.p {
+        Some((p, _)) => p.clone(),
+        None => bank.records.clone(),
+    };
+    let checks = s.transfers != Transfers::Plain;
     tasks.push(tokio::spawn(async move {
         let r = c.run(t).await;
+        if checks {
+            let entry = ledger_store
+                .find_one(
+                    &ledger(),
+                    doc! { "_id": format!("L{i}"), "_tandem.ghost": { "$ne": true } },
+                )
+                .await
+                .unwrap();
+            match &r {
+                Ok(_) => assert!(entry.is_some(), "t{i} answered committed, its entry absent"),
+                Err(TxError::Canceled { undone: true, .. }) => {
+                    assert!(
+                        entry.is_none(),
+                        "t{i} answered {r:?}, its entry there: {entry:?}"
+                    )
+                }
+                _ => {}
+            }
+        }
         c.drain().await;
         Some((i, r.map(|r| r.state).map_err(|e| format!("{e:?}"))))
     }));
@@ -1186,9 +1210,19 @@ async fn run(s: &Scenario, seed0: u64) -> Tally {
                 took,
                 "seed {seed0}: t{i} answered committed, did not take effect\n{answers:#?}\n{recs:#?}"
             ),
-            Err(e) if e.starts_with("Canceled") => assert!(
-                !took,
-                "seed {seed0}: t{i} answered {e}, took effect\n{recs:#?}"
+            Err(e)
+                if e.starts_with("Canceled")
+                    || e.starts_with("Duplicate")
+                    || (e.starts_with("Superseded") && e.contains("state: Some(Canceled)")) =>
+            {
+                assert!(
+                    !took,
+                    "seed {seed0}: t{i} answered {e}, took effect\n{recs:#?}"
+                )
+            }
+            Err(e) if e.starts_with("Superseded") && e.contains("state: Some(Done)") => assert!(
+                took,
+                "seed {seed0}: t{i} answered {e}, did not take effect\n{recs:#?}"
             ),
             Err(_) => {}
         }
