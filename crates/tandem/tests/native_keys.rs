@@ -25,6 +25,9 @@ use tandem::{
 struct Blip {
     inner: MemoryStore,
     fail: Arc<AtomicU32>,
+    /// How many readings of the clock ([`Store::clock_estimate`]) still
+    /// fail transiently, as a `hello` to a primary stepping down does.
+    clock_fail: Arc<AtomicU32>,
 }
 
 #[async_trait]
@@ -62,6 +65,19 @@ impl Store for Blip {
     }
     async fn now(&self) -> Result<bson::DateTime, StoreError> {
         self.inner.now().await
+    }
+    async fn clock_estimate(&self) -> Result<bson::DateTime, StoreError> {
+        if self
+            .clock_fail
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(StoreError::new(
+                StoreErrorKind::Transient,
+                "connection reset while reading the server's clock",
+            ));
+        }
+        self.inner.clock_estimate().await
     }
     async fn insert_one(&self, ns: &Namespace, doc: Document) -> Result<(), StoreError> {
         self.inner.insert_one(ns, doc).await
@@ -162,6 +178,7 @@ async fn a_store_failure_before_a_native_commit_leaves_the_key_free() {
     let blip = Blip {
         inner: store.clone(),
         fail: Arc::new(AtomicU32::new(1)),
+        clock_fail: Arc::default(),
     };
     let c = Coordinator::builder(blip.clone())
         .strategy(Strategy::Native)
@@ -322,6 +339,7 @@ async fn a_refused_native_run_is_never_told_duplicate_of_its_own_record() {
             inner: Blip {
                 inner: store.clone(),
                 fail: Arc::new(AtomicU32::new(0)),
+                clock_fail: Arc::default(),
             },
             lose_next_record_insert: Arc::new(AtomicU32::new(1)),
             reads: Arc::new(AtomicU32::new(mode)),
@@ -349,4 +367,48 @@ async fn a_refused_native_run_is_never_told_duplicate_of_its_own_record() {
         }
     }
     assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// A reading of the records store's clock that fails transiently (the
+/// estimate a record's create deadline, or a keyed native record's time,
+/// is taken from) is repeated under the coordinator's retry policy, as
+/// every other store request is: the payment goes through, under either
+/// strategy. It was answered at once: `Canceled` with the store error as
+/// the cause (a refusal, to the guide) under two-phase without a key, and
+/// `Interrupted` under Native with one, though the store answered the
+/// next request.
+#[tokio::test]
+async fn a_transient_failure_reading_the_clock_is_repeated() {
+    let mut answers = Vec::new();
+    for (strategy, key) in [
+        (Strategy::TwoPhase, None),
+        (Strategy::Native, Some("pay-9")),
+    ] {
+        let (store, _, _) = bank(&["A", "B"], 1000).await;
+        let blip = Blip {
+            inner: store.clone(),
+            fail: Arc::default(),
+            clock_fail: Arc::new(AtomicU32::new(1)),
+        };
+        let c = Coordinator::builder(blip)
+            .strategy(strategy)
+            .commit_point(CommitPoint::Done)
+            .build();
+        let tx = match key {
+            Some(key) => keyed_payment(key, 100),
+            None => Transaction::new()
+                .change(
+                    DocumentChange::update(accounts(), "A")
+                        .inc("balance", -100_i64)
+                        .require_gte("balance", 100_i64),
+                )
+                .change(DocumentChange::update(accounts(), "B").inc("balance", 100_i64)),
+        };
+        let answer = c.run(tx).await;
+        answers.push((strategy, answer.is_ok(), balance(&store, "A").await, answer));
+    }
+    assert!(
+        answers.iter().all(|(_, ok, a, _)| *ok && *a == 900),
+        "{answers:#?}"
+    );
 }

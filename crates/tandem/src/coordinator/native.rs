@@ -135,7 +135,7 @@ impl Coordinator {
         origin: FinalRecord,
     ) -> Result<bson::Document, StoreError> {
         let engine = &self.engine;
-        let now = engine.records().clock_estimate().await?;
+        let now = engine.retry(|| engine.records().clock_estimate()).await?;
         let owner = engine.config.owner.as_str();
         let lease = i64::try_from(engine.config.lease.as_millis()).unwrap_or(i64::MAX);
         let event = match origin {

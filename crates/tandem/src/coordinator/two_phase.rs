@@ -388,20 +388,18 @@ impl Coordinator {
         // The create's deadline, fixed before the first attempt: a record the
         // store writes later (an attempt that arrived late, perhaps after the
         // transaction finished and its record was collected) is inert.
-        let estimate =
-            engine
-                .records()
-                .clock_estimate()
-                .await
-                .map_err(|source| TxError::Canceled {
-                    id: live.id.clone(),
-                    cause: StepError::Store {
-                        participant: "(transaction record)".into(),
-                        source,
-                    },
-                    participant: None,
-                    undone: true,
-                })?;
+        let estimate = engine
+            .retry(|| engine.records().clock_estimate())
+            .await
+            .map_err(|source| TxError::Canceled {
+                id: live.id.clone(),
+                cause: StepError::Store {
+                    participant: "(transaction record)".into(),
+                    source,
+                },
+                participant: None,
+                undone: true,
+            })?;
         let create_by =
             bson::DateTime::from_millis(estimate.timestamp_millis().saturating_add(lease_millis));
         let attempts = std::sync::atomic::AtomicU32::new(0);
