@@ -728,7 +728,7 @@ async fn cancel(
                 .map(|t| t.try_to_rfc3339_string().unwrap_or_else(|_| t.to_string()))
                 .unwrap_or_else(|| "its owner's deadline".into());
             Err(Failure::Incomplete(format!(
-                "{id}: pending: undecided while its owner's applies may still land (until {after}, by the stores' clocks): it commits if every apply lands; run `tandem cancel` again after that to roll back what did not"
+                "{id}: pending: undecided while its owner's applies may still land (until {after}, by the stores' clocks): it commits if every apply lands; run `tandem cancel` again after that to roll back what did not (the request is not remembered: a recovery run that rolls pending transactions forward, `recover --forward`, commits it instead)"
             )))
         }
         Ok(state) if !record.state.is_terminal() && state != record.state => {

@@ -853,7 +853,9 @@ impl RecoveryWorker {
     /// A transaction that commits at its applies
     /// ([`TxRecord::early_commit`](crate::TxRecord::early_commit)) is decided
     /// only once no apply can land any more: before that this answers
-    /// `pending` (a later recovery pass decides); after it, `canceled` or
+    /// `pending`, and the request is not remembered (a later recovery pass
+    /// decides, as its [`PendingPolicy`](crate::PendingPolicy) says where not
+    /// every apply landed: rolling forward commits); after it, `canceled` or
     /// `canceling` if some apply never landed, `done` (or `applied`) if every
     /// apply landed, which means the transaction committed.
     ///

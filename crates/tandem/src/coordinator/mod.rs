@@ -543,8 +543,11 @@ impl Coordinator {
     /// at its applies ([`TxRecord::early_commit`](crate::TxRecord::early_commit))
     /// cannot be decided while an apply may still land: until every
     /// participant store's clock reads the applies' deadline plus the clock
-    /// margin, this answers `pending` (recovery decides later: committed if
-    /// every apply landed, else rolled back); after it, `canceled` (or
+    /// margin, this answers `pending`, and the request is not remembered:
+    /// recovery decides later, committing if every apply landed and
+    /// otherwise as its [`PendingPolicy`](crate::PendingPolicy) says (rolled
+    /// back by default; a worker rolling `pending` forward applies the rest
+    /// and commits), unless `cancel` is called again then; after it, `canceled` (or
     /// `canceling`) if some apply never landed, and `done` if all did (the
     /// transaction had committed). See [`RecoveryWorker::cancel`](crate::RecoveryWorker::cancel).
     pub async fn cancel(&self, id: &TxId, reason: &str) -> Result<TxState, TxError> {
