@@ -16,11 +16,13 @@
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bson::{doc, Bson};
 use futures::future::join_all;
+use futures::FutureExt;
 
 use crate::config::{PendingPolicy, RecoveryConfig};
 use crate::engine::{history, is_not_yet, Engine, Live, Step, HISTORY_KEPT, ROUND};
@@ -355,14 +357,27 @@ impl RecoveryWorker {
                     Err(outcome) => report.add(outcome),
                 }
             }
-            for ((live, _), result) in committed
-                .iter()
-                .zip(self.finish_committed(&committed).await)
+            // A panic while finishing them together (a hand-written
+            // participant's clear) fails the round's committed records,
+            // left for a later pass, and not the pass.
+            match AssertUnwindSafe(self.finish_committed(&committed))
+                .catch_unwind()
+                .await
             {
-                report.add(match result {
-                    Ok(state) => Outcome::of(state),
-                    Err(e) => Outcome::of_error(&live.id, e),
-                });
+                Ok(results) => {
+                    for ((live, _), result) in committed.iter().zip(results) {
+                        report.add(match result {
+                            Ok(state) => Outcome::of(state),
+                            Err(e) => Outcome::of_error(&live.id, e),
+                        });
+                    }
+                }
+                Err(panic) => {
+                    for (live, _) in &committed {
+                        tracing::error!(target: "tandem", "finishing {} panicked: {}; left for a later pass", live.id, panic_text(&*panic));
+                        report.add(Outcome::Failed);
+                    }
+                }
             }
         }
         if total > 0 {
@@ -666,16 +681,29 @@ impl RecoveryWorker {
                 return (false, Err(Outcome::Failed));
             }
         };
-        self.engine.emit(TxEvent::Claimed {
-            id: claimed.id.clone(),
-            state: claimed.state,
-            owner: claimed.owner.clone(),
-            epoch: claimed.epoch,
+        // A panic (a hand-written participant's step or kind, an event
+        // sink) fails this record, as a store failure does, and leaves the
+        // pass to the others: it would take the pass down, drop the other
+        // records of its round half driven, and end `run_until`'s task, and
+        // the next pass would meet the same record first.
+        let id = claimed.id.clone();
+        let driven = AssertUnwindSafe(async {
+            self.engine.emit(TxEvent::Claimed {
+                id: claimed.id.clone(),
+                state: claimed.state,
+                owner: claimed.owner.clone(),
+                epoch: claimed.epoch,
+            });
+            self.drive(&claimed, None)
+                .await
+                .map_err(|e| Outcome::of_error(&claimed.id, e))
+        })
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            tracing::error!(target: "tandem", "driving {id} panicked: {}; left for a later pass", panic_text(&*panic));
+            Err(Outcome::Failed)
         });
-        let driven = self
-            .drive(&claimed, None)
-            .await
-            .map_err(|e| Outcome::of_error(&claimed.id, e));
         (true, driven)
     }
 
@@ -1089,13 +1117,18 @@ impl RecoveryWorker {
                     refuse_to_drive(&record.id, &why);
                     continue;
                 }
-                if engine
-                    .step_all(&live, Step::Forget)
-                    .await
-                    .iter()
-                    .any(Result::is_err)
-                {
-                    continue;
+                // Kept (for the next collection) where a `forget` failed
+                // or panicked.
+                let forgot = AssertUnwindSafe(engine.step_all(&live, Step::Forget))
+                    .catch_unwind()
+                    .await;
+                match forgot {
+                    Ok(results) if results.iter().all(Result::is_ok) => {}
+                    Ok(_) => continue,
+                    Err(panic) => {
+                        tracing::error!(target: "tandem", "forgetting {} panicked: {}; kept", record.id, panic_text(&*panic));
+                        continue;
+                    }
                 }
             }
             match keep_until {
@@ -1383,6 +1416,15 @@ impl Claimed {
         record.history.drain(..dropped);
         Some(record)
     }
+}
+
+/// What a caught panic said, for the log.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// Logs why a record is left undriven here: an error for a store name that

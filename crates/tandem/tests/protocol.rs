@@ -2777,3 +2777,123 @@ async fn wait_does_not_wait_for_its_own_hold_under_another_marker_field() {
         "{elapsed:#?}"
     );
 }
+
+/// A hand-written participant whose undo, clear and forget panic.
+#[derive(Debug)]
+struct Panicking;
+
+#[async_trait::async_trait]
+impl tandem::Participant for Panicking {
+    fn kind(&self) -> &str {
+        "test.panicking"
+    }
+    fn spec(&self) -> Result<bson::Document, ChangeError> {
+        Ok(doc! {})
+    }
+    fn label(&self) -> String {
+        "panicking".into()
+    }
+    async fn apply(&self, _: StepContext<'_>) -> Result<(), StepError> {
+        Ok(())
+    }
+    async fn compensate(&self, _: StepContext<'_>) -> Result<(), StepError> {
+        panic!("a hand-written participant's undo panics")
+    }
+    async fn clear_marker(&self, _: StepContext<'_>) -> Result<(), StepError> {
+        panic!("a hand-written participant's clear panics")
+    }
+    async fn forget(&self, _: StepContext<'_>) -> Result<(), StepError> {
+        panic!("a hand-written participant's forget panics")
+    }
+}
+
+/// A panic in a hand-written participant's step during a recovery pass
+/// (its undo of a `canceling` record, its clear of an `applied` one) fails
+/// that record, as a store failure does, and the pass goes on with the
+/// others, as the background finisher's rounds do. It took the whole pass
+/// down: `run_once` panicked, a transfer stuck beside it was dropped half
+/// driven (claimed and left), and `run_until`'s task ended, so that
+/// recovery stopped for every transaction, and started again it met the
+/// same record first.
+#[tokio::test]
+async fn a_panicking_participant_fails_its_record_not_the_recovery_pass() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    for (i, state) in ["canceling", "applied"].into_iter().enumerate() {
+        stranger(
+            &store,
+            format!("poisoned-{i}"),
+            state,
+            doc! { "kind": "test.panicking", "label": "panicking", "spec": {} },
+            0,
+        )
+        .await;
+    }
+    let transfer_id = stuck_transfer(&store).await;
+    clock.advance(Duration::from_secs(33));
+    let coordinator = Coordinator::builder(store.clone())
+        .kind("test.panicking", |_| {
+            Ok(Box::new(Panicking) as Box<dyn tandem::Participant>)
+        })
+        .build();
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    let pass = tokio::spawn(async move { worker.run_once().await });
+    let report = pass
+        .await
+        .expect("the pass goes on past a participant that panics")
+        .unwrap();
+    assert_eq!(
+        (report.claimed, report.failed, report.canceled),
+        (3, 2, 1),
+        "{report:?}"
+    );
+    let record = coordinator.record(&transfer_id).await.unwrap().unwrap();
+    assert_eq!(record.state, TxState::Canceled);
+    assert_eq!(balance(&store, "A").await, 1000);
+    assert_eq!(balance(&store, "B").await, 1000);
+    for (i, state) in [TxState::Canceling, TxState::Applied]
+        .into_iter()
+        .enumerate()
+    {
+        let id = TxId::new(format!("poisoned-{i}")).unwrap();
+        let record = coordinator.record(&id).await.unwrap().unwrap();
+        assert_eq!((record.state, record.epoch), (state, 1), "{record:?}");
+    }
+}
+
+/// Garbage collection keeps a record whose hand-written participant's
+/// `forget` panics, as one whose `forget` fails, and collects the others:
+/// the panic took the whole collection down.
+#[tokio::test]
+async fn a_panicking_forget_keeps_its_record_not_the_collection() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    stranger(
+        &store,
+        "poisoned".into(),
+        "done",
+        doc! { "kind": "test.panicking", "label": "panicking", "spec": {} },
+        0,
+    )
+    .await;
+    let coordinator = Coordinator::builder(store.clone())
+        .commit_point(CommitPoint::Done)
+        .kind("test.panicking", |_| {
+            Ok(Box::new(Panicking) as Box<dyn tandem::Participant>)
+        })
+        .build();
+    let receipt = coordinator.run(transfer("A", "B", 10)).await.unwrap();
+    clock.advance(Duration::from_secs(40));
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    let collection =
+        tokio::spawn(async move { worker.collect_garbage(Duration::from_secs(32)).await });
+    let removed = collection
+        .await
+        .expect("the collection goes on past a participant that panics")
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert!(coordinator.record(&receipt.id).await.unwrap().is_none());
+    let kept = coordinator
+        .record(&TxId::new("poisoned").unwrap())
+        .await
+        .unwrap();
+    assert!(kept.is_some());
+}
