@@ -1081,10 +1081,16 @@ impl RecoveryWorker {
                 {
                     return Some((record, None, keep_until));
                 }
-                match engine.rebuild(&record) {
-                    Ok(live) => Some((record, Some(live), keep_until)),
-                    Err(e) => {
+                // A kind's factory that panics passes its record over, as
+                // one that refuses it does.
+                match std::panic::catch_unwind(AssertUnwindSafe(|| engine.rebuild(&record))) {
+                    Ok(Ok(live)) => Some((record, Some(live), keep_until)),
+                    Ok(Err(e)) => {
                         tracing::error!(target: "tandem", "cannot rebuild {}: {e}", record.id);
+                        None
+                    }
+                    Err(panic) => {
+                        tracing::error!(target: "tandem", "rebuilding {} panicked: {}", record.id, panic_text(&*panic));
                         None
                     }
                 }

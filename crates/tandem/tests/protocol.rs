@@ -2897,3 +2897,44 @@ async fn a_panicking_forget_keeps_its_record_not_the_collection() {
         .unwrap();
     assert!(kept.is_some());
 }
+
+/// Garbage collection passes over a record whose kind's factory panics,
+/// as over one it refuses, and collects the others: the panic took the
+/// whole collection down.
+#[tokio::test]
+async fn a_panicking_kind_factory_keeps_its_record_not_the_collection() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    stranger(
+        &store,
+        "poisoned".into(),
+        "done",
+        doc! { "kind": "test.unbuildable", "label": "unbuildable", "spec": {} },
+        0,
+    )
+    .await;
+    let coordinator = Coordinator::builder(store.clone())
+        .commit_point(CommitPoint::Done)
+        .kind(
+            "test.unbuildable",
+            |_| -> Result<Box<dyn tandem::Participant>, ChangeError> {
+                panic!("a kind's factory panics")
+            },
+        )
+        .build();
+    let receipt = coordinator.run(transfer("A", "B", 10)).await.unwrap();
+    clock.advance(Duration::from_secs(40));
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    let collection =
+        tokio::spawn(async move { worker.collect_garbage(Duration::from_secs(32)).await });
+    let removed = collection
+        .await
+        .expect("the collection goes on past a kind that panics")
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert!(coordinator.record(&receipt.id).await.unwrap().is_none());
+    let kept = coordinator
+        .record(&TxId::new("poisoned").unwrap())
+        .await
+        .unwrap();
+    assert!(kept.is_some());
+}
