@@ -688,7 +688,11 @@ async fn participant_document(
         (TxState::Canceling | TxState::Canceled, false) => {
             "not applied, or undone (no marker)".into()
         }
-        (state, true) => format!("marked although the transaction is {state}: recovery removes it"),
+        // No step of tandem looks at a finished (or `initial`) record's
+        // documents again: a marker left there stays until removed by hand.
+        (state, true) => format!(
+            "marked although the transaction is {state}: no step of tandem removes this marker (a write outside tandem put it back?); remove it by hand"
+        ),
     })
 }
 
@@ -1134,6 +1138,55 @@ mod tests {
             assert_eq!(applied, debits, "crash after op {n}: {a}");
         }
         assert!(one_debit > 0, "no crash point left one debit only");
+    }
+
+    /// A marker of a finished transaction (put back by a write outside
+    /// tandem, a restore of the document) is one no step of tandem removes:
+    /// recovery and garbage collection never look at a finished record's
+    /// documents. `show` said "recovery removes it".
+    #[tokio::test]
+    async fn show_does_not_promise_a_removal_nothing_makes() {
+        let accounts = Namespace::new("bank", "accounts");
+        let store = tandem::MemoryStore::new();
+        store
+            .insert_one(&accounts, doc! { "_id": "A", "balance": 100_i64 })
+            .await
+            .unwrap();
+        let coordinator = Coordinator::builder(store.clone())
+            .commit_point(tandem::CommitPoint::Done)
+            .build();
+        let tx = Transaction::new()
+            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -1_i64));
+        let id = coordinator.run(tx).await.unwrap().id;
+        let record = coordinator.record(&id).await.unwrap().unwrap();
+        assert_eq!(record.state, TxState::Done);
+        let marker = record.marker();
+        store
+            .update_one(
+                &accounts,
+                doc! { "_id": "A" },
+                doc! { "$push": { "pendingTransactions": marker.as_str() } },
+                tandem::store::UpdateOptions::default(),
+            )
+            .await
+            .unwrap();
+        let said = participant_document(&store, &[], "tandem", &record, &record.participants[0])
+            .await
+            .unwrap();
+        let worker = coordinator.recovery(tandem::RecoveryConfig::default());
+        worker.run_once().await.unwrap();
+        let a = store
+            .find_one(&accounts, doc! { "_id": "A" })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            a.get_array("pendingTransactions").unwrap().len(),
+            1,
+            "recovery left the marker"
+        );
+        assert!(said.starts_with("marked although"), "{said}");
+        assert!(!said.contains("recovery removes it"), "{said}");
     }
 
     /// `show` reads a named store's document only where the store given
