@@ -681,7 +681,12 @@ async fn participant_document(
             "applied (marked); committed if every participant is".into()
         }
         (TxState::Pending, true) => "applied, not committed yet (marked)".into(),
-        (TxState::Pending | TxState::Initial, false) => "not applied (no marker)".into(),
+        (TxState::Initial, false) => "not applied (no marker)".into(),
+        // An apply sent may still land until the epoch's deadline.
+        (TxState::Pending, false) => format!(
+            "not applied yet (no marker; an apply in flight may land until {})",
+            record.deadline().try_to_rfc3339_string().unwrap_or_default()
+        ),
         (TxState::Applied, true) => "applied and committed; marker not cleared yet".into(),
         (TxState::Applied | TxState::Done, false) => "applied and committed".into(),
         (TxState::Canceling, true) => "applied, to be undone (marked)".into(),
