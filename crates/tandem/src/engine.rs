@@ -715,6 +715,22 @@ impl Engine {
     /// record still says `pending`); on a refusal, cancels and answers why.
     pub async fn apply_or_refuse(&self, live: &Live) -> Result<(), TxError> {
         let results = self.step_all(live, Step::Apply).await;
+        self.applied_or_refuse(live, results).await
+    }
+
+    /// Participant `index`'s apply of `live` again, on its own (after a
+    /// conflict its holder has since settled).
+    pub async fn apply_again(&self, live: &Live, index: usize) -> Result<(), StepError> {
+        self.step(live, &live.parties[index], Step::Apply).await
+    }
+
+    /// [`apply_or_refuse`](Self::apply_or_refuse) once the applies were
+    /// made: `Ok(())` if every one of `results` landed, else cancels.
+    pub async fn applied_or_refuse(
+        &self,
+        live: &Live,
+        results: Vec<Result<(), StepError>>,
+    ) -> Result<(), TxError> {
         let mut refusals = results
             .into_iter()
             .enumerate()

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::Coordinator;
 use crate::engine::Live;
+use crate::TxId;
 
 /// Most transactions the background finisher takes on in one go, and most
 /// records it moves to `done` in one statement.
@@ -55,8 +56,10 @@ pub(super) struct Background {
     /// The number the next committed transaction gets.
     next: u64,
     /// The numbers of the transactions handed over and not yet finished
-    /// (or left to recovery): what a drain waits for.
-    unfinished: std::collections::BTreeSet<u64>,
+    /// (or left to recovery), with their ids: what a drain waits for, and
+    /// what a transaction of this coordinator meeting one of them on a
+    /// document waits for ([`Coordinator::settle_own`]).
+    unfinished: std::collections::BTreeMap<u64, TxId>,
     /// How many drains are waiting: while any is, finish what is waiting
     /// without delay.
     draining: usize,
@@ -94,7 +97,7 @@ impl Drop for IdleOnPanic {
                 tracing::warn!(target: "tandem", "finishing {} left to recovery: the finisher stopped", live.id);
             }
             bg.arrived.clear();
-            let all: Vec<u64> = bg.unfinished.iter().copied().collect();
+            let all: Vec<u64> = bg.unfinished.keys().copied().collect();
             bg.finished(all);
         }
     }
@@ -141,9 +144,42 @@ impl Coordinator {
         let _counted = Draining(self);
         wait_until(progress, || {
             let bg = self.background();
-            bg.unfinished.first().is_none_or(|first| *first > target)
+            bg.unfinished
+                .first_key_value()
+                .is_none_or(|(first, _)| *first > target)
         })
         .await;
+    }
+
+    /// Whether `holder` is a committed transaction of this coordinator that
+    /// its background finisher has not finished yet: if so, waits until it
+    /// is finished (its markers cleared) or left to recovery, waking the
+    /// finisher as a drain does (a `finish_delay` is not waited out), and
+    /// returns `true`. A transaction of this coordinator meeting such a
+    /// marker on a document it changes would otherwise be refused as a
+    /// conflict with a transaction already committed, its own caller's
+    /// previous one.
+    pub(super) async fn settle_own(&self, holder: &str) -> bool {
+        let (number, progress) = {
+            let mut bg = self.background();
+            let Some(number) = bg
+                .unfinished
+                .iter()
+                .find(|(_, id)| id.as_str() == holder)
+                .map(|(n, _)| *n)
+            else {
+                return false;
+            };
+            bg.draining += 1;
+            bg.wake.notify_one();
+            (number, Arc::clone(&bg.progress))
+        };
+        let _counted = Draining(self);
+        wait_until(progress, || {
+            !self.background().unfinished.contains_key(&number)
+        })
+        .await;
+        true
     }
 
     fn background(&self) -> std::sync::MutexGuard<'_, Background> {
@@ -168,7 +204,7 @@ impl Coordinator {
         bg.arrived.push_back(tokio::time::Instant::now());
         let number = bg.next;
         bg.next += 1;
-        bg.unfinished.insert(number);
+        bg.unfinished.insert(number, live.id.clone());
         bg.waiting.push((number, live));
         if bg.running {
             // A full round goes at once; so does the first of a round while

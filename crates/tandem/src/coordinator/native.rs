@@ -332,6 +332,7 @@ impl Coordinator {
         let started = tokio::time::Instant::now();
         let mut attempt = 0_u32;
         let mut tidied = false;
+        let mut settled = 0;
         let outcome = loop {
             attempt += 1;
             let mut outcome = native.run_native(&changes, config.retry).await;
@@ -368,6 +369,15 @@ impl Coordinator {
                             }));
                         }
                     }
+                }
+            }
+            // Refused for a document held by a transaction of this
+            // coordinator's own, committed and waiting for its background
+            // finishing: run again once that is done (nothing was written).
+            if let Err(NativeFailure::Aborted(StepError::Conflict { holder, .. })) = &outcome {
+                if settled < super::two_phase::SETTLE_ROUNDS && self.settle_own(holder).await {
+                    settled += 1;
+                    continue;
                 }
             }
             let waiting = match (&outcome, config.conflict) {

@@ -12,13 +12,17 @@ use super::{
 };
 use crate::change::DocumentOp;
 use crate::config::{CommitPoint, Strategy};
-use crate::engine::{history, party_markers, CreateStamps, Live, Party};
+use crate::engine::{history, party_markers, CreateStamps, Live, Party, Step};
 use crate::error::{ChangeError, StepError, TxError};
 use crate::event::TxEvent;
 use crate::participant::{Participant, StepContext};
 use crate::record::TxState;
 use crate::store::{ReturnDocument, Store, StoreError, StoreErrorKind};
 use crate::TxId;
+
+/// How many times preparing waits for this coordinator's own transactions
+/// holding its documents to be finished, and reads them again.
+pub(super) const SETTLE_ROUNDS: usize = 4;
 
 impl Coordinator {
     /// Runs a transaction with the two-phase protocol.
@@ -98,16 +102,39 @@ impl Coordinator {
         // A document change's reads and reservations are repeated after a
         // transient failure, as every request is; a hand-written
         // participant's `prepare` runs once.
-        let images = join_all(participants.iter().zip(&own_markers).zip(&custom).map(
-            |((p, own), custom)| {
-                let ctx = StepContext {
-                    marker: own.as_ref().unwrap_or(&marker),
-                    ..prepare_ctx
-                };
-                engine.prepare(p.as_ref(), ctx, !custom)
-            },
-        ))
-        .await;
+        let prepare = |i: usize| {
+            let ctx = StepContext {
+                marker: own_markers[i].as_ref().unwrap_or(&marker),
+                ..prepare_ctx
+            };
+            engine.prepare(participants[i].as_ref(), ctx, !custom[i])
+        };
+        let mut images = join_all((0..participants.len()).map(prepare)).await;
+        // A document held by a transaction of this coordinator's own that
+        // committed and waits for its background finishing (the caller's
+        // previous change of the same document, say) is read again once that
+        // finishing is done, rather than refused as a conflict. Bounded: each
+        // round waits for transactions committed before it.
+        for _ in 0..SETTLE_ROUNDS {
+            let mut again = Vec::new();
+            for (i, image) in images.iter().enumerate() {
+                if let Err(StepError::Conflict { holder, .. }) = image {
+                    if self.settle_own(holder).await {
+                        again.push(i);
+                    }
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            for (i, image) in again
+                .iter()
+                .copied()
+                .zip(join_all(again.iter().copied().map(prepare)).await)
+            {
+                images[i] = image;
+            }
+        }
         let mut parties = Vec::with_capacity(participants.len());
         let mut entries = Vec::with_capacity(participants.len());
         let mut refused = None;
@@ -237,7 +264,34 @@ impl Coordinator {
             }
         };
         round_trips += 1;
-        let applied = engine.apply_or_refuse(&live).await;
+        let mut results = engine.step_all(&live, Step::Apply).await;
+        // An apply refused as a conflict with a transaction of this
+        // coordinator's own, committed and waiting for its background
+        // finishing, is made again once that finishing is done (the record is
+        // written, the deadline ahead: the apply of this epoch, as
+        // `ConflictPolicy::Wait` repeats it).
+        for _ in 0..SETTLE_ROUNDS {
+            let mut again = Vec::new();
+            for (i, result) in results.iter().enumerate() {
+                if let Err(StepError::Conflict { holder, .. }) = result {
+                    if self.settle_own(holder).await {
+                        again.push(i);
+                    }
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            round_trips += 1;
+            for (i, result) in again
+                .iter()
+                .copied()
+                .zip(join_all(again.iter().map(|&i| engine.apply_again(&live, i))).await)
+            {
+                results[i] = result;
+            }
+        }
+        let applied = engine.applied_or_refuse(&live, results).await;
         round_trips += 1;
         applied?;
         if !early {

@@ -1,0 +1,121 @@
+//! A coordinator's next transaction meets the markers its own background
+//! finisher has not cleared yet (`CommitPoint::Applied`, the default,
+//! answers before they are). It waits for that finishing and goes on,
+//! rather than being refused as a conflict with its caller's previous,
+//! committed, change of the same document.
+
+use std::time::Duration;
+
+use bson::doc;
+use tandem::{
+    Coordinator, DocumentChange, MemoryStore, Namespace, StepError, Store, Transaction, TxError,
+};
+
+fn orders() -> Namespace {
+    Namespace::new("shop", "orders")
+}
+
+async fn shop() -> MemoryStore {
+    let store = MemoryStore::new();
+    store
+        .insert_one(
+            &orders(),
+            doc! { "_id": "o-1", "state": "new", "paid": 0_i64 },
+        )
+        .await
+        .unwrap();
+    store
+}
+
+fn set_state(from: &str, to: &str) -> Transaction {
+    Transaction::new().change(
+        DocumentChange::update(orders(), "o-1")
+            .set("state", to)
+            .require_eq("state", from),
+    )
+}
+
+fn pay(amount: i64) -> Transaction {
+    Transaction::new().change(DocumentChange::update(orders(), "o-1").inc("paid", amount))
+}
+
+async fn order(store: &MemoryStore) -> bson::Document {
+    store
+        .find_one(&orders(), doc! { "_id": "o-1" })
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Each step of an order, one after another by one coordinator: every one
+/// commits (before, the second was refused as a conflict with the first).
+#[tokio::test]
+async fn consecutive_changes_of_one_document_by_one_coordinator_commit() {
+    for delay in [Duration::ZERO, Duration::from_secs(3600)] {
+        let store = shop().await;
+        let coordinator = Coordinator::builder(store.clone())
+            .database("shop")
+            .finish_delay(delay)
+            .build();
+        let steps = [
+            set_state("new", "paid"),
+            pay(30),
+            pay(12),
+            set_state("paid", "packed"),
+            set_state("packed", "shipped"),
+            pay(-2),
+        ];
+        for (n, tx) in steps.into_iter().enumerate() {
+            let r = coordinator.run(tx).await;
+            assert!(r.is_ok(), "finish delay {delay:?}, step {n}: {r:?}");
+        }
+        coordinator.drain().await;
+        let order = order(&store).await;
+        assert_eq!(order.get_str("state"), Ok("shipped"), "{order:?}");
+        assert_eq!(order.get_i64("paid"), Ok(40), "{order:?}");
+    }
+}
+
+/// Another coordinator's committed transaction still being finished is no
+/// transaction of this one's: meeting it is a conflict, as before.
+#[tokio::test]
+async fn another_coordinators_unfinished_transaction_is_still_a_conflict() {
+    let store = shop().await;
+    let first = Coordinator::builder(store.clone())
+        .database("shop")
+        .finish_delay(Duration::from_secs(3600))
+        .build();
+    first.run(set_state("new", "paid")).await.unwrap();
+    let second = Coordinator::builder(store.clone()).database("shop").build();
+    let r = second.run(set_state("paid", "packed")).await;
+    assert!(
+        matches!(
+            r,
+            Err(TxError::Canceled {
+                cause: StepError::Conflict { .. },
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    first.drain().await;
+    second.run(set_state("paid", "packed")).await.unwrap();
+    assert_eq!(order(&store).await.get_str("state"), Ok("packed"));
+}
+
+/// The same under the native strategy, after two-phase changes of the same
+/// coordinator whose finishing is still to come.
+#[tokio::test]
+async fn a_native_change_after_ones_own_two_phase_change_commits() {
+    let store = shop().await;
+    let coordinator = Coordinator::builder(store.clone())
+        .database("shop")
+        .finish_delay(Duration::from_secs(3600))
+        .build();
+    coordinator.run(set_state("new", "paid")).await.unwrap();
+    let r = coordinator
+        .run(set_state("paid", "packed").strategy(tandem::Strategy::Native))
+        .await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(order(&store).await.get_str("state"), Ok("packed"));
+}
