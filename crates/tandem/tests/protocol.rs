@@ -1349,7 +1349,10 @@ async fn a_stalled_stub_update_leaves_a_new_record_under_the_id_alone() {
     };
     let age = Duration::from_secs(32);
 
-    let first = Coordinator::new(store.clone());
+    // The collectors' window alone decides.
+    let first = Coordinator::builder(store.clone())
+        .idempotency_window(Duration::ZERO)
+        .build();
     first.run(keyed_transfer("K", "A", "B", 100)).await.unwrap();
     first.drain().await;
     clock.advance(Duration::from_secs(40));
@@ -1483,6 +1486,8 @@ impl RetryMeetingAnotherRecord {
                 .lease(RETRY_LEASE)
                 .clock_margin(RETRY_MARGIN)
                 .commit_point(CommitPoint::Done)
+                // The worker's window alone decides: it keeps no stubs.
+                .idempotency_window(Duration::ZERO)
         };
         builder(Arc::new(store.clone()))
             .build()
