@@ -247,16 +247,35 @@ impl Engine {
         Fut: std::future::Future<Output = Result<T, StoreError>>,
     {
         let started = tokio::time::Instant::now();
-        let mut attempt = 0;
+        match call().await {
+            // Boxed: the path seldom taken, with its timer, does not grow the
+            // future of every caller.
+            Err(e) if e.kind.is_retryable() => Box::pin(self.retry_after(call, started, e)).await,
+            other => other,
+        }
+    }
+
+    /// [`retry`](Self::retry) after the first call (begun at `started`)
+    /// failed transiently with `error`.
+    async fn retry_after<T, F, Fut>(
+        &self,
+        mut call: F,
+        started: tokio::time::Instant,
+        mut error: StoreError,
+    ) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let mut attempt = 1;
         loop {
+            match self.config.retry.next_delay(attempt, started.elapsed()) {
+                Some(delay) => tokio::time::sleep(delay).await,
+                None => return Err(gave_up(error, attempt, started)),
+            }
             attempt += 1;
             match call().await {
-                Err(e) if e.kind.is_retryable() => {
-                    match self.config.retry.next_delay(attempt, started.elapsed()) {
-                        Some(delay) => tokio::time::sleep(delay).await,
-                        None => return Err(gave_up(e, attempt, started)),
-                    }
-                }
+                Err(e) if e.kind.is_retryable() => error = e,
                 other => return other,
             }
         }
@@ -552,23 +571,49 @@ impl Engine {
         repeat: bool,
     ) -> Result<Option<Document>, StepError> {
         let started = tokio::time::Instant::now();
-        let mut attempt = 0;
+        match participant.prepare(ctx).await {
+            Err(StepError::Store {
+                participant: label,
+                source,
+            }) if repeat && source.kind.is_retryable() => {
+                // Boxed: the path seldom taken, with its timer, does not grow
+                // every participant's future.
+                Box::pin(self.prepare_again(participant, ctx, started, label, source)).await
+            }
+            other => other,
+        }
+    }
+
+    /// [`prepare`](Self::prepare) after its first attempt (begun at
+    /// `started`) failed transiently with `source`: repeated while it fails
+    /// transiently and the retry policy allows.
+    async fn prepare_again(
+        &self,
+        participant: &dyn Participant,
+        ctx: StepContext<'_>,
+        started: tokio::time::Instant,
+        mut label: String,
+        mut source: StoreError,
+    ) -> Result<Option<Document>, StepError> {
+        let mut attempt = 1;
         loop {
+            match self.config.retry.next_delay(attempt, started.elapsed()) {
+                Some(delay) => tokio::time::sleep(delay).await,
+                None => {
+                    return Err(StepError::Store {
+                        participant: label,
+                        source: gave_up(source, attempt, started),
+                    })
+                }
+            }
             attempt += 1;
             match participant.prepare(ctx).await {
                 Err(StepError::Store {
                     participant,
-                    source,
-                }) if repeat && source.kind.is_retryable() => {
-                    match self.config.retry.next_delay(attempt, started.elapsed()) {
-                        Some(delay) => tokio::time::sleep(delay).await,
-                        None => {
-                            return Err(StepError::Store {
-                                participant,
-                                source: gave_up(source, attempt, started),
-                            })
-                        }
-                    }
+                    source: again,
+                }) if again.kind.is_retryable() => {
+                    label = participant;
+                    source = again;
                 }
                 other => return other,
             }

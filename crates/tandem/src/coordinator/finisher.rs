@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::Coordinator;
 use crate::engine::Live;
-use crate::TxId;
+use crate::{StepError, TxId};
 
 /// Most transactions the background finisher takes on in one go, and most
 /// records it moves to `done` in one statement.
@@ -180,6 +180,43 @@ impl Coordinator {
         })
         .await;
         true
+    }
+
+    /// Runs `again(i)` for each of `results` refused as a conflict with a
+    /// transaction of this coordinator's own ([`settle_own`](Self::settle_own))
+    /// once that one is finished, for up to
+    /// [`SETTLE_ROUNDS`](super::two_phase::SETTLE_ROUNDS) rounds (each waits
+    /// only for transactions committed before it). Returns how many rounds
+    /// sent requests again.
+    pub(super) async fn settle_conflicts<T, F, Fut>(
+        &self,
+        results: &mut [Result<T, StepError>],
+        again: F,
+    ) -> u32
+    where
+        F: Fn(usize) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StepError>>,
+    {
+        let mut rounds = 0;
+        for _ in 0..super::two_phase::SETTLE_ROUNDS {
+            let mut indexes = Vec::new();
+            for (i, result) in results.iter().enumerate() {
+                if let Err(StepError::Conflict { holder, .. }) = result {
+                    if self.settle_own(holder).await {
+                        indexes.push(i);
+                    }
+                }
+            }
+            if indexes.is_empty() {
+                break;
+            }
+            rounds += 1;
+            let redone = futures::future::join_all(indexes.iter().map(|&i| again(i))).await;
+            for (i, result) in indexes.into_iter().zip(redone) {
+                results[i] = result;
+            }
+        }
+        rounds
     }
 
     fn background(&self) -> std::sync::MutexGuard<'_, Background> {

@@ -375,7 +375,9 @@ impl Coordinator {
             // coordinator's own, committed and waiting for its background
             // finishing: run again once that is done (nothing was written).
             if let Err(NativeFailure::Aborted(StepError::Conflict { holder, .. })) = &outcome {
-                if settled < super::two_phase::SETTLE_ROUNDS && self.settle_own(holder).await {
+                if settled < super::two_phase::SETTLE_ROUNDS
+                    && Box::pin(self.settle_own(holder)).await
+                {
                     settled += 1;
                     continue;
                 }

@@ -20,9 +20,17 @@ use crate::record::TxState;
 use crate::store::{ReturnDocument, Store, StoreError, StoreErrorKind};
 use crate::TxId;
 
-/// How many times preparing waits for this coordinator's own transactions
-/// holding its documents to be finished, and reads them again.
+/// How many times a transaction waits for this coordinator's own
+/// transactions holding its documents to be finished, and prepares or
+/// applies again.
 pub(super) const SETTLE_ROUNDS: usize = 4;
+
+/// Whether any of `results` was refused as a conflict.
+fn any_conflict<T>(results: &[Result<T, StepError>]) -> bool {
+    results
+        .iter()
+        .any(|r| matches!(r, Err(StepError::Conflict { .. })))
+}
 
 impl Coordinator {
     /// Runs a transaction with the two-phase protocol.
@@ -115,25 +123,9 @@ impl Coordinator {
         // previous change of the same document, say) is read again once that
         // finishing is done, rather than refused as a conflict. Bounded: each
         // round waits for transactions committed before it.
-        for _ in 0..SETTLE_ROUNDS {
-            let mut again = Vec::new();
-            for (i, image) in images.iter().enumerate() {
-                if let Err(StepError::Conflict { holder, .. }) = image {
-                    if self.settle_own(holder).await {
-                        again.push(i);
-                    }
-                }
-            }
-            if again.is_empty() {
-                break;
-            }
-            for (i, image) in again
-                .iter()
-                .copied()
-                .zip(join_all(again.iter().copied().map(prepare)).await)
-            {
-                images[i] = image;
-            }
+        if any_conflict(&images) {
+            // Boxed: a path seldom taken does not grow every run's future.
+            Box::pin(self.settle_conflicts(&mut images, prepare)).await;
         }
         let mut parties = Vec::with_capacity(participants.len());
         let mut entries = Vec::with_capacity(participants.len());
@@ -270,26 +262,11 @@ impl Coordinator {
         // finishing, is made again once that finishing is done (the record is
         // written, the deadline ahead: the apply of this epoch, as
         // `ConflictPolicy::Wait` repeats it).
-        for _ in 0..SETTLE_ROUNDS {
-            let mut again = Vec::new();
-            for (i, result) in results.iter().enumerate() {
-                if let Err(StepError::Conflict { holder, .. }) = result {
-                    if self.settle_own(holder).await {
-                        again.push(i);
-                    }
-                }
-            }
-            if again.is_empty() {
-                break;
-            }
-            round_trips += 1;
-            for (i, result) in again
-                .iter()
-                .copied()
-                .zip(join_all(again.iter().map(|&i| engine.apply_again(&live, i))).await)
-            {
-                results[i] = result;
-            }
+        if any_conflict(&results) {
+            let live = &live;
+            round_trips +=
+                Box::pin(self.settle_conflicts(&mut results, |i| engine.apply_again(live, i)))
+                    .await;
         }
         let applied = engine.applied_or_refuse(&live, results).await;
         round_trips += 1;
