@@ -386,7 +386,16 @@ impl RecoveryWorker {
         Ok(report)
     }
 
-    /// Runs passes every `interval` until `shutdown` completes. Returns the totals.
+    /// Runs passes every `interval` until `shutdown` completes. Returns the
+    /// totals of the passes that ended.
+    ///
+    /// It returns as soon as `shutdown` completes, also in the middle of a
+    /// pass (one waiting on a store that does not answer, say): that pass
+    /// stops where it is, as if the process had stopped there, and its
+    /// report is not in the totals. Nothing of the protocol depends on a
+    /// pass ending: a record it claimed and did not finish is taken up again
+    /// once the claim's lease has passed (by any worker), and a step it sent
+    /// is fenced as a stalled worker's is.
     ///
     /// # Panics
     ///
@@ -399,7 +408,13 @@ impl RecoveryWorker {
         let mut total = RecoveryReport::default();
         tokio::pin!(shutdown);
         loop {
-            match self.run_once().await {
+            // Shutdown is watched during the pass too: a store that hangs
+            // would otherwise keep the worker (and its caller) from stopping.
+            let pass = tokio::select! {
+                _ = &mut shutdown => return total,
+                pass = self.run_once() => pass,
+            };
+            match pass {
                 Ok(r) => total += &r,
                 Err(e) => tracing::warn!(target: "tandem", "recovery pass failed: {e}"),
             }

@@ -2812,6 +2812,38 @@ impl tandem::Participant for Panicking {
     }
 }
 
+/// A recovery worker told to stop while its pass waits on a store that
+/// does not answer stops. `run_until` watched its shutdown only between
+/// passes, so a hung store kept the worker, and whoever awaited it on the
+/// way out of the process, from ever stopping.
+#[tokio::test(start_paused = true)]
+async fn a_worker_stops_on_shutdown_while_its_store_hangs() {
+    let (store, _clock, _) = bank(&["A", "B"], 1000).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    // The pass's first store call (reading the clock) never answers.
+    let pause = faulty.pause_at(1);
+    let coordinator = Coordinator::builder(faulty).build();
+    let worker = coordinator.recovery(RecoveryConfig::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(async move {
+        worker
+            .run_until(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    pause.reached.await.expect("the pass reaches the store");
+    stop.send(()).expect("the worker is still running");
+    // With time paused, the runtime moves the clock on to the timeout
+    // at once if the worker cannot return: a failure, not a wait.
+    let report = tokio::time::timeout(Duration::from_secs(3600), run)
+        .await
+        .expect("run_until returns once its shutdown completes, mid-pass")
+        .expect("the worker's task ends without a panic");
+    assert_eq!(report, tandem::RecoveryReport::default());
+    drop(pause.release);
+}
+
 /// A panic in a hand-written participant's step during a recovery pass
 /// (its undo of a `canceling` record, its clear of an `applied` one) fails
 /// that record, as a store failure does, and the pass goes on with the
