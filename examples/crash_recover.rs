@@ -44,11 +44,12 @@ fn transfer(id: &TxId, amount: i64) -> Transaction {
 const LEASE: Duration = Duration::from_millis(500);
 
 /// The worker: runs the transfer and stalls for good after applying both
-/// participants (store operations: write the record, apply A, apply B), just
-/// before the commit, calling `stalled` then.
+/// participants (store operations: write its lease, as a coordinator's
+/// first transaction under a caller-chosen id does, write the record,
+/// apply A, apply B), just before the commit, calling `stalled` then.
 async fn worker(store: Arc<dyn Store>, db: &str, id: &TxId, stalled: impl FnOnce()) {
     let faulty = FaultStore::new(store);
-    let pause = faulty.pause_at(4);
+    let pause = faulty.pause_at(5);
     let coordinator = Coordinator::builder(faulty)
         .database(db)
         .lease(LEASE)

@@ -671,7 +671,16 @@
 //!   is safe only with an age of at least the longest lease of any
 //!   coordinator writing those records plus the margin, which its
 //!   documentation requires; with a shorter one, a late create of a
-//!   longer-leased coordinator could land live. A
+//!   longer-leased coordinator could land live. A keyed id is the other
+//!   place where one run's lease meets another's record: a retry's lost
+//!   first attempt can land its create live until its own lease has
+//!   passed, after the retry finished and its record (the model's `Collect`
+//!   waits for that record's own create deadline only) was collected. The
+//!   code keeps a keyed record's id taken for at least the longest lease
+//!   any coordinator registered for the records collection (each writes
+//!   its lease there before its first keyed create) plus the margin, which
+//!   with one lease for every process is what the model's rule already
+//!   gives (the first attempt began before the retry finished). A
 //!   claim that backs off after failed attempts takes a longer lease (up to
 //!   eight times), which also gives its applies a later deadline; every
 //!   fence reads the record's own deadline, so a longer one only delays

@@ -191,6 +191,11 @@ impl Step {
 /// that holds the store's identity ([`Engine::store_uid`]).
 pub(crate) const IDENTITY_COLLECTION: &str = "tandem_store";
 
+/// The collection, in the coordinator's database on the records store,
+/// that keeps the longest lease of the coordinators creating keyed records
+/// in each records collection ([`Engine::register_lease`]).
+pub(crate) const LEASES_COLLECTION: &str = "tandem_leases";
+
 /// The `_id` of a store's identity document.
 const IDENTITY_ID: &str = "identity";
 
@@ -222,6 +227,9 @@ pub(crate) struct Engine {
     pub events: Option<EventSink>,
     /// The named stores' identities, read once per process.
     pub uids: Arc<StoreUids>,
+    /// Set once this coordinator's lease is in the leases collection
+    /// ([`Engine::register_lease`]).
+    pub lease_registered: tokio::sync::OnceCell<()>,
 }
 
 impl Engine {
@@ -1183,6 +1191,59 @@ impl Engine {
             deadline: record.deadline(),
             not_before: record.not_before,
             early: false,
+        })
+    }
+
+    /// Keeps this coordinator's lease in the leases collection (the
+    /// document named after the records collection, `millis` raised to the
+    /// lease by `$max`), once per process, before its first keyed create:
+    /// garbage collection keeps a keyed record's id taken for at least the
+    /// longest lease there plus the clock margin after the record finished
+    /// ([`registered_lease`](Self::registered_lease)). A create of a keyed
+    /// run that began before another run under the id finished can land live
+    /// until its own lease has passed, and a coordinator's lease is written
+    /// there before any of its creates is sent.
+    pub async fn register_lease(&self) -> Result<(), StoreError> {
+        let ns = Namespace::new(&self.config.database, LEASES_COLLECTION);
+        let millis = i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX);
+        let raise = || {
+            self.retry(|| {
+                self.records().update_one(
+                    &ns,
+                    doc! { "_id": self.config.collection.as_str() },
+                    doc! { "$max": { "millis": millis } },
+                    crate::store::UpdateOptions::upsert(),
+                )
+            })
+        };
+        self.lease_registered
+            .get_or_try_init(|| async {
+                match raise().await {
+                    // Two first upserts at once: the one that lost its
+                    // insert raises the document the other wrote.
+                    Err(e) if e.kind == StoreErrorKind::DuplicateKey => raise().await.map(|_| ()),
+                    other => other.map(|_| ()),
+                }
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// The longest lease registered for this records collection
+    /// ([`register_lease`](Self::register_lease)), in milliseconds; 0 if none.
+    pub async fn registered_lease(&self) -> Result<i64, StoreError> {
+        let ns = Namespace::new(&self.config.database, LEASES_COLLECTION);
+        let found = self
+            .retry(|| {
+                self.records()
+                    .find_one(&ns, doc! { "_id": self.config.collection.as_str() })
+            })
+            .await?;
+        Ok(match found.as_ref().and_then(|d| d.get("millis")) {
+            Some(Bson::Int64(n)) => *n,
+            Some(Bson::Int32(n)) => i64::from(*n),
+            Some(Bson::Double(f)) if f.is_finite() => *f as i64,
+            _ => 0,
         })
     }
 

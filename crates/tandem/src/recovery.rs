@@ -994,7 +994,14 @@ impl RecoveryWorker {
     /// idempotency key) becomes a stub instead, holding its id and state
     /// until the
     /// [idempotency window](RecoveryConfig::idempotency_window) after it
-    /// finished has passed; stubs past it are removed. Returns how many
+    /// finished has passed; stubs past it are removed. The window is the
+    /// longest of this worker's, the one the record was written with
+    /// ([`CoordinatorConfig::idempotency_window`](crate::CoordinatorConfig::idempotency_window)),
+    /// and the longest lease registered for these records
+    /// ([`Coordinator::register_lease`](crate::Coordinator::register_lease))
+    /// plus the clock margin, read once per collection that has such
+    /// records: a retry's lost first attempt can land its record live
+    /// until its own lease has passed, and must find the id taken. Returns how many
     /// records were removed or reduced to stubs: a store error after some
     /// were ends the collection early with their count (logged; the next
     /// collection goes on), and is returned only when none were. A request
@@ -1077,29 +1084,17 @@ impl RecoveryWorker {
                         return None;
                     }
                 };
-                let finished = record
-                    .finished_at
-                    .or(record.last_modified)
-                    .map(|t| t.timestamp_millis())
-                    .unwrap_or(0);
-                // The longer of this worker's window and the one the record
-                // was written with: a collector with a shorter window (another
-                // application, `tandem gc`) keeps the writer's promise.
-                let window = window.max(record.idempotency_millis.unwrap_or(0));
-                let keep_until = (record.keyed
-                    && finished.saturating_add(window) > now.timestamp_millis())
-                .then(|| bson::DateTime::from_millis(finished.saturating_add(window)));
                 if record
                     .participants
                     .iter()
                     .all(|p| p.kind == crate::document::KIND)
                 {
-                    return Some((record, None, keep_until));
+                    return Some((record, None));
                 }
                 // A kind's factory that panics passes its record over, as
                 // one that refuses it does.
                 match std::panic::catch_unwind(AssertUnwindSafe(|| engine.rebuild(&record))) {
-                    Ok(Ok(live)) => Some((record, Some(live), keep_until)),
+                    Ok(Ok(live)) => Some((record, Some(live))),
                     Ok(Err(e)) => {
                         tracing::error!(target: "tandem", "cannot rebuild {}: {e}", record.id);
                         None
@@ -1111,6 +1106,38 @@ impl RecoveryWorker {
                 }
             })
             .await?;
+        // A keyed record keeps its id taken for the longest of this worker's
+        // window, the one it was written with (a collector with a shorter
+        // window, another application or `tandem gc`, keeps the writer's
+        // promise), and the longest lease of the coordinators creating keyed
+        // records here plus the margin: a run under the same key that began
+        // before this one finished can land its create live until its own
+        // lease has passed, and must meet the id taken.
+        let floor = if due.iter().any(|(record, _)| record.keyed) {
+            engine
+                .registered_lease()
+                .await?
+                .saturating_add(engine.margin_millis())
+        } else {
+            0
+        };
+        let due: Vec<_> = due
+            .into_iter()
+            .map(|(record, live)| {
+                let finished = record
+                    .finished_at
+                    .or(record.last_modified)
+                    .map(|t| t.timestamp_millis())
+                    .unwrap_or(0);
+                let window = window
+                    .max(record.idempotency_millis.unwrap_or(0))
+                    .max(floor);
+                let keep_until = (record.keyed
+                    && finished.saturating_add(window) > now.timestamp_millis())
+                .then(|| bson::DateTime::from_millis(finished.saturating_add(window)));
+                (record, live, keep_until)
+            })
+            .collect();
         // Records to remove go in batches of one `delete` each, by `_id` under
         // the scan's own conditions: a record written again under the same id
         // since the scan (young, or not finished) is not among them. Stubs go

@@ -1331,6 +1331,77 @@ async fn a_collector_with_a_shorter_window_keeps_the_writers_promise() {
     assert!(get(&store, &records(), "K").await.is_none());
 }
 
+/// A keyed run of a coordinator with a long lease stalls before its create
+/// lands; the caller's retry under the same key, through a coordinator with
+/// a shorter lease and window, pays and finishes; a collector removes its
+/// record once that record's own create deadline and age allow. The stalled
+/// create then landed live (its own deadline, a long lease after its start,
+/// had not passed), met no record under the id, and paid a second time.
+/// Every coordinator now writes its lease to the leases collection before
+/// its first keyed create, and collection keeps a keyed id taken for at
+/// least the longest lease there plus the clock margin.
+#[tokio::test]
+async fn a_keyed_id_stays_taken_for_the_longest_lease_of_any_coordinator() {
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let faulty = FaultStore::new(Arc::new(store.clone()));
+    let long = Coordinator::builder(faulty.clone())
+        .lease(Duration::from_secs(60))
+        .idempotency_window(Duration::ZERO)
+        .build();
+    // A first keyed run, so that what the next one sends first is its create.
+    long.run(keyed_transfer("W", "A", "B", 1)).await.unwrap();
+    long.drain().await;
+    let pause = faulty.pause_at(faulty.ops() + 1);
+    let first = tokio::spawn(async move { long.run(keyed_transfer("K", "A", "B", 100)).await });
+    pause.reached.await.expect("the first run sends its create");
+
+    let short = Coordinator::builder(store.clone())
+        .lease(Duration::from_secs(5))
+        .idempotency_window(Duration::ZERO)
+        .build();
+    short.run(keyed_transfer("K", "A", "B", 100)).await.unwrap();
+    short.drain().await;
+    clock.advance(Duration::from_secs(10));
+    let collector = short.recovery(RecoveryConfig {
+        idempotency_window: Duration::ZERO,
+        ..RecoveryConfig::default()
+    });
+    collector
+        .collect_garbage(Duration::from_secs(7))
+        .await
+        .unwrap();
+
+    pause.release.send(()).unwrap();
+    let answer = first.await.unwrap();
+    assert!(
+        matches!(
+            answer,
+            Err(TxError::Duplicate {
+                state: Some(TxState::Done),
+                ..
+            })
+        ),
+        "{answer:?}"
+    );
+    assert_eq!(
+        (balance(&store, "A").await, balance(&store, "B").await),
+        (899, 1101),
+        "the payment under K landed once"
+    );
+
+    // Past the longest lease and the margin, the id is free again.
+    clock.advance(Duration::from_secs(60));
+    collector
+        .collect_garbage(Duration::from_secs(7))
+        .await
+        .unwrap();
+    collector
+        .collect_garbage(Duration::from_secs(7))
+        .await
+        .unwrap();
+    assert!(get(&store, &records(), "K").await.is_none());
+}
+
 /// A garbage collector that stalled between its scan (which found `K`
 /// `done`, inside its idempotency window) and its stub update wakes after
 /// the old `K` was stubbed and removed, and a new transaction under the id
@@ -1388,7 +1459,11 @@ async fn a_stalled_stub_update_leaves_a_new_record_under_the_id_alone() {
     // late copy of its create meets it and writes nothing.
     collector.collect_garbage(age).await.unwrap();
     assert_eq!(get(&store, &records(), "K").await, Some(new_record));
-    let create = kept.upserts().into_iter().next().expect("the create");
+    let create = kept
+        .upserts()
+        .into_iter()
+        .find(|u| u.ns == records())
+        .expect("the create");
     let late = kept.deliver_again(&create).await;
     assert_eq!(late.unwrap_err().kind, tandem::StoreErrorKind::DuplicateKey);
     clock.advance(Duration::from_secs(33));
@@ -1497,11 +1572,13 @@ impl RetryMeetingAnotherRecord {
         clock.advance(Duration::from_secs(60));
         // The create (1) loses its answer; the retry (2) meets the first
         // record; the look (3); the wait's clock read (4).
-        let faulty = FaultStore::new(Arc::new(store.clone()))
-            .keeping_upserts()
-            .lose_at(1);
-        let pause = faulty.pause_at(4);
+        let faulty = FaultStore::new(Arc::new(store.clone())).keeping_upserts();
         let second = builder(Arc::new(faulty.clone())).build();
+        // Counted from the transaction's first operation, after its lease.
+        second.register_lease().await.unwrap();
+        let base = faulty.ops();
+        let faulty = faulty.lose_at(base + 1);
+        let pause = faulty.pause_at(base + 4);
         let run = tokio::spawn(async move { second.run(pay(5)).await });
         let worker = builder(Arc::new(store.clone()))
             .build()
@@ -1523,7 +1600,11 @@ impl RetryMeetingAnotherRecord {
 
 /// Delivers the create that `faulty` lost, which must land live.
 async fn deliver_the_lost_create(faulty: &FaultStore) {
-    let create = faulty.upserts().into_iter().next().unwrap();
+    let create = faulty
+        .upserts()
+        .into_iter()
+        .find(|u| u.ns == records())
+        .unwrap();
     let landed = faulty.deliver_again(&create).await.unwrap().unwrap();
     assert!(!tandem::TxRecord::from_document(landed).unwrap().is_inert());
 }

@@ -117,19 +117,22 @@ async fn died_midway() -> World {
     p.insert_one(&orders(), doc! { "_id": "X", "state": "open" })
         .await
         .unwrap();
-    // Records store: 1 the create, 2 the debit; then it is gone.
-    let dead_r = FaultStore::new(Arc::new(r.clone())).crash_after(2);
+    // Records store: after the lease (written first), 1 the create, 2 the
+    // debit; then it is gone.
+    let dead_r = FaultStore::new(Arc::new(r.clone()));
     // Ledger: 1 its identity, 2 the delete's apply, lost on its way.
     let dead_p = FaultStore::new(Arc::new(p.clone()))
         .lose_at(2)
         .keeping_lost()
         .crash_after(2);
-    let dead = Coordinator::builder(dead_r)
+    let dead = Coordinator::builder(dead_r.clone())
         .store("ledger", dead_p.clone())
         .lease(LEASE)
         .clock_margin(MARGIN)
         .retry(RetryPolicy::NONE)
         .build();
+    dead.register_lease().await.unwrap();
+    let _ = dead_r.clone().crash_after(dead_r.ops() + 2);
     let answer = dead.run(pay()).await;
     assert!(
         matches!(answer, Err(TxError::Interrupted { .. })),

@@ -179,6 +179,7 @@ impl CoordinatorBuilder {
                 config: self.config,
                 events: self.events,
                 uids: Arc::default(),
+                lease_registered: tokio::sync::OnceCell::new(),
             }),
             background: Arc::new(Mutex::new(Background::default())),
         }

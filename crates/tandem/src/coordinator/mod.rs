@@ -183,9 +183,29 @@ impl Coordinator {
                 config: engine_config,
                 events: self.engine.events.clone(),
                 uids: self.engine.uids.clone(),
+                lease_registered: tokio::sync::OnceCell::new(),
             }),
             config,
         )
+    }
+
+    /// Writes this coordinator's lease to the leases collection
+    /// (`tandem_leases` in the coordinator's database on the records store:
+    /// a document per records collection keeping the longest lease of the
+    /// coordinators that create keyed records in it), once per coordinator.
+    ///
+    /// The first transaction under a caller-chosen id (an idempotency key)
+    /// does it before its record is written, if this was not called: call it
+    /// at start-up to take that round trip off the first such transaction.
+    /// Garbage collection keeps a keyed record's id taken for at least the
+    /// longest lease there plus the clock margin after the transaction
+    /// finished ([`RecoveryWorker::collect_garbage`]): a run under the same
+    /// key that began before it finished (a retry's lost first attempt) can
+    /// land its record live until its own lease has passed, and must then
+    /// meet the id taken, whatever the leases and windows of the processes
+    /// that retried and collected.
+    pub async fn register_lease(&self) -> Result<(), StoreError> {
+        self.engine.register_lease().await
     }
 
     /// Creates the index recovery scans use (idempotent): records by state and `lastModified`,

@@ -416,21 +416,29 @@ impl Coordinator {
         // (owner names repeat across processes that were given the same name).
         let token = live.token.clone().unwrap_or_default();
         let keyed = live.keyed;
+        let canceled = |source| TxError::Canceled {
+            id: live.id.clone(),
+            cause: StepError::Store {
+                participant: "(transaction record)".into(),
+                source,
+            },
+            participant: None,
+            undone: true,
+        };
+        // A keyed create can land live until this coordinator's lease has
+        // passed: the lease is registered first, so that garbage collection
+        // keeps the id of a run under the same key that finished meanwhile
+        // taken at least that long.
+        if keyed {
+            engine.register_lease().await.map_err(canceled)?;
+        }
         // The create's deadline, fixed before the first attempt: a record the
         // store writes later (an attempt that arrived late, perhaps after the
         // transaction finished and its record was collected) is inert.
         let estimate = engine
             .retry(|| engine.records().clock_estimate())
             .await
-            .map_err(|source| TxError::Canceled {
-                id: live.id.clone(),
-                cause: StepError::Store {
-                    participant: "(transaction record)".into(),
-                    source,
-                },
-                participant: None,
-                undone: true,
-            })?;
+            .map_err(canceled)?;
         let create_by =
             bson::DateTime::from_millis(estimate.timestamp_millis().saturating_add(lease_millis));
         let attempts = std::sync::atomic::AtomicU32::new(0);

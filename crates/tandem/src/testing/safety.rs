@@ -103,8 +103,14 @@ async fn stalled(
     tokio::task::JoinHandle<Result<crate::Receipt, TxError>>,
 ) {
     let faulty = FaultStore::new(store.clone());
-    let pause = faulty.pause_at(at);
-    let worker = coordinator(faulty, db, lease);
+    let worker = coordinator(faulty.clone(), db, lease);
+    // Counted from the transaction's first operation: the lease a keyed
+    // transaction registers first is written before.
+    worker
+        .register_lease()
+        .await
+        .expect("registering the lease");
+    let pause = faulty.pause_at(faulty.ops() + at);
     let run = tokio::spawn(async move { worker.run(tx).await });
     pause
         .reached
@@ -438,8 +444,7 @@ pub async fn same_owner_same_id<F: StoreFactory + ?Sized>(factory: &F, db: &str)
     seed(store.as_ref(), &ns, doc! { "_id": "B", "balance": 100_i64 }).await;
     let lease = factory.lease();
     let faulty = FaultStore::new(store.clone());
-    let pause = faulty.pause_at(2);
-    let first = Coordinator::builder(faulty)
+    let first = Coordinator::builder(faulty.clone())
         .database(db)
         .commit_point(CommitPoint::Done)
         .owner("shop")
@@ -447,6 +452,8 @@ pub async fn same_owner_same_id<F: StoreFactory + ?Sized>(factory: &F, db: &str)
         .clock_margin(Duration::ZERO)
         .idempotency_window(Duration::ZERO)
         .build();
+    first.register_lease().await.expect("registering the lease");
+    let pause = faulty.pause_at(faulty.ops() + 2);
     let second = Coordinator::builder_shared(store.clone())
         .database(db)
         .owner("shop")
@@ -867,8 +874,14 @@ async fn order_applied_then_dead<F: StoreFactory + ?Sized>(
         doc! { "_id": "A", "balance": 100_i64 },
     )
     .await;
-    let faulty = FaultStore::new(store.clone()).crash_after(3);
-    let worker = coordinator(faulty, db, factory.lease());
+    let faulty = FaultStore::new(store.clone());
+    let worker = coordinator(faulty.clone(), db, factory.lease());
+    // Counted from the transaction's first operation, after its lease.
+    worker
+        .register_lease()
+        .await
+        .expect("registering the lease");
+    let _ = faulty.clone().crash_after(faulty.ops() + 3);
     let result = worker
         .run(
             Transaction::with_id(id)
@@ -1332,8 +1345,7 @@ pub async fn own_record_landing_while_the_id_is_taken<F: StoreFactory + ?Sized>(
     // The second use of the id: its record's create (operation 1) loses its
     // answer; the retry (2) meets the first record; the look at it (3); the
     // wait for the create deadline reads the clock (4): stopped there.
-    let faulty = FaultStore::new(store.clone()).keeping_upserts().lose_at(1);
-    let pause = faulty.pause_at(4);
+    let faulty = FaultStore::new(store.clone()).keeping_upserts();
     let second = Coordinator::builder(faulty.clone())
         .database(db)
         .lease(lease)
@@ -1342,6 +1354,14 @@ pub async fn own_record_landing_while_the_id_is_taken<F: StoreFactory + ?Sized>(
         .commit_point(CommitPoint::Done)
         .early_commit(false)
         .build();
+    // Counted from the transaction's first operation, after its lease.
+    second
+        .register_lease()
+        .await
+        .expect("registering the lease");
+    let base = faulty.ops();
+    let faulty = faulty.lose_at(base + 1);
+    let pause = faulty.pause_at(base + 4);
     let run = tokio::spawn(async move { second.run(pay(5)).await });
     pause
         .reached
@@ -1354,10 +1374,11 @@ pub async fn own_record_landing_while_the_id_is_taken<F: StoreFactory + ?Sized>(
         collector.collect_garbage(lease).await.expect("collection"),
         1
     );
+    let records = Namespace::new(db, "transactions");
     let create = faulty
         .upserts()
         .into_iter()
-        .next()
+        .find(|u| u.ns == records)
         .expect("the lost create was kept");
     let landed = faulty
         .deliver_again(&create)
