@@ -119,3 +119,35 @@ async fn a_native_change_after_ones_own_two_phase_change_commits() {
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(order(&store).await.get_str("state"), Ok("packed"));
 }
+
+/// Under `ConflictPolicy::Wait`, a transaction meeting its own coordinator's
+/// unfinished transaction wakes the finisher as under `Fail`, rather than
+/// backing off, finisher asleep, until the finisher's delay or its own
+/// conflict timeout runs out (or, both past the lease, its apply expires
+/// and it is canceled though under `Fail` it commits).
+#[tokio::test]
+async fn conflict_wait_does_not_wait_out_the_finish_delay_of_ones_own_transaction() {
+    for delay in [Duration::from_secs(3600), Duration::MAX] {
+        let store = shop().await;
+        let coordinator = Coordinator::builder(store.clone())
+            .database("shop")
+            .finish_delay(delay)
+            .conflict(tandem::ConflictPolicy::Wait {
+                timeout: Duration::from_secs(3600),
+            })
+            .build();
+        coordinator.run(set_state("new", "paid")).await.unwrap();
+        // Far below the lease (30 s), the conflict timeout and the delay: the
+        // finisher, woken, finishes the first at once.
+        let r = tokio::time::timeout(
+            Duration::from_secs(10),
+            coordinator.run(set_state("paid", "packed")),
+        )
+        .await;
+        assert!(
+            matches!(r, Ok(Ok(_))),
+            "finish delay {delay:?}: waited for the finisher's delay: {r:?}"
+        );
+        assert_eq!(order(&store).await.get_str("state"), Ok("packed"));
+    }
+}
