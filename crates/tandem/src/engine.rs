@@ -230,7 +230,18 @@ pub(crate) struct Engine {
     /// Set once this coordinator's lease is in the leases collection
     /// ([`Engine::register_lease`]).
     pub lease_registered: tokio::sync::OnceCell<()>,
+    /// Whether a transaction id is one of the coordinator's own committed
+    /// transactions still waiting for its background finisher (`None`: a
+    /// recovery worker's engine, which has no finisher). An apply refused
+    /// as a conflict with one is not waited out under
+    /// [`ConflictPolicy::Wait`]: the coordinator wakes the finisher and
+    /// waits for that finishing instead, which a backoff would leave asleep
+    /// for its `finish_delay`.
+    pub own_unfinished: Option<OwnUnfinished>,
 }
+
+/// See [`Engine::own_unfinished`].
+pub(crate) type OwnUnfinished = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 impl Engine {
     pub fn records(&self) -> &Arc<dyn Store> {
@@ -536,7 +547,8 @@ impl Engine {
                     if matches!(step, Step::Apply)
                         && started.elapsed() < timeout
                         && holder.as_str() != live.id.as_str()
-                        && !named_twice(live, party) =>
+                        && !named_twice(live, party)
+                        && !self.own_unfinished.as_ref().is_some_and(|own| own(holder)) =>
                 {
                     // Never a busy loop, even under a policy without delays.
                     Some(

@@ -172,6 +172,8 @@ impl CoordinatorBuilder {
             self.config.owner.len(),
             crate::error::OWNER_LIMIT
         );
+        let background = Arc::new(Mutex::new(Background::default()));
+        let own_unfinished = Background::own_unfinished(&background);
         Coordinator {
             engine: Arc::new(Engine {
                 stores: self.stores,
@@ -180,8 +182,9 @@ impl CoordinatorBuilder {
                 events: self.events,
                 uids: Arc::default(),
                 lease_registered: tokio::sync::OnceCell::new(),
+                own_unfinished: Some(own_unfinished),
             }),
-            background: Arc::new(Mutex::new(Background::default())),
+            background,
         }
     }
 }

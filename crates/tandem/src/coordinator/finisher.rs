@@ -72,6 +72,16 @@ pub(super) struct Background {
 }
 
 impl Background {
+    /// Whether a transaction id is one of `shared`'s unfinished
+    /// transactions ([`Engine::own_unfinished`](crate::engine::Engine::own_unfinished)).
+    pub(super) fn own_unfinished(shared: &Arc<Mutex<Background>>) -> crate::engine::OwnUnfinished {
+        let shared = Arc::clone(shared);
+        Arc::new(move |holder: &str| {
+            let bg = shared.lock().unwrap_or_else(|e| e.into_inner());
+            bg.unfinished.values().any(|id| id.as_str() == holder)
+        })
+    }
+
     /// Marks transactions `numbers` finished (or left to recovery).
     fn finished(&mut self, numbers: impl IntoIterator<Item = u64>) {
         for n in numbers {

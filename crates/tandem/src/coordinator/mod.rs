@@ -184,6 +184,7 @@ impl Coordinator {
                 events: self.engine.events.clone(),
                 uids: self.engine.uids.clone(),
                 lease_registered: tokio::sync::OnceCell::new(),
+                own_unfinished: None,
             }),
             config,
         )
