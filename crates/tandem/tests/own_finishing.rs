@@ -151,3 +151,114 @@ async fn conflict_wait_does_not_wait_out_the_finish_delay_of_ones_own_transactio
         assert_eq!(order(&store).await.get_str("state"), Ok("packed"));
     }
 }
+
+/// A transaction meeting two of its own coordinator's unfinished
+/// transactions, one on each of its documents, commits: the finishing it
+/// waits for at the first document finishes the second's holder too, which
+/// is then no conflict with anything (it was refused as one, its holder
+/// finished before it was asked about).
+#[tokio::test]
+async fn a_transaction_meeting_two_of_its_own_unfinished_transactions_commits() {
+    for delay in [Duration::from_secs(3600), Duration::MAX] {
+        let store = shop().await;
+        store
+            .insert_one(
+                &orders(),
+                doc! { "_id": "o-2", "state": "new", "paid": 0_i64 },
+            )
+            .await
+            .unwrap();
+        let coordinator = Coordinator::builder(store.clone())
+            .database("shop")
+            .finish_delay(delay)
+            .build();
+        let mark = |id: &str, from: &str, to: &str| {
+            DocumentChange::update(orders(), id)
+                .set("state", to)
+                .require_eq("state", from)
+        };
+        coordinator
+            .run(Transaction::new().change(mark("o-1", "new", "paid")))
+            .await
+            .unwrap();
+        coordinator
+            .run(Transaction::new().change(mark("o-2", "new", "paid")))
+            .await
+            .unwrap();
+        let r = coordinator
+            .run(
+                Transaction::new()
+                    .change(mark("o-1", "paid", "packed"))
+                    .change(mark("o-2", "paid", "packed")),
+            )
+            .await;
+        assert!(r.is_ok(), "finish delay {delay:?}: {r:?}");
+        for id in ["o-1", "o-2"] {
+            let order = store
+                .find_one(&orders(), doc! { "_id": id })
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(order.get_str("state"), Ok("packed"), "{order:?}");
+        }
+    }
+}
+
+/// A holder of its own coordinator's that is finished while the
+/// transaction's other applies are still on their way (a slow store, a
+/// repeat after a transient failure) is no conflict either: by the time the
+/// transaction looks at its conflicts, the holder is no longer waiting for
+/// the finisher, and the document is free. (Under the default
+/// `finish_delay` of zero the finisher runs beside the next transaction, so
+/// this is the common race, not a rare one.)
+#[tokio::test]
+async fn an_own_holder_finished_while_other_applies_are_on_their_way_is_no_conflict() {
+    let store = shop().await;
+    let slow_inner = MemoryStore::new();
+    let slow_ns = Namespace::new("shop", "labels");
+    slow_inner
+        .insert_one(&slow_ns, doc! { "_id": "l-1", "state": "a" })
+        .await
+        .unwrap();
+    let slow = tandem::testing::FaultStore::new(std::sync::Arc::new(slow_inner));
+    let coordinator = Coordinator::builder(store.clone())
+        .database("shop")
+        .store("slow", slow.clone())
+        .finish_delay(Duration::from_secs(3600))
+        .build();
+    let label = move |from: &str, to: &str| {
+        DocumentChange::update(slow_ns.clone(), "l-1")
+            .in_store("slow")
+            .set("state", to)
+            .require_eq("state", from)
+    };
+    // The slow store's identity is read, its markers cleared: from here on
+    // the next transaction's apply there is its next request.
+    coordinator
+        .run(Transaction::new().change(label("a", "b")))
+        .await
+        .unwrap();
+    coordinator.drain().await;
+    coordinator.run(set_state("new", "paid")).await.unwrap();
+    let pause = slow.pause_at(slow.ops() + 1);
+    let second = tokio::spawn({
+        let coordinator = coordinator.clone();
+        let order = DocumentChange::update(orders(), "o-1")
+            .set("state", "packed")
+            .require_eq("state", "paid");
+        let label = label("b", "c");
+        async move {
+            coordinator
+                .run(Transaction::new().change(order).change(label))
+                .await
+        }
+    });
+    // The order's apply has met the first transaction's marker; the label's
+    // apply is held. The first transaction is finished meanwhile.
+    pause.reached.await.unwrap();
+    coordinator.drain().await;
+    pause.release.send(()).unwrap();
+    let r = second.await.unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(order(&store).await.get_str("state"), Ok("packed"));
+}
