@@ -63,6 +63,9 @@ pub(super) struct Background {
     /// How many drains are waiting: while any is, finish what is waiting
     /// without delay.
     draining: usize,
+    /// How many of `unfinished` were finished (or left to recovery) so far
+    /// ([`Coordinator::finished_mark`]).
+    finished_count: u64,
     finisher: Option<JoinHandle<()>>,
     /// Wakes a finisher waiting out its delay (a full round, or a drain).
     wake: Arc<tokio::sync::Notify>,
@@ -85,7 +88,9 @@ impl Background {
     /// Marks transactions `numbers` finished (or left to recovery).
     fn finished(&mut self, numbers: impl IntoIterator<Item = u64>) {
         for n in numbers {
-            self.unfinished.remove(&n);
+            if self.unfinished.remove(&n).is_some() {
+                self.finished_count += 1;
+            }
         }
         self.progress.notify_waiters();
     }
@@ -161,46 +166,76 @@ impl Coordinator {
         .await;
     }
 
-    /// Whether `holder` is a committed transaction of this coordinator that
-    /// its background finisher has not finished yet: if so, waits until it
-    /// is finished (its markers cleared) or left to recovery, waking the
-    /// finisher as a drain does (a `finish_delay` is not waited out), and
-    /// returns `true`. A transaction of this coordinator meeting such a
-    /// marker on a document it changes would otherwise be refused as a
-    /// conflict with a transaction already committed, its own caller's
-    /// previous one.
-    pub(super) async fn settle_own(&self, holder: &str) -> bool {
-        let (number, progress) = {
+    /// A mark to take before sending steps whose conflicts
+    /// [`settle_own`](Self::settle_own) may look at: how many of this
+    /// coordinator's committed transactions had been finished (or left to
+    /// recovery) by then.
+    pub(super) fn finished_mark(&self) -> u64 {
+        self.background().finished_count
+    }
+
+    /// For the holders of conflicts met by steps sent after `since` (a
+    /// [`finished_mark`](Self::finished_mark)), whether each step is worth
+    /// sending again: its holder is a committed transaction of this
+    /// coordinator that its background finisher has not finished yet (then
+    /// this waits until every such one is finished, its markers cleared, or
+    /// left to recovery, waking the finisher as a drain does: a
+    /// `finish_delay` is not waited out), or one of this coordinator's was
+    /// finished since `since` (the holder may have been that one: nothing
+    /// tells a finished transaction of ours from another process's by its
+    /// id any more, and its document may be free now). A transaction of this
+    /// coordinator meeting such a marker on a document it changes would
+    /// otherwise be refused as a conflict with a transaction already
+    /// committed, its own caller's previous one.
+    ///
+    /// The holders are looked at together, before any is waited for: the
+    /// finishing waited for at one finishes others with it.
+    pub(super) async fn settle_own(&self, holders: &[Option<&str>], since: u64) -> Vec<bool> {
+        let (again, numbers, progress) = {
             let mut bg = self.background();
-            let Some(number) = bg
-                .unfinished
+            let mut numbers = Vec::new();
+            let again: Vec<bool> = holders
                 .iter()
-                .find(|(_, id)| id.as_str() == holder)
-                .map(|(n, _)| *n)
-            else {
-                return false;
-            };
+                .map(|holder| {
+                    let Some(holder) = holder else {
+                        return false;
+                    };
+                    match bg.unfinished.iter().find(|(_, id)| id.as_str() == *holder) {
+                        Some((number, _)) => {
+                            numbers.push(*number);
+                            true
+                        }
+                        None => bg.finished_count != since,
+                    }
+                })
+                .collect();
+            if numbers.is_empty() {
+                return again;
+            }
             bg.draining += 1;
             bg.wake.notify_one();
-            (number, Arc::clone(&bg.progress))
+            (again, numbers, Arc::clone(&bg.progress))
         };
         let _counted = Draining(self);
         wait_until(progress, || {
-            !self.background().unfinished.contains_key(&number)
+            let bg = self.background();
+            numbers.iter().all(|n| !bg.unfinished.contains_key(n))
         })
         .await;
-        true
+        again
     }
 
     /// Runs `again(i)` for each of `results` refused as a conflict with a
-    /// transaction of this coordinator's own ([`settle_own`](Self::settle_own))
-    /// once that one is finished, for up to
+    /// transaction of this coordinator's own ([`settle_own`](Self::settle_own);
+    /// `since`: the [`finished_mark`](Self::finished_mark) taken before the
+    /// steps of `results` were sent) once that one is finished, for up to
     /// [`SETTLE_ROUNDS`](super::two_phase::SETTLE_ROUNDS) rounds (each waits
     /// only for transactions committed before it). Returns how many rounds
     /// sent requests again.
     pub(super) async fn settle_conflicts<T, F, Fut>(
         &self,
         results: &mut [Result<T, StepError>],
+        mut since: u64,
         again: F,
     ) -> u32
     where
@@ -209,18 +244,20 @@ impl Coordinator {
     {
         let mut rounds = 0;
         for _ in 0..super::two_phase::SETTLE_ROUNDS {
-            let mut indexes = Vec::new();
-            for (i, result) in results.iter().enumerate() {
-                if let Err(StepError::Conflict { holder, .. }) = result {
-                    if self.settle_own(holder).await {
-                        indexes.push(i);
-                    }
-                }
-            }
+            let holders: Vec<Option<&str>> = results
+                .iter()
+                .map(|result| match result {
+                    Err(StepError::Conflict { holder, .. }) => Some(holder.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let settled = self.settle_own(&holders, since).await;
+            let indexes: Vec<usize> = (0..results.len()).filter(|&i| settled[i]).collect();
             if indexes.is_empty() {
                 break;
             }
             rounds += 1;
+            since = self.finished_mark();
             let redone = futures::future::join_all(indexes.iter().map(|&i| again(i))).await;
             for (i, result) in indexes.into_iter().zip(redone) {
                 results[i] = result;

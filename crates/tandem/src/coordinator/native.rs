@@ -335,6 +335,7 @@ impl Coordinator {
         let mut settled = 0;
         let outcome = loop {
             attempt += 1;
+            let since = self.finished_mark();
             let mut outcome = native.run_native(&changes, config.retry).await;
             // Refused for the zero credit sums in the way of a credit (what
             // credits that landed or were undone leave): dropped, and run
@@ -376,7 +377,7 @@ impl Coordinator {
             // finishing: run again once that is done (nothing was written).
             if let Err(NativeFailure::Aborted(StepError::Conflict { holder, .. })) = &outcome {
                 if settled < super::two_phase::SETTLE_ROUNDS
-                    && Box::pin(self.settle_own(holder)).await
+                    && Box::pin(self.settle_own(&[Some(holder.as_str())], since)).await[0]
                 {
                     settled += 1;
                     continue;

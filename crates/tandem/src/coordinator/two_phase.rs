@@ -117,6 +117,7 @@ impl Coordinator {
             };
             engine.prepare(participants[i].as_ref(), ctx, !custom[i])
         };
+        let since = self.finished_mark();
         let mut images = join_all((0..participants.len()).map(prepare)).await;
         // A document held by a transaction of this coordinator's own that
         // committed and waits for its background finishing (the caller's
@@ -125,7 +126,7 @@ impl Coordinator {
         // round waits for transactions committed before it.
         if any_conflict(&images) {
             // Boxed: a path seldom taken does not grow every run's future.
-            Box::pin(self.settle_conflicts(&mut images, prepare)).await;
+            Box::pin(self.settle_conflicts(&mut images, since, prepare)).await;
         }
         let mut parties = Vec::with_capacity(participants.len());
         let mut entries = Vec::with_capacity(participants.len());
@@ -256,6 +257,7 @@ impl Coordinator {
             }
         };
         round_trips += 1;
+        let since = self.finished_mark();
         let mut results = engine.step_all(&live, Step::Apply).await;
         // An apply refused as a conflict with a transaction of this
         // coordinator's own, committed and waiting for its background
@@ -264,9 +266,10 @@ impl Coordinator {
         // `ConflictPolicy::Wait` repeats it).
         if any_conflict(&results) {
             let live = &live;
-            round_trips +=
-                Box::pin(self.settle_conflicts(&mut results, |i| engine.apply_again(live, i)))
-                    .await;
+            round_trips += Box::pin(self.settle_conflicts(&mut results, since, |i| {
+                engine.apply_again(live, i)
+            }))
+            .await;
         }
         let applied = engine.applied_or_refuse(&live, results).await;
         round_trips += 1;
