@@ -178,6 +178,89 @@ async fn a_conflict_at_a_participant_is_not_its_refusal() {
     assert!(!err.refused_by::<Stock>());
 }
 
+/// A refusal by one change's own conditions is the answer even where an
+/// earlier change of the transaction met a conflict: the transaction is
+/// refused again however often it is retried (the coupon is used), which a
+/// conflict does not say. Answered as the stock's conflict, a shop asking
+/// `refused_by::<Coupon>()` told its customer to try again.
+#[tokio::test]
+async fn a_refusal_is_the_answer_beside_an_earlier_changes_conflict() {
+    let store = shop().await;
+    // Another coordinator's committed transaction holds the kayak while
+    // its finishing waits.
+    let holder = Coordinator::builder(store.clone())
+        .database("shop")
+        .finish_delay(std::time::Duration::from_secs(3600))
+        .build();
+    holder
+        .run(Transaction::new().change(
+            tandem::DocumentChange::update(Namespace::new("shop", "stock"), "kayak")
+                .set("name", "Kayak"),
+        ))
+        .await
+        .unwrap();
+    let coordinator = Coordinator::builder(store.clone()).database("shop").build();
+    // The stock's change is the first, the coupon's (used already) the second.
+    let err = coordinator.run(checkout()).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            TxError::Canceled {
+                cause: StepError::GuardFailed { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.refused_by::<Coupon>(), "{err:?}");
+    assert_eq!(err.participant().map(|p| p.index), Some(1));
+    holder.drain().await;
+}
+
+/// The same while preparing: a document found missing is the answer even
+/// where an earlier change's before-image could not be read (its store
+/// failed). Nothing was written; the transaction is refused whatever that
+/// read would have found, which "outcome unknown" (`Interrupted`) does not
+/// say.
+#[tokio::test]
+async fn a_refusal_while_preparing_is_the_answer_beside_a_store_failure() {
+    let store = shop().await;
+    let failing = tandem::testing::FaultStore::new(std::sync::Arc::new(store.clone()));
+    let other = tandem::MemoryStore::new();
+    let coordinator = Coordinator::builder(failing.clone())
+        .database("shop")
+        .store("other", other)
+        .retry(tandem::RetryPolicy::NONE)
+        .build();
+    failing.crash_now();
+    let err = coordinator
+        .run(
+            Transaction::new()
+                .change(
+                    tandem::DocumentChange::update(Namespace::new("shop", "stock"), "kayak")
+                        .set("available", 2_i64),
+                )
+                .change(
+                    tandem::DocumentChange::update(Namespace::new("shop", "coupons"), "SPRING")
+                        .in_store("other")
+                        .set("used", true),
+                ),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            TxError::Canceled {
+                cause: StepError::NotFound { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.participant().map(|p| p.index), Some(1));
+}
+
 /// Which step errors are refusals by the change's own conditions.
 #[test]
 fn refusals_are_the_changes_own_conditions() {
