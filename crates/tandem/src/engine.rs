@@ -804,9 +804,12 @@ impl Engine {
         if refusals.is_empty() {
             return Ok(());
         }
-        // A definite refusal explains the cancellation better than a store
+        // A refusal by a change's own conditions explains the cancellation
+        // best: the transaction is refused again however often it is
+        // retried, which a conflict, an expired apply or a store failure
+        // does not say. Then any other answer of the store before a store
         // failure; among equals, the first participant's.
-        refusals.sort_by_key(|(i, e)| (e.is_store_failure(), *i));
+        refusals.sort_by_key(|(i, e)| (!e.is_refusal(), e.is_store_failure(), *i));
         let (index, cause) = refusals.swap_remove(0);
         let by = live.parties[index].participant.reference(index);
         self.cancel(live, cause, Some(by)).await

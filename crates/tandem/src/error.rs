@@ -408,7 +408,10 @@ pub enum TxError {
     Canceled {
         /// The id.
         id: TxId,
-        /// The first refusal.
+        /// Why: a refusal by a change's own conditions
+        /// ([`StepError::is_refusal`]) where any change was refused so,
+        /// before any other change's conflict, expired apply or store
+        /// failure; among equals, the first change's.
         cause: StepError,
         /// Which participant refused, when one did (not for a refusal of the
         /// transaction as a whole, such as a record too large): see

@@ -193,10 +193,12 @@ async fn a_refusal_is_the_answer_beside_an_earlier_changes_conflict() {
         .finish_delay(std::time::Duration::from_secs(3600))
         .build();
     holder
-        .run(Transaction::new().change(
-            tandem::DocumentChange::update(Namespace::new("shop", "stock"), "kayak")
-                .set("name", "Kayak"),
-        ))
+        .run(
+            Transaction::new().change(
+                tandem::DocumentChange::update(Namespace::new("shop", "stock"), "kayak")
+                    .set("name", "Kayak"),
+            ),
+        )
         .await
         .unwrap();
     let coordinator = Coordinator::builder(store.clone()).database("shop").build();

@@ -131,6 +131,13 @@ impl Coordinator {
         let mut parties = Vec::with_capacity(participants.len());
         let mut entries = Vec::with_capacity(participants.len());
         let mut refused = None;
+        // A refusal by a change's own conditions (a document missing) is
+        // the answer before any other participant's conflict or store
+        // failure: the transaction is refused whatever those would have
+        // found, as at the applies.
+        let refusal = images
+            .iter()
+            .position(|image| matches!(image, Err(e) if e.is_refusal()));
         for (index, ((((participant, image), spec), own), uid)) in participants
             .into_iter()
             .zip(images)
@@ -153,12 +160,17 @@ impl Coordinator {
                     if matches!(cause, StepError::Conflict { .. }) {
                         crate::metrics::conflict(Strategy::TwoPhase);
                     }
-                    refused.get_or_insert_with(|| TxError::Canceled {
+                    let canceled = || TxError::Canceled {
                         id: id.clone(),
                         cause,
                         participant: Some(Box::new(participant.reference(index))),
                         undone: true,
-                    });
+                    };
+                    if refusal == Some(index) && !matches!(refused, Some(TxError::Invalid(_))) {
+                        refused = Some(canceled());
+                    } else {
+                        refused.get_or_insert_with(canceled);
+                    }
                     None
                 }
             };
@@ -266,9 +278,9 @@ impl Coordinator {
         // `ConflictPolicy::Wait` repeats it).
         if any_conflict(&results) {
             let live = &live;
-            round_trips += Box::pin(self.settle_conflicts(&mut results, since, |i| {
-                engine.apply_again(live, i)
-            }))
+            round_trips += Box::pin(
+                self.settle_conflicts(&mut results, since, |i| engine.apply_again(live, i)),
+            )
             .await;
         }
         let applied = engine.applied_or_refuse(&live, results).await;
