@@ -262,3 +262,76 @@ async fn an_own_holder_finished_while_other_applies_are_on_their_way_is_no_confl
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(order(&store).await.get_str("state"), Ok("packed"));
 }
+
+/// A coordinator used from one runtime after another (a blocking wrapper
+/// that builds a runtime per call, tests sharing a coordinator): a
+/// finisher spawned on a runtime that ended before it first ran leaves its
+/// transactions to recovery, as one that panicked does. It held them for
+/// good, marked running, so no finisher was started again: `drain` and
+/// `shutdown` waited forever, and so did a later transaction meeting their
+/// markers, waiting for that finishing.
+#[test]
+fn a_finisher_whose_runtime_ended_before_it_ran_holds_nothing_up() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime();
+    let store = first.block_on(shop());
+    let coordinator = Coordinator::builder(store.clone()).database("shop").build();
+    // Answers once committed; the finisher it spawns has not run yet when
+    // the runtime ends.
+    first
+        .block_on(coordinator.run(set_state("new", "paid")))
+        .unwrap();
+    drop(first);
+    let second = runtime();
+    second.block_on(async {
+        let limit = Duration::from_secs(10);
+        let drained = tokio::time::timeout(limit, coordinator.drain()).await;
+        assert!(
+            drained.is_ok(),
+            "drain waited for a finisher that never runs"
+        );
+        // The first is left to recovery, its marker kept until then: a
+        // conflict, answered at once.
+        let r = tokio::time::timeout(limit, coordinator.run(pay(5))).await;
+        assert!(
+            matches!(
+                r,
+                Ok(Err(TxError::Canceled {
+                    cause: StepError::Conflict { .. },
+                    ..
+                }))
+            ),
+            "{r:?}"
+        );
+        // A transaction committed now is finished by a finisher of its own.
+        store
+            .insert_one(&orders(), doc! { "_id": "o-2", "paid": 0_i64 })
+            .await
+            .unwrap();
+        coordinator
+            .run(
+                Transaction::new()
+                    .change(DocumentChange::update(orders(), "o-2").inc("paid", 5_i64)),
+            )
+            .await
+            .unwrap();
+        let drained = tokio::time::timeout(limit, coordinator.drain()).await;
+        assert!(drained.is_ok(), "the next finisher did not run");
+        let o2 = store
+            .find_one(&orders(), doc! { "_id": "o-2" })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(o2.get_i64("paid"), Ok(5), "{o2:?}");
+        assert_eq!(
+            o2.get_array("pendingTransactions").map(Vec::len),
+            Ok(0),
+            "finished: {o2:?}"
+        );
+    });
+}
