@@ -67,6 +67,9 @@ pub(super) struct Background {
     /// ([`Coordinator::finished_mark`]).
     finished_count: u64,
     finisher: Option<JoinHandle<()>>,
+    /// How many finishers were started: the one `finisher` holds is the
+    /// last.
+    spawned: u64,
     /// Wakes a finisher waiting out its delay (a full round, or a drain).
     wake: Arc<tokio::sync::Notify>,
     /// Tells drains and callers waiting for room that transactions were
@@ -299,15 +302,28 @@ impl Coordinator {
             return;
         }
         bg.running = true;
+        bg.spawned += 1;
+        let spawned = bg.spawned;
+        let earlier = bg.finisher.take();
+        // Spawned with the lock released: a task the runtime drops at once
+        // (one shutting down) drops its guard, which takes the lock.
+        drop(bg);
         let engine = Arc::clone(&self.engine);
         let shared = Arc::clone(&self.background);
-        let earlier = bg.finisher.take();
-        bg.finisher = Some(tokio::spawn(async move {
+        // The guard is made here and moved into the task, not made by the
+        // task: a task dropped before it first runs (its runtime ended: a
+        // runtime built per call, tests sharing a coordinator) leaves its
+        // transactions to recovery and the finisher idle, as a panic does,
+        // rather than marked running for good, with no finisher started
+        // again and every drain, and every transaction waiting for its own
+        // ([`settle_own`](Self::settle_own)), waiting forever.
+        let idle = IdleOnPanic(Some(Arc::clone(&shared)));
+        let handle = tokio::spawn(async move {
+            let mut idle = idle;
             // The finisher before this one, if it is still ending, ends first.
             if let Some(h) = earlier {
                 let _ = h.await;
             }
-            let mut idle = IdleOnPanic(Some(Arc::clone(&shared)));
             let delay = engine.config.finish_delay;
             let linger = CLOSE_LINGER.min(engine.config.lease / 4);
             // Settled records waiting for their move to `done`, and since when.
@@ -440,6 +456,12 @@ impl Coordinator {
                         .finished(left);
                 }
             }
-        }));
+        });
+        let mut bg = self.background();
+        // Kept for the next finisher to wait for, unless that one was
+        // started already (this one had ended meanwhile).
+        if bg.spawned == spawned {
+            bg.finisher = Some(handle);
+        }
     }
 }
