@@ -203,7 +203,12 @@ pub trait Participant: Send + Sync + fmt::Debug {
     /// Reads what compensation will need, before the record is written. Runs
     /// once for a hand-written participant (a document change's is repeated
     /// after a transient store failure, under the coordinator's
-    /// [`RetryPolicy`](crate::RetryPolicy)).
+    /// [`RetryPolicy`](crate::RetryPolicy)), unless it answers
+    /// [`StepError::Conflict`] with a holder that may be one of the
+    /// coordinator's own committed transactions waiting for its background
+    /// finishing: then it runs again once that finishing is done (a few
+    /// times at most), as an apply does. A `prepare` that answers a
+    /// conflict must have left nothing behind.
     async fn prepare(&self, ctx: StepContext<'_>) -> Result<Option<Document>, StepError> {
         let _ = ctx;
         Ok(None)
