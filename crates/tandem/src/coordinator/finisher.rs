@@ -66,6 +66,11 @@ pub(super) struct Background {
     /// How many of `unfinished` were finished (or left to recovery) so far
     /// ([`Coordinator::finished_mark`]).
     finished_count: u64,
+    /// The ids of the last [`BACKLOG`] of them, each with the count once it
+    /// was finished: what tells a conflict with a transaction of ours that
+    /// was finished since a step was sent from one with another process's
+    /// ([`Coordinator::settle_own`]).
+    recent: std::collections::VecDeque<(u64, TxId)>,
     finisher: Option<JoinHandle<()>>,
     /// How many finishers were started: the one `finisher` holds is the
     /// last.
@@ -78,6 +83,22 @@ pub(super) struct Background {
 }
 
 impl Background {
+    /// Whether `holder` may be one of ours finished since the count was
+    /// `since`: remembered so, or finished since and forgotten already.
+    fn finished_since(&self, holder: &str, since: u64) -> bool {
+        let forgotten = self
+            .recent
+            .front()
+            .map_or(self.finished_count, |(count, _)| count - 1);
+        since < forgotten
+            || self
+                .recent
+                .iter()
+                .rev()
+                .take_while(|(count, _)| *count > since)
+                .any(|(_, id)| id.as_str() == holder)
+    }
+
     /// Whether a transaction id is one of `shared`'s unfinished
     /// transactions ([`Engine::own_unfinished`](crate::engine::Engine::own_unfinished)).
     pub(super) fn own_unfinished(shared: &Arc<Mutex<Background>>) -> crate::engine::OwnUnfinished {
@@ -91,8 +112,12 @@ impl Background {
     /// Marks transactions `numbers` finished (or left to recovery).
     fn finished(&mut self, numbers: impl IntoIterator<Item = u64>) {
         for n in numbers {
-            if self.unfinished.remove(&n).is_some() {
+            if let Some(id) = self.unfinished.remove(&n) {
                 self.finished_count += 1;
+                if self.recent.len() >= BACKLOG {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back((self.finished_count, id));
             }
         }
         self.progress.notify_waiters();
@@ -183,10 +208,10 @@ impl Coordinator {
     /// coordinator that its background finisher has not finished yet (then
     /// this waits until every such one is finished, its markers cleared, or
     /// left to recovery, waking the finisher as a drain does: a
-    /// `finish_delay` is not waited out), or one of this coordinator's was
-    /// finished since `since` (the holder may have been that one: nothing
-    /// tells a finished transaction of ours from another process's by its
-    /// id any more, and its document may be free now). A transaction of this
+    /// `finish_delay` is not waited out), or it is one of this
+    /// coordinator's finished since `since` (its document may be free now;
+    /// where more were finished since than are remembered, any holder may
+    /// be). A transaction of this
     /// coordinator meeting such a marker on a document it changes would
     /// otherwise be refused as a conflict with a transaction already
     /// committed, its own caller's previous one.
@@ -208,7 +233,7 @@ impl Coordinator {
                             numbers.push(*number);
                             true
                         }
-                        None => bg.finished_count != since,
+                        None => bg.finished_since(holder, since),
                     }
                 })
                 .collect();
