@@ -335,3 +335,77 @@ fn a_finisher_whose_runtime_ended_before_it_ran_holds_nothing_up() {
         );
     });
 }
+
+/// A caller's credit, committed and waiting for its finishing (where it
+/// lands: credits are deferred to the commit), then an exclusive change of
+/// the same field by the same caller: the second commits, on the field as
+/// the credit left it. Its before-image was read while the credit was still
+/// to land, so once that finishing was done its apply no longer matched,
+/// and it was refused as a conflict with a concurrent write: the credit.
+#[tokio::test]
+async fn an_exclusive_change_after_ones_own_credit_commits_on_what_the_credit_left() {
+    for delay in [Duration::ZERO, Duration::from_secs(3600)] {
+        let store = shop().await;
+        let coordinator = Coordinator::builder(store.clone())
+            .database("shop")
+            .finish_delay(delay)
+            .build();
+        coordinator.run(pay(30)).await.unwrap();
+        let r = coordinator
+            .run(
+                Transaction::new().change(
+                    DocumentChange::update(orders(), "o-1")
+                        .set("state", "refunding")
+                        .inc("paid", -5_i64)
+                        .require_gte("paid", 30_i64),
+                ),
+            )
+            .await;
+        assert!(r.is_ok(), "finish delay {delay:?}: {r:?}");
+        coordinator.drain().await;
+        let order = order(&store).await;
+        assert_eq!(order.get_i64("paid"), Ok(25), "{order:?}");
+        assert_eq!(order.get_str("state"), Ok("refunding"), "{order:?}");
+    }
+}
+
+/// The same for another process's credit under `ConflictPolicy::Wait`: the
+/// exclusive change waits it out and commits, rather than waiting until its
+/// timeout on a before-image read before the credit landed.
+#[tokio::test]
+async fn an_exclusive_change_waiting_out_another_coordinators_credit_commits() {
+    let store = shop().await;
+    let first = Coordinator::builder(store.clone())
+        .database("shop")
+        .finish_delay(Duration::from_secs(3600))
+        .build();
+    first.run(pay(30)).await.unwrap();
+    let second = Coordinator::builder(store.clone())
+        .database("shop")
+        .conflict(tandem::ConflictPolicy::Wait {
+            timeout: Duration::from_secs(20),
+        })
+        .build();
+    let run = tokio::spawn({
+        let second = second.clone();
+        async move {
+            second
+                .run(
+                    Transaction::new()
+                        .change(DocumentChange::update(orders(), "o-1").set("paid", 7_i64)),
+                )
+                .await
+        }
+    });
+    // On this single-threaded runtime the spawned run goes on until its
+    // first backoff (the embedded store answers every request at once):
+    // it has met the first's marker. Then the first is finished.
+    tokio::task::yield_now().await;
+    first.drain().await;
+    let r = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("waited out its whole conflict timeout")
+        .unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(order(&store).await.get_i64("paid"), Ok(7));
+}
