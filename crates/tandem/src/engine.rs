@@ -591,6 +591,23 @@ impl Engine {
         repeat: bool,
     ) -> Result<Option<Document>, StepError> {
         let started = tokio::time::Instant::now();
+        let result = self.prepare_once(participant, ctx, repeat).await;
+        match (&result, self.config.conflict) {
+            (Err(StepError::Conflict { .. }), ConflictPolicy::Wait { .. }) if repeat => {
+                Box::pin(self.prepare_waiting(participant, ctx, started, result)).await
+            }
+            _ => result,
+        }
+    }
+
+    /// [`prepare`](Self::prepare) but for waiting out a conflict.
+    async fn prepare_once(
+        &self,
+        participant: &dyn Participant,
+        ctx: StepContext<'_>,
+        repeat: bool,
+    ) -> Result<Option<Document>, StepError> {
+        let started = tokio::time::Instant::now();
         match participant.prepare(ctx).await {
             Err(StepError::Store {
                 participant: label,
@@ -601,6 +618,47 @@ impl Engine {
                 Box::pin(self.prepare_again(participant, ctx, started, label, source)).await
             }
             other => other,
+        }
+    }
+
+    /// A document change's [`prepare`](Self::prepare) (begun at `started`)
+    /// that met a document held by another transaction (`result`), under
+    /// [`ConflictPolicy::Wait`]: repeated with backoff until the holder is
+    /// done or the timeout has passed, as an apply is (an exclusive change
+    /// reads its before-image once nothing is pending). Not for a holder of
+    /// the coordinator's own waiting for its background finishing, which
+    /// the coordinator wakes and waits for instead.
+    async fn prepare_waiting(
+        &self,
+        participant: &dyn Participant,
+        ctx: StepContext<'_>,
+        started: tokio::time::Instant,
+        mut result: Result<Option<Document>, StepError>,
+    ) -> Result<Option<Document>, StepError> {
+        let ConflictPolicy::Wait { timeout } = self.config.conflict else {
+            return result;
+        };
+        let mut attempt = 1;
+        loop {
+            crate::metrics::conflict(crate::Strategy::TwoPhase);
+            let waiting = match &result {
+                Err(StepError::Conflict { holder, .. }) => {
+                    started.elapsed() < timeout
+                        && !self.own_unfinished.as_ref().is_some_and(|own| own(holder))
+                }
+                _ => false,
+            };
+            if !waiting {
+                return result;
+            }
+            let delay = self
+                .config
+                .retry
+                .jittered_backoff(attempt)
+                .max(Duration::from_millis(1));
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+            result = self.prepare_once(participant, ctx, true).await;
         }
     }
 

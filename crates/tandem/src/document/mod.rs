@@ -336,6 +336,16 @@ impl Participant for DocumentChange {
             .ok_or_else(|| StepError::NotFound {
                 participant: self.label(),
             })?;
+        // An exclusive change's apply waits for nothing to be pending on the
+        // document, and what is pending may still change the fields it
+        // images (a credit lands at its commit, an undo puts a field back):
+        // a before-image read now could be stale by then, and the apply
+        // would never match. The conflict is met now instead, and waited
+        // out (or settled, for the coordinator's own transaction) before
+        // the image is read.
+        if let Some(conflict) = self.held(&current) {
+            return Err(conflict);
+        }
         Ok(Some(image_to_doc(self.read_image(&current))))
     }
 

@@ -339,6 +339,46 @@ impl DocumentChange {
         doc! { "$lte": [beyond, Bson::Null] }
     }
 
+    /// The conflict an exclusive change meets on `current` while any
+    /// transaction is pending there (its apply requires nothing pending):
+    /// the holder, as the apply's diagnosis names it. `None` for a shared
+    /// change, and where nothing is pending.
+    pub(super) fn held(&self, current: &Document) -> Option<StepError> {
+        // A marker field holding data not tandem's is the apply's to report
+        // (`TypeMismatch`), as are a placeholder and a missing document.
+        if !self.is_exclusive()
+            || query::lookup(current, GHOST).is_some()
+            || self.foreign_markers(current).is_some()
+            || query::lookup(current, &self.marker).is_some_and(|v| !matches!(v, Bson::Array(_)))
+        {
+            return None;
+        }
+        let participant = self.label();
+        if let Some(holder) = query::lookup(current, LOCK).filter(|b| **b != Bson::Null) {
+            return Some(StepError::Conflict {
+                participant,
+                holder: holder_text(holder),
+            });
+        }
+        if let Some(Bson::Array(pending)) = query::lookup(current, &self.marker) {
+            if let Some(first) = pending.first() {
+                return Some(StepError::Conflict {
+                    participant,
+                    holder: holder_text(first),
+                });
+            }
+        }
+        match query::lookup(current, PENDING) {
+            Some(Bson::Int32(n)) if *n > 0 => Some(i64::from(*n)),
+            Some(Bson::Int64(n)) if *n > 0 => Some(*n),
+            _ => None,
+        }
+        .map(|others| StepError::Conflict {
+            participant,
+            holder: format!("({others} pending under another marker field)"),
+        })
+    }
+
     /// Why the marker field of `current` holds something that is not
     /// tandem's, if it does: an array with an entry that is no string, or
     /// with more entries than the transactions counted in that field (and
