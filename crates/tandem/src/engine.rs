@@ -640,7 +640,6 @@ impl Engine {
         };
         let mut attempt = 1;
         loop {
-            crate::metrics::conflict(crate::Strategy::TwoPhase);
             let waiting = match &result {
                 Err(StepError::Conflict { holder, .. }) => {
                     started.elapsed() < timeout
@@ -649,8 +648,10 @@ impl Engine {
                 _ => false,
             };
             if !waiting {
+                // Counted by the caller, as a conflict that ends preparing.
                 return result;
             }
+            crate::metrics::conflict(crate::Strategy::TwoPhase);
             let delay = self
                 .config
                 .retry
