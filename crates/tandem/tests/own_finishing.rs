@@ -409,3 +409,36 @@ async fn an_exclusive_change_waiting_out_another_coordinators_credit_commits() {
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(order(&store).await.get_i64("paid"), Ok(7));
 }
+
+/// A caller's credit, committed and waiting for its finishing (where a
+/// credit to a shared document lands), then a debit of the same field
+/// guarded by the balance the credit makes: the debit commits, under
+/// either strategy. It was refused (`GuardFailed`, "insufficient funds")
+/// by the caller's own committed credit not having landed yet.
+#[tokio::test]
+async fn a_guarded_debit_after_ones_own_credit_commits() {
+    for strategy in [tandem::Strategy::TwoPhase, tandem::Strategy::Native] {
+        for delay in [Duration::ZERO, Duration::from_secs(3600)] {
+            let store = shop().await;
+            let coordinator = Coordinator::builder(store.clone())
+                .database("shop")
+                .finish_delay(delay)
+                .build();
+            coordinator.run(pay(30)).await.unwrap();
+            let r = coordinator
+                .run(
+                    Transaction::new()
+                        .change(
+                            DocumentChange::update(orders(), "o-1")
+                                .inc("paid", -5_i64)
+                                .require_gte("paid", 5_i64),
+                        )
+                        .strategy(strategy),
+                )
+                .await;
+            assert!(r.is_ok(), "{strategy:?}, finish delay {delay:?}: {r:?}");
+            coordinator.drain().await;
+            assert_eq!(order(&store).await.get_i64("paid"), Ok(25));
+        }
+    }
+}
