@@ -253,6 +253,47 @@ impl Coordinator {
         again
     }
 
+    /// For a change refused by a guard while committed transactions of
+    /// this coordinator wait for their background finishing: waits until
+    /// every one handed over before the call is finished (or left to
+    /// recovery), waking the finisher as a drain does, and returns `true`
+    /// if there was any. A credit to a shared document lands at its
+    /// finishing, so a guard its caller's own committed credit makes true
+    /// (a debit after a top-up) refuses until then.
+    pub(super) async fn settle_all_own(&self) -> bool {
+        if self.background().unfinished.is_empty() {
+            return false;
+        }
+        self.drain().await;
+        true
+    }
+
+    /// [`settle_conflicts`](Self::settle_conflicts)' counterpart for guards
+    /// ([`settle_all_own`](Self::settle_all_own)): runs `again(i)` once for
+    /// each of `results` refused by a guard, once this coordinator's own
+    /// unfinished transactions are finished. Returns whether it sent any.
+    pub(super) async fn settle_guards<T, F, Fut>(
+        &self,
+        results: &mut [Result<T, StepError>],
+        again: F,
+    ) -> bool
+    where
+        F: Fn(usize) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StepError>>,
+    {
+        let indexes: Vec<usize> = (0..results.len())
+            .filter(|&i| matches!(results[i], Err(StepError::GuardFailed { .. })))
+            .collect();
+        if indexes.is_empty() || !self.settle_all_own().await {
+            return false;
+        }
+        let redone = futures::future::join_all(indexes.iter().map(|&i| again(i))).await;
+        for (i, result) in indexes.into_iter().zip(redone) {
+            results[i] = result;
+        }
+        true
+    }
+
     /// Runs `again(i)` for each of `results` refused as a conflict with a
     /// transaction of this coordinator's own ([`settle_own`](Self::settle_own);
     /// `since`: the [`finished_mark`](Self::finished_mark) taken before the

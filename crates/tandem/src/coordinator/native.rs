@@ -333,6 +333,7 @@ impl Coordinator {
         let mut attempt = 0_u32;
         let mut tidied = false;
         let mut settled = 0;
+        let mut guards_settled = false;
         let outcome = loop {
             attempt += 1;
             let since = self.finished_mark();
@@ -380,6 +381,15 @@ impl Coordinator {
                     && Box::pin(self.settle_own(&[Some(holder.as_str())], since)).await[0]
                 {
                     settled += 1;
+                    continue;
+                }
+            }
+            // Refused by a guard that a committed credit of this
+            // coordinator's own, still to land at its finishing, may make
+            // true: run once more once that finishing is done.
+            if let Err(NativeFailure::Aborted(StepError::GuardFailed { .. })) = &outcome {
+                if !guards_settled && Box::pin(self.settle_all_own()).await {
+                    guards_settled = true;
                     continue;
                 }
             }

@@ -283,6 +283,18 @@ impl Coordinator {
             )
             .await;
         }
+        // An apply refused by a guard that a committed credit of this
+        // coordinator's own, still to land at its finishing, may make true
+        // is made again once that finishing is done.
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(StepError::GuardFailed { .. })))
+        {
+            let live = &live;
+            if Box::pin(self.settle_guards(&mut results, |i| engine.apply_again(live, i))).await {
+                round_trips += 1;
+            }
+        }
         let applied = engine.applied_or_refuse(&live, results).await;
         round_trips += 1;
         applied?;
