@@ -347,9 +347,12 @@ pub fn check_collected(report: &mut Report, sent: &BTreeSet<String>) {
 }
 
 /// Whether a record document is a stub garbage collection left: it has
-/// `stubUntil`, or no participants (no transaction has none).
+/// `stubUntil`, or neither participants nor history (a stub written before
+/// stubs kept their end). A transaction refused before its record was
+/// written keeps its id with a `canceled` record of no participants, but
+/// with the history line that says so: it is no stub.
 fn is_stub(doc: &Document, record: &TxRecord) -> bool {
-    doc.contains_key("stubUntil") || record.participants.is_empty()
+    doc.contains_key("stubUntil") || (record.participants.is_empty() && record.history.is_empty())
 }
 
 fn id_text(doc: &Document) -> String {
@@ -1306,6 +1309,33 @@ mod tests {
         assert_eq!(report.count(Check::RecordMismatch), 1);
         assert_eq!(report.count(Check::AcknowledgedCancel), 1);
         assert_eq!(report.violations.len(), 2, "{:#?}", report.violations);
+    }
+
+    /// A key refused before its record was written is kept by a `canceled`
+    /// record of no participants: garbage collection did not make it, and
+    /// it was taken for a stub nothing asked for.
+    #[test]
+    fn a_record_refused_before_it_was_written_is_no_stub() {
+        let all = plans();
+        let (spec, mut snap) = bank(&all);
+        let refused = snap
+            .records
+            .iter_mut()
+            .find(|d| d.get_str("state") == Ok("canceled"))
+            .expect("a canceled record");
+        refused.insert("participants", Bson::Array(vec![]));
+        refused.insert(
+            "history",
+            vec![Bson::Document(doc! {
+                "state": "canceled", "owner": "test", "epoch": 0_i64,
+                "event": "refused before its record",
+            })],
+        );
+        let l = logs(&begin_lines(&all));
+        let mut report = check(&spec, &ns(), &snap, Some(&l));
+        assert_eq!(report.stub_records, 0);
+        check_collected(&mut report, &BTreeSet::new());
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
     }
 
     #[test]
