@@ -519,10 +519,11 @@
 //!   native transaction run again, which wrote nothing the first time).
 //!   So is the repeat of a transaction that met the marker of its own
 //!   coordinator's committed transaction still waiting for background
-//!   finishing: it waits for that finishing (the model's finishing steps
-//!   of the other transaction) and prepares or applies again in the same
-//!   epoch, under the same deadline; a before-image read again is the
-//!   model's read, taken later.
+//!   finishing, or was refused by a guard while such transactions waited
+//!   (a credit lands at its finishing): it waits for that finishing (the
+//!   model's finishing steps of the other transactions) and prepares or
+//!   applies again in the same epoch, under the same deadline, once; a
+//!   before-image read again is the model's read, taken later.
 //! * **The record's `initial` state**: the coordinator writes a record
 //!   `pending` from the start, so no state of the model stands for it
 //!   (`tests/states_match_the_record.rs` pins the other five against the
