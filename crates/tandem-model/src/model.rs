@@ -23,7 +23,9 @@ use crate::state::{
     SerialDoc, State, TxState, Worker,
 };
 
-/// The lease, in clock units: `D_e = leaseStart + LEASE`.
+/// The lease, in clock units: `D_e = leaseStart + LEASE`. Every process's
+/// but the long-leased coordinator of [`Scenario::KeyedRetry`]
+/// ([`crate::LONG_LEASE`]): recovery's and the garbage collector's always.
 pub const LEASE: u8 = 2;
 /// The clock margin: markers of an epoch whose applies may still be in
 /// flight are removed only once the store's clock reads `D_e + MARGIN`.
@@ -72,6 +74,15 @@ pub enum Variant {
     /// (`NotYet`, left to recovery), as the code did before its answer said
     /// whether the undo happened.
     UndoneWhileWaiting,
+    /// Garbage collection ignores the lease registry: a finished record
+    /// goes once `R.now >= finishedAt + max(LEASE, its creator's lease) +
+    /// MARGIN` (the collector's age and the record's own create deadline),
+    /// also a keyed one whose key another run with a longer lease may still
+    /// create under.
+    GcIgnoresRegistry,
+    /// A keyed coordinator registers its lease after its create landed, not
+    /// before its first attempt.
+    CreateBeforeRegister,
 }
 
 /// Changes to the protocol proposed by this model's findings (see the crate docs).
@@ -232,6 +243,12 @@ pub enum Action {
         /// The store.
         store: usize,
     },
+    /// A keyed coordinator raises the lease registry to its lease (`$max`
+    /// upsert): `registry := max(registry, lease)`.
+    Register {
+        /// The worker.
+        worker: usize,
+    },
     /// A coordinator sends the record's create.
     Create {
         /// The worker.
@@ -328,7 +345,10 @@ pub enum Action {
         /// Its index in [`State::flight`].
         index: usize,
     },
-    /// GC deletes a finished record.
+    /// GC deletes a finished record: once `R.now >= finishedAt + age +
+    /// MARGIN`, where the age is the longest of the collector's lease
+    /// ([`LEASE`]), the record's creator's lease and (a keyed record) the
+    /// lease registry.
     Collect {
         /// The transaction id.
         tx: usize,
@@ -532,6 +552,26 @@ impl TandemModel {
         self.spec(coord).changes[part]
     }
 
+    /// Coordinator `coord`'s lease.
+    pub fn lease(&self, coord: usize) -> u8 {
+        self.spec(coord).lease
+    }
+
+    /// How long after it finished GC keeps record `r` (before the margin):
+    /// the collector's lease, the lease of the record's creator (the model's
+    /// stand-in for the code's wait for the record's create deadline plus the
+    /// margin, which it bounds: the create came before the finish), and for
+    /// a keyed record the lease registry
+    /// ([`Variant::GcIgnoresRegistry`] leaves that out).
+    fn gc_age(&self, s: &State, r: &Record) -> u8 {
+        let own = LEASE.max(self.lease(usize::from(r.token)));
+        if self.scenario.keyed() && self.variant != Variant::GcIgnoresRegistry {
+            own.max(s.registry)
+        } else {
+            own
+        }
+    }
+
     /// The marker (and lock value) coordinator `coord`'s changes use: its
     /// transaction id, or with [`Fixes::token_fencing`] its token.
     pub fn marker(&self, coord: usize) -> usize {
@@ -622,7 +662,7 @@ impl TandemModel {
         if !worker.is_alive() || s.crashes >= self.crashes {
             return false;
         }
-        if worker.phase == Phase::Create {
+        if matches!(worker.phase, Phase::Create | Phase::Register) {
             return true;
         }
         matches!(s.records[self.spec(usize::from(worker.coord)).tx],
@@ -658,6 +698,14 @@ impl TandemModel {
         let tx = self.spec(coord).tx;
         let now = self.now(s, R);
         if let Some(r) = s.records[tx] {
+            if self.scenario.keyed()
+                && usize::from(r.token) != coord
+                && r.state.is_terminal()
+                && now < deadline
+                && now >= r.last_modified + LEASE.max(self.lease(usize::from(r.token))) + MARGIN
+            {
+                s.event = Event::KeptForLateCreate;
+            }
             return CreateResult::Exists(r.token);
         }
         if self.fixes.fenced_create && now >= deadline {
@@ -666,7 +714,7 @@ impl TandemModel {
         let deadline = if self.fixes.fenced_create {
             deadline
         } else {
-            now + LEASE
+            now + self.lease(coord)
         };
         s.records[tx] = Some(Record {
             state: TxState::Pending,
@@ -851,6 +899,16 @@ impl TandemModel {
     }
 
     // ----- workers -----
+
+    /// What a coordinator does once its create landed: apply (with
+    /// [`Variant::CreateBeforeRegister`], a keyed one registers first).
+    fn after_create(&self) -> Phase {
+        if self.scenario.keyed() && self.variant == Variant::CreateBeforeRegister {
+            Phase::Register
+        } else {
+            Phase::Apply
+        }
+    }
 
     fn enter(&self, s: &mut State, w: usize, phase: Phase) {
         let worker = &mut s.workers[w];
@@ -1165,6 +1223,16 @@ impl TandemModel {
                     STORE_NAMES[store], self.step_back
                 )
             }
+            Action::Register { worker } => {
+                let coord = usize::from(s.workers[worker].coord);
+                format!(
+                    "{}: registers its lease {} (registry {} -> {})",
+                    who(worker),
+                    self.lease(coord),
+                    s.registry,
+                    s.registry.max(self.lease(coord))
+                )
+            }
             Action::Create { worker, lose } => {
                 format!(
                     "{}: create record [R.now={}]{}",
@@ -1334,6 +1402,9 @@ impl fmt::Display for Summary<'_> {
                 &h.effects[..m.spec(c).changes.len()]
             )?;
         }
+        if m.scenario.keyed() {
+            write!(f, "lease registry {}; ", s.registry)?;
+        }
         write!(f, "in flight {:?}", s.flight)
     }
 }
@@ -1360,7 +1431,11 @@ impl Model for TandemModel {
                 epoch: 0,
                 deadline: 0,
                 not_before: 0,
-                phase: Phase::Create,
+                phase: if self.scenario.keyed() && self.variant != Variant::CreateBeforeRegister {
+                    Phase::Register
+                } else {
+                    Phase::Create
+                },
                 parts: [Part::Todo; MAX_PARTS],
                 doubt: 0,
                 cas_doubt: false,
@@ -1383,6 +1458,7 @@ impl Model for TandemModel {
             forced: 0,
             app_ops: 0,
             steps_back: 0,
+            registry: 0,
             history: [History::default(); MAX_COORDS],
             serial: Self::initial_serial(),
             event: Event::None,
@@ -1418,6 +1494,7 @@ impl Model for TandemModel {
             let n = self.spec(coord).changes.len();
             let parts = &worker.parts[..n];
             match worker.phase {
+                Phase::Register => actions.push(Action::Register { worker: w }),
                 Phase::Create => {
                     for &lose in self.may_lose(s, self.lose.create) {
                         actions.push(Action::Create { worker: w, lose });
@@ -1568,7 +1645,7 @@ impl Model for TandemModel {
                 if let Some(r) = s.records[tx] {
                     if r.state.is_terminal()
                         && (self.variant == Variant::EarlyGc
-                            || self.now(s, R) >= r.last_modified + LEASE + MARGIN)
+                            || self.now(s, R) >= r.last_modified + self.gc_age(s, &r) + MARGIN)
                     {
                         actions.push(Action::Collect { tx });
                     }
@@ -1606,11 +1683,34 @@ impl Model for TandemModel {
                 s.steps_back += 1;
                 s.event = Event::SteppedBack;
             }
+            Action::Register { worker: w } => {
+                let coord = usize::from(s.workers[w].coord);
+                s.registry = s.registry.max(self.lease(coord));
+                let next = if self.variant == Variant::CreateBeforeRegister {
+                    Phase::Apply
+                } else {
+                    Phase::Create
+                };
+                self.enter(&mut s, w, next);
+            }
             Action::Create { worker: w, lose } => {
                 let coord = usize::from(s.workers[w].coord);
                 if self.fixes.fenced_create && s.workers[w].deadline == 0 {
                     // The coordinator read the records store's clock before its first attempt.
-                    s.workers[w].deadline = self.now(&s, R) + LEASE;
+                    s.workers[w].deadline = self.now(&s, R) + self.lease(coord);
+                    if self.scenario.keyed() {
+                        // The run begins: it overlaps every other run under
+                        // its key that began and has not finished.
+                        let tx = self.spec(coord).tx;
+                        let unfinished = (0..self.coords()).any(|c| {
+                            c != coord
+                                && self.spec(c).tx == tx
+                                && s.history[c].began
+                                && s.history[c].terminal.is_none()
+                        });
+                        s.history[coord].began = true;
+                        s.history[coord].overlapped |= unfinished;
+                    }
                 }
                 let deadline = s.workers[w].deadline;
                 if lose {
@@ -1627,7 +1727,7 @@ impl Model for TandemModel {
                             let worker = &mut s.workers[w];
                             worker.deadline = r.deadline;
                             worker.not_before = r.not_before;
-                            self.enter(&mut s, w, Phase::Apply);
+                            self.enter(&mut s, w, self.after_create());
                         }
                         CreateResult::Exists(token) => {
                             let ours = self.variant == Variant::OwnerNameOnly
@@ -1638,7 +1738,7 @@ impl Model for TandemModel {
                                     let worker = &mut s.workers[w];
                                     worker.deadline = r.deadline;
                                     worker.not_before = r.not_before;
-                                    self.enter(&mut s, w, Phase::Apply);
+                                    self.enter(&mut s, w, self.after_create());
                                 } else {
                                     // Ours, claimed by recovery before we heard back.
                                     self.answer_from_record(&mut s, w);

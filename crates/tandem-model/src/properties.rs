@@ -44,6 +44,12 @@ pub const COMMITTED_NEVER_UNDONE: &str = "a committed transaction is never rolle
 /// commit points, and the application's inserts and deletes) holds, with no
 /// marker and no lock.
 pub const FINISHED_CONSISTENT: &str = "finished: documents are the serial execution's";
+/// Safety, for keyed runs ([`Scenario::keyed`]): two runs under one key of
+/// which one began (fixed its create deadline) before the other's record
+/// finished never both pay (reach `applied`, or answer "committed"). A run
+/// that began only after the other's record finished may pay again: the
+/// model's idempotency window is zero.
+pub const KEY_PAYS_ONCE: &str = "overlapping runs under one key pay once";
 /// Liveness (bounded): in a state where no step is enabled, every transaction is finished.
 pub const QUIESCENT_FINISHED: &str = "quiescent: every transaction is finished";
 /// Liveness (on paths, as far as stateright's `eventually` sees: it misses
@@ -81,11 +87,17 @@ pub const SOMETIMES_ID_REUSED: &str = "sometimes an id is reused after GC";
 /// Example: a clock steps back.
 pub const SOMETIMES_STEPPED_BACK: &str = "sometimes a clock steps back";
 
+/// Example (keyed runs): a create that would land live meets the finished
+/// record of another run under its key, which only the lease registry kept.
+pub const SOMETIMES_KEPT_FOR_LATE_CREATE: &str =
+    "sometimes the lease registry keeps a key taken for a late create";
+
 /// Example (early commit): recovery probes every participant of a `pending`
 /// record, finds every marker, and moves the record to `applied`.
 pub const SOMETIMES_PROBE_COMMITS: &str = "sometimes recovery's probe commits a pending record";
 
-/// Every safety and liveness property (not the examples).
+/// Every safety and liveness property (not the examples, nor
+/// [`KEY_PAYS_ONCE`], which only keyed scenarios have).
 pub const SAFETY_AND_LIVENESS: [&str; 11] = [
     ONE_EFFECTIVE_APPLY,
     ONE_EFFECTIVE_REMOVAL,
@@ -151,6 +163,17 @@ fn answers_hold(m: &TandemModel, s: &State) -> bool {
             Answer::Duplicate => !h.wrote,
             Answer::None | Answer::Unknown => true,
         }
+    })
+}
+
+fn key_pays_once(m: &TandemModel, s: &State) -> bool {
+    let paid = |c: usize| s.history[c].applied || s.answers[c] == Answer::Committed;
+    coords(m).all(|c| {
+        coords(m).all(|o| {
+            o == c
+                || m.spec(o).tx != m.spec(c).tx
+                || !(s.history[c].overlapped && paid(c) && paid(o))
+        })
     })
 }
 
@@ -221,12 +244,13 @@ pub fn properties(model: &TandemModel) -> Vec<Property<TandemModel>> {
             Event::Rescue => |_, s| s.event == Event::Rescue,
             Event::SteppedBack => |_, s| s.event == Event::SteppedBack,
             Event::ProbeCommitted => |_, s| s.event == Event::ProbeCommitted,
+            Event::KeptForLateCreate => |_, s| s.event == Event::KeptForLateCreate,
             Event::ForcedCancel | Event::None => |_, _| true,
         };
         Property::<TandemModel>::sometimes(name, condition)
     };
     let coords_n = model.scenario.coords().len();
-    if coords_n > 1 && model.scenario != Scenario::SameId {
+    if coords_n > 1 && model.scenario != Scenario::SameId && !model.scenario.keyed() {
         p.push(sometimes(SOMETIMES_ALL_COMMIT, |m, s| {
             coords(m).all(|c| s.history[c].terminal == Some(TxState::Done))
         }));
@@ -263,7 +287,21 @@ pub fn properties(model: &TandemModel) -> Vec<Property<TandemModel>> {
     if lost || model.crashes > 0 {
         p.push(event(SOMETIMES_RESCUE, Event::Rescue));
     }
-    if model.scenario == Scenario::SameId && model.variant != Variant::OwnerNameOnly {
+    if model.scenario.keyed() {
+        p.push(Property::<TandemModel>::always(
+            KEY_PAYS_ONCE,
+            key_pays_once,
+        ));
+        if lost && model.lose.create && model.gc {
+            p.push(event(
+                SOMETIMES_KEPT_FOR_LATE_CREATE,
+                Event::KeptForLateCreate,
+            ));
+        }
+    }
+    if (model.scenario == Scenario::SameId || model.scenario.keyed())
+        && model.variant != Variant::OwnerNameOnly
+    {
         p.push(sometimes(SOMETIMES_DUPLICATE, |m, s| {
             coords(m).any(|c| s.answers[c] == Answer::Duplicate)
         }));
@@ -273,8 +311,15 @@ pub fn properties(model: &TandemModel) -> Vec<Property<TandemModel>> {
             }));
         }
     }
+    // A probe finds every marker of a record whose owner stopped after
+    // its applies: lost apply or record answers, a crash, a takeover or a
+    // forced cancel (a lost create alone leaves at most an owner that never
+    // applied).
     if model.fixes.early_commit
-        && (lost || model.crashes > 0 || model.takeovers > 0 || model.forced_cancels > 0)
+        && ((lost && (model.lose.apply || model.lose.cas))
+            || model.crashes > 0
+            || model.takeovers > 0
+            || model.forced_cancels > 0)
     {
         p.push(event(SOMETIMES_PROBE_COMMITS, Event::ProbeCommitted));
     }

@@ -1,5 +1,7 @@
 //! The stores, documents and transactions the model runs.
 
+use crate::model::LEASE;
+
 /// The records store `R`: where transaction records live.
 pub const R: usize = 0;
 /// The first participant store.
@@ -86,7 +88,8 @@ pub struct Change {
     pub op: Op,
 }
 
-/// A coordinator: the transaction id it uses and the changes it makes.
+/// A coordinator: the transaction id it uses, the changes it makes, and
+/// its process's lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CoordSpec {
     /// Its name in traces.
@@ -95,7 +98,17 @@ pub struct CoordSpec {
     pub tx: usize,
     /// Its participants, in order.
     pub changes: &'static [Change],
+    /// Its process's lease: its create deadline is `D_0 = R.now + lease`
+    /// (the deadline of epoch 0's applies too). [`LEASE`] but in
+    /// [`Scenario::KeyedRetry`], whose first run has [`LONG_LEASE`].
+    pub lease: u8,
 }
+
+/// The lease of the first run of [`Scenario::KeyedRetry`]: long enough that
+/// its create may still land live once the other run's record finished and
+/// waited out the other run's lease plus the margin (`LONG_LEASE >
+/// LEASE + MARGIN`).
+pub const LONG_LEASE: u8 = 2 * LEASE;
 
 const T1: CoordSpec = CoordSpec {
     name: "T1",
@@ -110,6 +123,7 @@ const T1: CoordSpec = CoordSpec {
             op: Op::Inc(1),
         },
     ],
+    lease: LEASE,
 };
 
 const T2_MIXED: CoordSpec = CoordSpec {
@@ -129,6 +143,7 @@ const T2_MIXED: CoordSpec = CoordSpec {
             op: Op::Inc(-2),
         },
     ],
+    lease: LEASE,
 };
 
 const T2_ALONE: CoordSpec = CoordSpec {
@@ -148,6 +163,7 @@ const T2_ALONE: CoordSpec = CoordSpec {
             op: Op::Inc(-1),
         },
     ],
+    lease: LEASE,
 };
 
 const T1_INTO_D: CoordSpec = CoordSpec {
@@ -163,18 +179,21 @@ const T1_INTO_D: CoordSpec = CoordSpec {
             op: Op::Inc(1),
         },
     ],
+    lease: LEASE,
 };
 
 const T2_CONFLICT: CoordSpec = CoordSpec {
     name: "T2",
     tx: 1,
     changes: T2_ALONE.changes,
+    lease: LEASE,
 };
 
 const K1: CoordSpec = CoordSpec {
     name: "K1",
     tx: 0,
     changes: T1.changes,
+    lease: LEASE,
 };
 
 const K2: CoordSpec = CoordSpec {
@@ -190,6 +209,34 @@ const K2: CoordSpec = CoordSpec {
             op: Op::Inc(1),
         },
     ],
+    lease: LEASE,
+};
+
+/// The keyed payout, run twice under one key: credit `A` and `B` by 1
+/// each (credits are not guarded, so a second run could pay again).
+const PAYOUT: &[Change] = &[
+    Change {
+        doc: A,
+        op: Op::Inc(1),
+    },
+    Change {
+        doc: B,
+        op: Op::Inc(1),
+    },
+];
+
+const RUN_LONG: CoordSpec = CoordSpec {
+    name: "Long",
+    tx: 0,
+    changes: PAYOUT,
+    lease: LONG_LEASE,
+};
+
+const RUN_SHORT: CoordSpec = CoordSpec {
+    name: "Short",
+    tx: 0,
+    changes: PAYOUT,
+    lease: LEASE,
 };
 
 /// Which transactions run.
@@ -211,6 +258,15 @@ pub enum Scenario {
     /// Two coordinators `K1` (`A −1`, `B +1`) and `K2` (`B −1`, `A +1`) with
     /// the same transaction id and the same owner name, different tokens.
     SameId,
+    /// One request under an idempotency key (the transaction id), run
+    /// twice: `Long` (lease [`LONG_LEASE`]) and `Short` (lease [`LEASE`]),
+    /// both paying out `A +1`, `B +1`. Each registers its lease before its
+    /// first create ([`crate::Action::Register`]); garbage collection keeps
+    /// the key's record for the longest lease registered plus the margin
+    /// after it finished. Runs that overlapped (one began before the
+    /// other's record finished) must not both pay
+    /// ([`crate::KEY_PAYS_ONCE`]).
+    KeyedRetry,
 }
 
 impl Scenario {
@@ -222,15 +278,22 @@ impl Scenario {
             Scenario::Mixed => &[T1, T2_MIXED],
             Scenario::Conflict => &[T1_INTO_D, T2_CONFLICT],
             Scenario::SameId => &[K1, K2],
+            Scenario::KeyedRetry => &[RUN_LONG, RUN_SHORT],
         }
     }
 
     /// The documents the application (outside any transaction) may insert and delete.
     pub fn app_docs(self) -> &'static [usize] {
         match self {
-            Scenario::Transfer | Scenario::SameId => &[],
+            Scenario::Transfer | Scenario::SameId | Scenario::KeyedRetry => &[],
             Scenario::InsertDelete | Scenario::Mixed | Scenario::Conflict => &[C, D],
         }
+    }
+
+    /// Whether the transaction id is an idempotency key whose coordinators
+    /// register their leases before their first create.
+    pub fn keyed(self) -> bool {
+        self == Scenario::KeyedRetry
     }
 
     /// How many transaction ids (records) there are.

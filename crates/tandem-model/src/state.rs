@@ -153,6 +153,11 @@ pub enum Phase {
     /// A coordinator that answered, gave up, stopped or crashed. (Recovery
     /// workers that stop are removed from the state.)
     Dead,
+    /// A coordinator of a keyed transaction ([`crate::Scenario::keyed`])
+    /// raises the lease registry ([`State::registry`]) to its lease, before
+    /// its first create (with [`crate::Variant::CreateBeforeRegister`]:
+    /// after its create).
+    Register,
 }
 
 /// The progress of one participant step of a worker in its current phase.
@@ -304,6 +309,13 @@ pub struct History {
     pub effects: [u8; MAX_PARTS],
     /// Some request of this coordinator changed something (ghosts aside).
     pub wrote: bool,
+    /// A keyed run ([`crate::Scenario::keyed`]) began: it fixed its create
+    /// deadline (before its first create).
+    pub began: bool,
+    /// A keyed run that began while another run under its key had begun
+    /// and not finished (no record of it had reached a terminal state):
+    /// the two must not both pay ([`crate::KEY_PAYS_ONCE`]).
+    pub overlapped: bool,
 }
 
 /// What the serial execution would hold: each committed transaction's
@@ -341,6 +353,11 @@ pub enum Event {
     SteppedBack,
     /// Early commit: recovery found every marker by its probes and moved the record to `applied`.
     ProbeCommitted,
+    /// A keyed run's create that would have landed live (before its
+    /// deadline) met the finished record of another run under the key,
+    /// kept only by the lease registry: past the record's own lease and
+    /// that of the collector, plus the margin.
+    KeptForLateCreate,
 }
 
 /// The whole system.
@@ -370,6 +387,9 @@ pub struct State {
     pub app_ops: u8,
     /// Clock steps back so far.
     pub steps_back: u8,
+    /// The lease registry (`tandem_leases`): the longest lease a keyed
+    /// coordinator registered (0: none). It only grows.
+    pub registry: u8,
     /// Per coordinator.
     pub history: [History; MAX_COORDS],
     /// The serial execution's documents.
@@ -480,6 +500,7 @@ impl std::hash::Hash for State {
             self.forced,
             self.app_ops,
             self.steps_back,
+            self.registry,
             self.event as u8,
         ]);
         for h in &self.history {
@@ -490,6 +511,8 @@ impl std::hash::Hash for State {
                 u8::from(h.undone),
                 h.terminal.map_or(0xff, |t| t as u8),
                 u8::from(h.wrote),
+                u8::from(h.began),
+                u8::from(h.overlapped),
             ]);
             p.put(&h.applies);
             p.put(&h.effects);

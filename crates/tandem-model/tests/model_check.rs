@@ -752,6 +752,89 @@ fn mutation_clock_steps_back_past_the_margin() {
     );
 }
 
+// ----- keyed runs with leases of their own -----
+
+/// Only the record's create may lose its answer.
+const LOSE_CREATE: Lose = Lose {
+    create: true,
+    apply: false,
+    remove: false,
+    cas: false,
+};
+
+/// The keyed retry ([`Scenario::KeyedRetry`]: `Long`, lease 4, and `Short`,
+/// lease 2, under one key), one lost create answer, clocks ticking
+/// together, `R` one ahead of `P1`, with `R` running to 5: past the
+/// shortest finish plus the longest lease plus the margin, so that
+/// garbage collection can remove the key's record under the registry's
+/// rule too.
+fn keyed(fixes: Fixes) -> TandemModel {
+    TandemModel::new(Scenario::KeyedRetry)
+        .with_fixes(fixes)
+        .with_lost(1, LOSE_CREATE)
+        .with_ticks(Ticks::Global)
+        .with_clocks([1, 0, 1], [5, 7, 7])
+}
+
+/// Two runs under one key with different leases, the longer one's create
+/// lost: every property, and overlapping runs pay once; the lease registry
+/// keeps the key's record past the shorter leases for the longer run's
+/// late create (`SOMETIMES_KEPT_FOR_LATE_CREATE`).
+#[test]
+fn fast_keyed_retry_leases_of_their_own() {
+    check(
+        "early commit, keyed retry (leases 4 and 2), 1 lost create answer, global ticks",
+        keyed(Fixes::EARLY_COMMIT),
+    );
+    check(
+        "late commit, keyed retry (leases 4 and 2), 1 lost create answer, global ticks",
+        keyed(Fixes::SAFETY),
+    );
+}
+
+/// The same with clocks ticking on their own, and with any step losing
+/// its answer.
+#[test]
+#[ignore = "large: run with --release -- --ignored"]
+fn fixed_keyed_retry() {
+    check(
+        "early commit, keyed retry, 1 lost create answer",
+        fixed(Scenario::KeyedRetry)
+            .with_lost(1, LOSE_CREATE)
+            .with_clocks([0, 0, 1], [5, 7, 7]),
+    );
+    check(
+        "early commit, keyed retry, 1 lost answer, global ticks",
+        keyed(Fixes::EARLY_COMMIT).with_lost(1, Lose::ALL),
+    );
+}
+
+/// Garbage collection that ignores the lease registry removes the key's
+/// record once the collector's lease and the record's own (the short run's)
+/// plus the margin passed; the long run's create, lost before the short run
+/// began, is then sent again before its own deadline, lands live, and the
+/// key pays twice.
+#[test]
+fn mutation_gc_ignores_the_lease_registry() {
+    counterexample(
+        "mutation: GC ignores the lease registry",
+        keyed(Fixes::EARLY_COMMIT).with_variant(Variant::GcIgnoresRegistry),
+        &[KEY_PAYS_ONCE],
+    );
+}
+
+/// A coordinator that registers its lease only once its create landed: its
+/// first create's answer is lost before any registration, and the same as
+/// above follows.
+#[test]
+fn mutation_create_before_registering_the_lease() {
+    counterexample(
+        "mutation: the create before the lease's registration",
+        keyed(Fixes::EARLY_COMMIT).with_variant(Variant::CreateBeforeRegister),
+        &[KEY_PAYS_ONCE],
+    );
+}
+
 // ----- mutations of the early commit -----
 
 /// Coordinators answer at the applies, but recovery rolls a `pending`
