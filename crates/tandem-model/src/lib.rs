@@ -35,7 +35,8 @@
 //! ([`Ticks::PerStore`]: arbitrary skew and drift) or all together
 //! ([`Ticks::Global`]: fixed skew, far fewer states). Clocks never go back,
 //! except by [`Action::StepBack`] when [`TandemModel::step_back`] is set
-//! (once, by that amount). [`LEASE`] = 2, [`MARGIN`] = 1.
+//! (once, by that amount). [`LEASE`] = 2 (every process's lease, but
+//! `Long`'s in [`Scenario::KeyedRetry`]: [`LONG_LEASE`] = 4), [`MARGIN`] = 1.
 //!
 //! `D_e` and `NB` are times of `R`'s clock compared with a participant store's
 //! clock. Safety never depends on the skew: an apply and a removal on the
@@ -54,6 +55,7 @@
 //! | [`Scenario::Mixed`] | `T1` and `T2`: insert `C`, delete `D`, `B −2` (holds only after `T1` cleared its credit); application as above |
 //! | [`Scenario::Conflict`] | `T1`: `A −1`, `D +1`; `T2`: insert `C`, delete `D`, `B −1`: the delete's exclusivity against `T1`'s shared credit; application as above |
 //! | [`Scenario::SameId`] | `K1` (`A −1`, `B +1`) and `K2` (`B −1`, `A +1`): same transaction id, same owner name, different tokens |
+//! | [`Scenario::KeyedRetry`] | `Long` (lease [`LONG_LEASE`] = 4) and `Short` (lease [`LEASE`] = 2): one request under one idempotency key (the transaction id), run twice, each paying out `A +1`, `B +1`; each registers its lease before its first create |
 //!
 //! Debits apply at once; credits are deferred to the clear step; inserts and
 //! deletes are exclusive (lock + marker, and no other marker allowed).
@@ -62,7 +64,8 @@
 //!
 //! | model [`Action`] | real step (v2) |
 //! |------------------|----------------|
-//! | [`Action::Create`] | insert the record `pending`, epoch 0, token, `D_0 = R.now + LEASE`, `NB = 0`. On a duplicate `_id`: the token decides "ours" (continue if `pending`@0) or `Duplicate` |
+//! | [`Action::Register`] | a keyed coordinator, before its first create (`Engine::register_lease`): the `$max` upsert of its lease into `tandem_leases` ([`State::registry`], which only grows) |
+//! | [`Action::Create`] | insert the record `pending`, epoch 0, token, `D_0 = R.now +` the coordinator's lease, `NB = 0`. On a duplicate `_id`: the token decides "ours" (continue if `pending`@0) or `Duplicate` |
 //! | [`Action::Reserve`] | an insert's reserve: upsert a ghost if no document has the `_id` (unfenced) |
 //! | [`Action::Apply`] | one guarded update: lands iff `S.now < D_e`, no marker of `T`, guards hold, not locked by another transaction (exclusive: no other marker). Pushes the marker; a debit applies; a credit waits; a delete locks; an insert's fill turns the ghost into the real document, locked and marked. On no match, the re-read: marker ⇒ applied, `S.now ≥ D_e` ⇒ Expired, else a definite refusal (guard, not found, `AlreadyExists`, lock conflict); a fill that finds no document goes back to its reserve |
 //! | [`Action::Commit`] | CAS `pending → applied` on (id, state, epoch), once every apply of this worker answered "applied" (or, early commit, every probe found the marker). Late commit: the coordinator answers "committed" here; early commit: it answered already, at its last apply |
@@ -75,7 +78,7 @@
 //! | [`Action::Deliver`] | a request whose answer was lost lands now, as the same guarded step |
 //! | [`Action::GiveUp`] | a worker with a step in doubt stops (retries exhausted); a coordinator answers "unknown" |
 //! | [`Action::Crash`] | the process dies |
-//! | [`Action::Collect`] | GC deletes a `done`/`canceled` record once `R.now ≥ finishedAt + LEASE + MARGIN` (nothing is left on documents: no tombstones) |
+//! | [`Action::Collect`] | GC deletes a `done`/`canceled` record once `R.now ≥ finishedAt + age + MARGIN`, the age the longest of the collector's lease ([`LEASE`]), the record's creator's lease and, for a keyed record, the registry (`collect_garbage`'s floor); with one lease for every process, `finishedAt + LEASE + MARGIN` (nothing is left on documents: no tombstones) |
 //! | [`Action::AppInsert`], [`Action::AppDelete`] | the application inserts a document whose `_id` is free (or a ghost), or deletes an unlocked, unmarked one |
 //!
 //! A worker ([`Worker`]) is a program counter ([`Phase`]) plus what it
@@ -156,7 +159,13 @@
 //!   lock: balances are the initial ones plus the committed changes, a
 //!   document deleted by a committed transaction is gone unless the
 //!   application re-created it, a canceled insert left nothing (a ghost is not
-//!   a document).
+//!   a document);
+//! * [`KEY_PAYS_ONCE`] (keyed scenarios only): of two runs under one key,
+//!   one of which began (fixed its create deadline) while the other had
+//!   begun and not finished (no record of it terminal), at most one pays
+//!   (reaches `applied` or answers "committed"). Runs that did not overlap
+//!   may both pay: the model's idempotency window is zero, so nothing but
+//!   the leases keeps the key taken.
 //!
 //! Liveness: [`QUIESCENT_FINISHED`] (`always`): in a state where no step is
 //! enabled, every transaction is finished (`done`, `canceled`, collected, or
@@ -177,7 +186,10 @@
 //! [`SOMETIMES_UNKNOWN_COMMITTED`], [`SOMETIMES_UNKNOWN_CANCELED`],
 //! [`SOMETIMES_DUPLICATE`], [`SOMETIMES_ID_REUSED`], [`SOMETIMES_STEPPED_BACK`],
 //! [`SOMETIMES_PROBE_COMMITS`] (early commit: recovery's probes find every
-//! marker and it moves the record to `applied`).
+//! marker and it moves the record to `applied`),
+//! [`SOMETIMES_KEPT_FOR_LATE_CREATE`] (keyed: a create that would land
+//! live meets the other run's finished record, past the collector's lease
+//! and the record's own plus the margin, kept only by the registry).
 //!
 //! # Findings about v2, and the fixes
 //!
@@ -321,9 +333,9 @@
 //! [`Variant`] breaks one step on purpose; the tests assert the checker
 //! finds a counterexample to each, against v2 with the safety fixes and the
 //! early commit ([`Fixes::EARLY_COMMIT`], which holds in every
-//! configuration checked). Besides the mutations (1)–(7) and the two
-//! others of [`Variant`], the early commit's own (shortest counterexamples,
-//! to [`ANSWERS_HOLD`]):
+//! configuration checked). Besides the mutations (1)–(7),
+//! [`Variant::RetryClearsDoubt`] and [`Variant::UndoneWhileWaiting`], the
+//! early commit's own (shortest counterexamples, to [`ANSWERS_HOLD`]):
 //!
 //! | variant | configuration | steps |
 //! |---------|---------------|-------|
@@ -335,6 +347,15 @@
 //! refused only by its deadline, and a deadline that passed passed for
 //! the older epochs too; a guard refusal needs another writer.
 //!
+//! And the lease registry's ([`Scenario::KeyedRetry`], one lost create
+//! answer, global ticks, `R` 1..=5; shortest counterexamples, to
+//! [`KEY_PAYS_ONCE`]):
+//!
+//! | variant | counterexample | steps |
+//! |---------|----------------|-------|
+//! | [`Variant::GcIgnoresRegistry`]: GC waits for the collector's lease and the record's own, not the registry | `Long` registers (4) and sends its create at `R.now = 1` (`D_0 = 5`), the answer lost; `Short` registers, creates, pays and finishes at 1; at 4 GC removes the record (past `Short`'s lease plus the margin); `Long` sends its create again, it lands live (4 < 5), and `Long` applies both credits and answers "committed": the key paid twice | 17 |
+//! | [`Variant::CreateBeforeRegister`]: a keyed coordinator registers once its create landed | the same, `Long`'s lost create sent before it registered: the registry holds `Short`'s 2 when GC runs | 17 |
+//!
 //! # Bounds
 //!
 //! Two transactions at most, two or three participants each; one or two
@@ -342,7 +363,9 @@
 //! two application steps; clocks over a few ticks (`R` 0..=4, `P1` 0..=7,
 //! `P2` 1..=7 by default: long enough for GC after `LEASE + MARGIN`, and for
 //! participant clocks to pass every `NB` once `R` stops; [`Ticks::Global`]
-//! configurations start `R` at 1, `P1` at 0, `P2` at 2). The configurations
+//! configurations start `R` at 1, `P1` at 0, `P2` at 2; the keyed retry's
+//! `R` runs to 5, past the earliest finish plus [`LONG_LEASE`] plus the
+//! margin, and its global ticks start `R` and `P2` at 1). The configurations
 //! of `tests/model_check.rs`, with v2, the safety fixes and the early commit
 //! ([`Fixes::EARLY_COMMIT`]) unless noted; "late" is the same with the late
 //! commit ([`Fixes::SAFETY`]). Unique states, release build, two threads:
@@ -368,6 +391,10 @@
 //! | conflict on `D`, 1 takeover, no lost answer, global ticks | 14.6 M | 49 s |
 //! | mixed, 1 takeover, 1 lost apply answer, roll forward, global ticks: too large for a full check here (over 12 GB); `TandemModel::search` for every safety property over the first 60 M states (breadth-first) found none (run once by hand; no test repeats it) | > 60 M | 272 s |
 //! | same id, 1 lost answer | 4.1 M | 20 s |
+//! | keyed retry (leases 4 and 2), 1 lost create answer, global ticks (fast check) | 58 K (late 60 K) | 0.8 s |
+//! | keyed retry, 1 lost answer of any step, global ticks (fast check) | 0.15 M | 0.7 s |
+//! | keyed retry, 1 lost create answer / 1 lost answer of any step, per-store ticks | 3.1 M / 7.3 M | 27 s / 78 s |
+//! | keyed retry, 1 lost create answer, 1 crash + 1 takeover / 1 forced cancel, global ticks | 3.2 M / 0.43 M | 29 s / 3 s |
 //! | v2 as specified: transfer without GC, 2 lost answers; same id without GC | 4.5 M; 2.8 M | 16 s; 12 s |
 //! | v2 as specified: transfer, no create answer lost, GC after `LEASE + MARGIN` / at any age | 3.9 M / 4.0 M | 14 s / 14 s |
 //!
@@ -662,30 +689,72 @@
 //!   after a move matched nothing, a document read to explain a refusal)
 //!   only ever lead to a weaker answer when they lag (`Superseded`,
 //!   `Interrupted`, a refusal whose apply is undone with its doubt).
-//! * **One lease for every process**: the model's `LEASE` and `MARGIN` are
-//!   constants. In the code each coordinator has its own lease, and a
-//!   record's create deadline is its coordinator's; garbage collection
-//!   therefore waits for each record's own create deadline plus the margin
-//!   as well as its age, which is the model's rule when leases agree. The
-//!   optional TTL index on finished records (`Coordinator::ensure_ttl`) is
-//!   a second collector that cannot read each record's create deadline: it
-//!   is safe only with an age of at least the longest lease of any
-//!   coordinator writing those records plus the margin, which its
-//!   documentation requires; with a shorter one, a late create of a
-//!   longer-leased coordinator could land live. A keyed id is the other
-//!   place where one run's lease meets another's record: a retry's lost
-//!   first attempt can land its create live until its own lease has
-//!   passed, after the retry finished and its record (the model's `Collect`
-//!   waits for that record's own create deadline only) was collected. The
-//!   code keeps a keyed record's id taken for at least the longest lease
-//!   any coordinator registered for the records collection (each writes
-//!   its lease there before its first keyed create) plus the margin, which
-//!   with one lease for every process is what the model's rule already
-//!   gives (the first attempt began before the retry finished). A
-//!   claim that backs off after failed attempts takes a longer lease (up to
-//!   eight times), which also gives its applies a later deadline; every
-//!   fence reads the record's own deadline, so a longer one only delays
-//!   recovery.
+//! * **Leases of their own, and the lease registry**: in
+//!   [`Scenario::KeyedRetry`] the two coordinators have leases of their
+//!   own (`Long` [`LONG_LEASE`] = 4, `Short` [`LEASE`] = 2); the other
+//!   scenarios' coordinators, recovery and the collector have [`LEASE`]
+//!   (the collector's is the shortest, its worst case). What the model
+//!   covers: each coordinator's create deadline is its reading of `R`'s
+//!   clock plus its own lease; a keyed coordinator raises the registry
+//!   (`tandem_leases`, a `$max`: [`Action::Register`]) before its first
+//!   create; GC keeps a finished record for the longest of the collector's
+//!   lease, its creator's and, for a keyed record, the registry, plus the
+//!   margin. The interleaving the registry stops (a long-leased run's
+//!   create stalls; the retry through a short-leased coordinator pays and
+//!   finishes; its record is collected once the short leases passed; the
+//!   stalled create lands live and pays again: the code's
+//!   `a_keyed_id_stays_taken_for_the_longest_lease_of_any_coordinator`)
+//!   violates [`KEY_PAYS_ONCE`] under either mutation
+//!   ([`Variant::GcIgnoresRegistry`], [`Variant::CreateBeforeRegister`]),
+//!   and with the rule no state does. What it leaves out, and why that is
+//!   safe:
+//!   - *GC's wait for a record's own create deadline*: the code waits for
+//!     the record's `createBy` plus the margin, the model for its creator's
+//!     lease after the record finished, which is no earlier (the deadline
+//!     was fixed before the create, and the create came before the
+//!     finish). For a keyed record the registry's floor covers both (its
+//!     creator registered before its create), so there the model's
+//!     collector is the code's; only the mutation's collector is later
+//!     than the code's would be, and it is caught all the same.
+//!   - *The registry read and the delete are one step* in the model. The
+//!     code reads the registry once per pass, after the scan that found
+//!     the records finished, and deletes after. A registration landing
+//!     after that read is one whose coordinator fixes its create deadline
+//!     only after it (`create_record` reads the clock once
+//!     `register_lease` returned), so after the finish: a run that began
+//!     after the other finished, which the key does not hold back with a
+//!     window of zero (a window keeps the stub for it).
+//!   - *The idempotency window* is zero in the model, the worst case: the
+//!     collector's window and a record's `idempotencyMillis` only keep the
+//!     id longer (a stub update is a collection step with the delete's
+//!     conditions, below).
+//!   - *A registration's lost answer*: the `$max` is idempotent and only
+//!     raises, and a coordinator sends no create before one registration
+//!     answered (else it answers canceled, nothing written), so a late copy
+//!     changes nothing. The code registers once per process, before its
+//!     first keyed create; the process's later runs find their lease there,
+//!     as the model's registry, which only grows, gives it (a process
+//!     restarted with a shorter lease leaves the longer one, which only
+//!     keeps ids longer).
+//!   - *More runs under a key, more lease lengths*: the property is per
+//!     pair of runs and the registry holds the longest lease of all, so
+//!     each pair is the model's two runs with the registry at least their
+//!     longer lease.
+//!   - *Ids the caller did not choose* get no floor: two coordinators under
+//!     such an id ([`Scenario::SameId`], one lease) run different
+//!     transactions, and a coordinator takes `Duplicate` as definite only
+//!     past its own create deadline, whatever its lease.
+//!   - *The TTL index* on finished records (`Coordinator::ensure_ttl`) is a
+//!     second collector that reads neither a record's create deadline nor
+//!     the registry: it is safe only with an age of at least the longest
+//!     lease of any coordinator writing those records plus the margin,
+//!     which its documentation requires; with a shorter one, a late create
+//!     of a longer-leased coordinator could land live.
+//!   - *Claims' leases*: a claim's deadline is the claimant's lease (the
+//!     model's recovery has [`LEASE`]), and a claim that backs off after
+//!     failed attempts takes a longer one (up to eight times), which also
+//!     gives its applies a later deadline; every fence reads the record's
+//!     own deadline, so a longer one only delays recovery.
 //! * **Looking again after the create deadline**: the model's coordinator
 //!   that met another record under its id after a lost create answer tries
 //!   the create again once `R.now >= D_0`; the code reads instead whether

@@ -3,10 +3,10 @@
 //!
 //! `cargo test -p tandem-model` runs the fast checks (in a debug build): one
 //! full configuration with the early commit and with the late commit, the
-//! liveness trace, the searches for the first flaw of v2, for every
-//! mutation's counterexample, and for a transaction canceled with every
-//! marker on. The larger
-//! configurations are ignored by default; run them in a release build:
+//! keyed retry under leases of their own, the liveness trace, the searches
+//! for the first flaw of v2, for every mutation's counterexample, and for a
+//! transaction canceled with every marker on. The larger configurations
+//! are ignored by default; run them in a release build:
 //!
 //! ```text
 //! CARGO_TARGET_DIR=/work/target-model cargo test -p tandem-model --release -- --ignored --nocapture --test-threads 1
@@ -776,10 +776,10 @@ fn keyed(fixes: Fixes) -> TandemModel {
         .with_clocks([1, 0, 1], [5, 7, 7])
 }
 
-/// Two runs under one key with different leases, the longer one's create
-/// lost: every property, and overlapping runs pay once; the lease registry
+/// Two runs under one key with different leases, a create's answer lost:
+/// every property holds, overlapping runs pay once, and the lease registry
 /// keeps the key's record past the shorter leases for the longer run's
-/// late create (`SOMETIMES_KEPT_FOR_LATE_CREATE`).
+/// late create (`SOMETIMES_KEPT_FOR_LATE_CREATE`). Then any one answer lost.
 #[test]
 fn fast_keyed_retry_leases_of_their_own() {
     check(
@@ -790,22 +790,34 @@ fn fast_keyed_retry_leases_of_their_own() {
         "late commit, keyed retry (leases 4 and 2), 1 lost create answer, global ticks",
         keyed(Fixes::SAFETY),
     );
+    check(
+        "early commit, keyed retry (leases 4 and 2), 1 lost answer, global ticks",
+        keyed(Fixes::EARLY_COMMIT).with_lost(1, Lose::ALL),
+    );
 }
 
-/// The same with clocks ticking on their own, and with any step losing
-/// its answer.
+/// The same with clocks ticking on their own (a lost create answer, or
+/// any), and with a crash and a takeover, or a forced cancel.
 #[test]
 #[ignore = "large: run with --release -- --ignored"]
 fn fixed_keyed_retry() {
     check(
-        "early commit, keyed retry, 1 lost create answer",
+        "early commit, keyed retry, 1 lost create answer, clocks R 0..5 P1 0..7 P2 1..7",
         fixed(Scenario::KeyedRetry)
             .with_lost(1, LOSE_CREATE)
             .with_clocks([0, 0, 1], [5, 7, 7]),
     );
     check(
-        "early commit, keyed retry, 1 lost answer, global ticks",
-        keyed(Fixes::EARLY_COMMIT).with_lost(1, Lose::ALL),
+        "early commit, keyed retry, 1 lost answer, clocks R 0..5 P1 0..7 P2 1..7",
+        fixed(Scenario::KeyedRetry).with_clocks([0, 0, 1], [5, 7, 7]),
+    );
+    check(
+        "early commit, keyed retry, 1 lost create answer, 1 crash, 1 takeover, global ticks",
+        keyed(Fixes::EARLY_COMMIT).with_crashes(1).with_takeovers(1),
+    );
+    check(
+        "early commit, keyed retry, 1 lost create answer, 1 forced cancel, global ticks",
+        keyed(Fixes::EARLY_COMMIT).with_forced_cancels(1),
     );
 }
 
