@@ -393,8 +393,8 @@
 //! | same id, 1 lost answer | 4.1 M | 20 s |
 //! | keyed retry (leases 4 and 2), 1 lost create answer, global ticks (fast check) | 58 K (late 60 K) | 0.8 s |
 //! | keyed retry, 1 lost answer of any step, global ticks (fast check) | 0.15 M | 0.7 s |
-//! | keyed retry, 1 lost create answer / 1 lost answer of any step, per-store ticks | 3.1 M / 7.3 M | 27 s / 78 s |
-//! | keyed retry, 1 lost create answer, 1 crash + 1 takeover / 1 forced cancel, global ticks | 3.2 M / 0.43 M | 29 s / 3 s |
+//! | keyed retry, 1 lost create answer / 1 lost answer of any step, per-store ticks | 3.1 M / 7.3 M | 17 s / 46 s |
+//! | keyed retry, 1 lost create answer, 1 crash + 1 takeover / 1 forced cancel, global ticks | 3.2 M / 0.43 M | 19 s / 3 s |
 //! | v2 as specified: transfer without GC, 2 lost answers; same id without GC | 4.5 M; 2.8 M | 16 s; 12 s |
 //! | v2 as specified: transfer, no create answer lost, GC after `LEASE + MARGIN` / at any age | 3.9 M / 4.0 M | 14 s / 14 s |
 //!
