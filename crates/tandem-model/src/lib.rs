@@ -730,12 +730,12 @@
 //!     conditions, below).
 //!   - *A registration's lost answer*: the `$max` is idempotent and only
 //!     raises, and a coordinator sends no create before one registration
-//!     answered (else it answers canceled, nothing written), so a late copy
-//!     changes nothing. The code registers once per process, before its
-//!     first keyed create; the process's later runs find their lease there,
-//!     as the model's registry, which only grows, gives it (a process
-//!     restarted with a shorter lease leaves the longer one, which only
-//!     keeps ids longer).
+//!     answered (else it answers with no record written), so a late copy
+//!     changes nothing. The code registers once per coordinator, before its
+//!     first keyed create; its later runs find their lease there, as the
+//!     model's registry, which only grows, gives it (a coordinator started
+//!     again with a shorter lease leaves the longer one, which only keeps
+//!     ids longer).
 //!   - *More runs under a key, more lease lengths*: the property is per
 //!     pair of runs and the registry holds the longest lease of all, so
 //!     each pair is the model's two runs with the registry at least their
