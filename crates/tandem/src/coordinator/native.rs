@@ -169,6 +169,31 @@ impl Coordinator {
         Ok(record)
     }
 
+    /// The insert of a native transaction's record `doc` under `id`,
+    /// stamped with the records store's clock as the coordinator estimates
+    /// it now (`created`, `lastModified`, `finishedAt`), for an attempt
+    /// about to be sent: the record exists only once the transaction
+    /// commits, and garbage collection counts the key's idempotency window
+    /// from `finishedAt`, so no wait before the attempt may lie between the
+    /// stamp and the commit.
+    async fn stamp_native_record(
+        &self,
+        id: &TxId,
+        doc: &bson::Document,
+    ) -> Result<DocumentChange, StoreError> {
+        let engine = &self.engine;
+        let now = engine.retry(|| engine.records().clock_estimate()).await?;
+        let mut doc = doc.clone();
+        for field in ["created", "lastModified", "finishedAt"] {
+            doc.insert(field, now);
+        }
+        Ok(DocumentChange::insert(
+            engine.records_ns(),
+            id.as_str(),
+            doc,
+        ))
+    }
+
     /// After a keyed transaction was refused without a record of its own
     /// (a native one aborted, a two-phase one was refused before its record
     /// was written: nothing of it was applied), takes its id with a
@@ -295,7 +320,11 @@ impl Coordinator {
         // A caller-chosen id: the record goes in the same transaction, first,
         // so that a retry under the id collides with it and is told
         // `Duplicate` (as a two-phase one is), and collection keeps it as a
-        // stub for the idempotency window.
+        // stub for the idempotency window. It is stamped again right before
+        // each attempt (`stamp_native_record`): its `finishedAt` is where
+        // that window starts, and a wait between two attempts (a conflict
+        // waited out, this coordinator's own finishing) must not be counted
+        // in it.
         let record = if keyed {
             let doc = self
                 .final_record(TxState::Done, None, FinalRecord::Native)
@@ -305,10 +334,10 @@ impl Coordinator {
                     state: None,
                     source,
                 })?;
-            let change = DocumentChange::insert(self.engine.records_ns(), id.as_str(), doc);
+            let change = DocumentChange::insert(self.engine.records_ns(), id.as_str(), doc.clone());
             let label = change.label();
             changes.push(change);
-            Some(label)
+            Some((label, doc))
         } else {
             None
         };
@@ -336,6 +365,15 @@ impl Coordinator {
         let mut guards_settled = false;
         let outcome = loop {
             attempt += 1;
+            if let (Some((_, doc)), 2..) = (&record, attempt) {
+                changes[0] = self.stamp_native_record(&id, doc).await.map_err(|source| {
+                    TxError::Interrupted {
+                        id: id.clone(),
+                        state: None,
+                        source,
+                    }
+                })?;
+            }
             let since = self.finished_mark();
             let mut outcome = native.run_native(&changes, config.retry).await;
             // Refused for the zero credit sums in the way of a credit (what
@@ -425,7 +463,8 @@ impl Coordinator {
                     .saturating_add(1),
             }),
             Err(NativeFailure::Aborted(StepError::AlreadyExists { participant }))
-                if record.as_deref() == Some(participant.as_str()) =>
+                if record.as_ref().map(|(label, _)| label.as_str())
+                    == Some(participant.as_str()) =>
             {
                 // Nothing of this one was written: the transaction aborted.
                 let state = self.engine.load(&id).await.ok().flatten().map(|r| r.state);
