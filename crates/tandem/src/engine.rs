@@ -1271,10 +1271,10 @@ impl Engine {
     /// Keeps this coordinator's lease in the leases collection (the
     /// document named after the records collection, `millis` raised to the
     /// lease by `$max`), once per process, before its first keyed create:
-    /// garbage collection keeps a keyed record's id taken for at least the
-    /// longest lease there plus the clock margin after the record finished
-    /// ([`registered_lease`](Self::registered_lease)). A create of a keyed
-    /// run that began before another run under the id finished can land live
+    /// garbage collection keeps a keyed record's id taken for the
+    /// longest lease there plus the clock margin after the record's
+    /// idempotency window ended ([`registered_lease`](Self::registered_lease)).
+    /// A create of a keyed run sent before that window ended can land live
     /// until its own lease has passed, and a coordinator's lease is written
     /// there before any of its creates is sent.
     pub async fn register_lease(&self) -> Result<(), StoreError> {

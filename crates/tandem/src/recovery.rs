@@ -994,14 +994,15 @@ impl RecoveryWorker {
     /// idempotency key) becomes a stub instead, holding its id and state
     /// until the
     /// [idempotency window](RecoveryConfig::idempotency_window) after it
-    /// finished has passed; stubs past it are removed. The window is the
-    /// longest of this worker's, the one the record was written with
-    /// ([`CoordinatorConfig::idempotency_window`](crate::CoordinatorConfig::idempotency_window)),
-    /// and the longest lease registered for these records
-    /// ([`Coordinator::register_lease`](crate::Coordinator::register_lease))
-    /// plus the clock margin, read once per collection that has such
-    /// records: a retry's lost first attempt can land its record live
-    /// until its own lease has passed, and must find the id taken. Returns how many
+    /// finished has passed, and the longest lease registered for these
+    /// records ([`Coordinator::register_lease`](crate::Coordinator::register_lease))
+    /// plus the clock margin after that (read once per collection that has
+    /// such records: a retry sent inside the window whose first attempt
+    /// lost its answer can land its record live until its own lease has
+    /// passed, and must find the id taken); stubs past it are removed. The
+    /// window is the longer of this worker's and the one the record was
+    /// written with
+    /// ([`CoordinatorConfig::idempotency_window`](crate::CoordinatorConfig::idempotency_window)). Returns how many
     /// records were removed or reduced to stubs: a store error after some
     /// were ends the collection early with their count (logged; the next
     /// collection goes on), and is returned only when none were. A request
@@ -1106,13 +1107,14 @@ impl RecoveryWorker {
                 }
             })
             .await?;
-        // A keyed record keeps its id taken for the longest of this worker's
-        // window, the one it was written with (a collector with a shorter
+        // A keyed record keeps its id taken for the longer of this worker's
+        // window and the one it was written with (a collector with a shorter
         // window, another application or `tandem gc`, keeps the writer's
-        // promise), and the longest lease of the coordinators creating keyed
-        // records here plus the margin: a run under the same key that began
-        // before this one finished can land its create live until its own
-        // lease has passed, and must meet the id taken.
+        // promise), and then for the longest lease of the coordinators
+        // creating keyed records here plus the margin: a run under the same
+        // key sent before the window ended (or before this one finished)
+        // can land its create live until its own lease has passed, and must
+        // meet the id taken.
         let floor = if due.iter().any(|(record, _)| record.keyed) {
             engine
                 .registered_lease()
@@ -1129,9 +1131,12 @@ impl RecoveryWorker {
                     .or(record.last_modified)
                     .map(|t| t.timestamp_millis())
                     .unwrap_or(0);
+                // A retry sent inside the window can land its create live
+                // until its own lease has passed: the stub outlives the
+                // window by the longest lease plus the margin.
                 let window = window
                     .max(record.idempotency_millis.unwrap_or(0))
-                    .max(floor);
+                    .saturating_add(floor);
                 let keep_until = (record.keyed
                     && finished.saturating_add(window) > now.timestamp_millis())
                 .then(|| bson::DateTime::from_millis(finished.saturating_add(window)));

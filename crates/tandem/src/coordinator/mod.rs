@@ -198,13 +198,14 @@ impl Coordinator {
     /// The first transaction under a caller-chosen id (an idempotency key)
     /// does it before its record is written, if this was not called: call it
     /// at start-up to take that round trip off the first such transaction.
-    /// Garbage collection keeps a keyed record's id taken for at least the
-    /// longest lease there plus the clock margin after the transaction
-    /// finished ([`RecoveryWorker::collect_garbage`]): a run under the same
-    /// key that began before it finished (a retry's lost first attempt) can
-    /// land its record live until its own lease has passed, and must then
-    /// meet the id taken, whatever the leases and windows of the processes
-    /// that retried and collected.
+    /// Garbage collection keeps a keyed record's id taken for the
+    /// idempotency window after the transaction finished and then for the
+    /// longest lease there plus the clock margin
+    /// ([`RecoveryWorker::collect_garbage`]): a run under the same key sent
+    /// before the window ended (a retry whose first attempt lost its answer)
+    /// can land its record live until its own lease has passed, and must
+    /// then meet the id taken, whatever the leases and windows of the
+    /// processes that retried and collected.
     pub async fn register_lease(&self) -> Result<(), StoreError> {
         self.engine.register_lease().await
     }
