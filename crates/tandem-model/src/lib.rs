@@ -724,10 +724,17 @@
 //!     `register_lease` returned), so after the finish: a run that began
 //!     after the other finished, which the key does not hold back with a
 //!     window of zero (a window keeps the stub for it).
-//!   - *The idempotency window* is zero in the model, the worst case: the
-//!     collector's window and a record's `idempotencyMillis` only keep the
-//!     id longer (a stub update is a collection step with the delete's
-//!     conditions, below).
+//!   - *The idempotency window* is zero in the model. With a window `W`
+//!     the code keeps a keyed record's stub until `W` after the finish and
+//!     then for the registered lease plus the margin (a sum: a retry sent
+//!     just before the window ended fixes its create deadline up to its
+//!     lease after that, and its create must meet the id taken; the code's
+//!     `a_retry_inside_the_window_whose_create_lands_after_it_pays_nothing`).
+//!     A stub answers a create as its record does, so that is the model's
+//!     rule with the finish moved `W` later: the runs it holds back are
+//!     those begun before `finish + W`, as the model's are those begun
+//!     before the finish (a stub update is a collection step with the
+//!     delete's conditions, below).
 //!   - *A registration's lost answer*: the `$max` is idempotent and only
 //!     raises, and a coordinator sends no create before one registration
 //!     answered (else it answers with no record written), so a late copy
