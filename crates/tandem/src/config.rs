@@ -155,7 +155,12 @@ pub struct CoordinatorConfig {
     /// record keeps this window (`idempotencyMillis`), and garbage
     /// collection keeps a stub of it until the longer of this window and
     /// the collector's own ([`RecoveryConfig::idempotency_window`]) has
-    /// passed. So the promise made to this coordinator's callers does not
+    /// passed, and then for the longest registered lease plus the clock
+    /// margin ([`Coordinator::register_lease`](crate::Coordinator::register_lease)).
+    /// A native transaction's record keeps this window plus the
+    /// [retry budget](crate::RetryPolicy::budget): it is stamped before
+    /// its attempt, and the store's own repeats of it come before the
+    /// commit. So the promise made to this coordinator's callers does not
     /// depend on which process collects: another application sharing the
     /// records, or `tandem gc`, with a shorter window, keeps it all the
     /// same. 24 hours by default; keep it as long as callers may retry.
@@ -200,7 +205,10 @@ pub struct RecoveryConfig {
     /// key) keeps answering for that id: garbage collection turns its record
     /// into a small stub (state and id) until then, so that a retry is told
     /// [`TxError::Duplicate`](crate::TxError::Duplicate) with the outcome
-    /// instead of running again. 24 hours by default. A record written with
+    /// instead of running again (and for the longest registered lease plus
+    /// the clock margin after that:
+    /// [`Coordinator::register_lease`](crate::Coordinator::register_lease)).
+    /// 24 hours by default. A record written with
     /// a longer window ([`CoordinatorConfig::idempotency_window`] of the
     /// coordinator that ran it, kept in the record) keeps that one: this is
     /// the window of records that carry none (written by an earlier

@@ -1270,7 +1270,8 @@ impl Engine {
 
     /// Keeps this coordinator's lease in the leases collection (the
     /// document named after the records collection, `millis` raised to the
-    /// lease by `$max`), once per process, before its first keyed create:
+    /// lease by `$max`), once per coordinator, before its first keyed
+    /// create, whatever the strategy:
     /// garbage collection keeps a keyed record's id taken for the
     /// longest lease there plus the clock margin after the record's
     /// idempotency window ended ([`registered_lease`](Self::registered_lease)).

@@ -6,13 +6,14 @@ mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bson::{doc, Document};
 use common::*;
 use tandem::store::{FindOneAndUpdateOptions, FindOptions, UpdateOptions, UpdateOutcome};
 use tandem::{
-    CommitPoint, Coordinator, DocumentChange, MemoryStore, Namespace, NativeFailure,
+    CommitPoint, Coordinator, DocumentChange, ManualClock, MemoryStore, Namespace, NativeFailure,
     NativeTransactions, RetryPolicy, StepError, Store, StoreError, StoreErrorKind, Strategy,
     Transaction, TxError,
 };
@@ -28,6 +29,10 @@ struct Blip {
     /// How many readings of the clock ([`Store::clock_estimate`]) still
     /// fail transiently, as a `hello` to a primary stepping down does.
     clock_fail: Arc<AtomicU32>,
+    /// How long the store's own repeats of an attempt take before it
+    /// commits (the clock is moved on by that much first), as an attempt
+    /// answered with a `TransientTransactionError` and run again does.
+    repeats: Option<(Arc<ManualClock>, Duration)>,
 }
 
 #[async_trait]
@@ -49,6 +54,9 @@ impl NativeTransactions for Blip {
                     "connection reset (primary stepped down) before the commit was sent",
                 ),
             }));
+        }
+        if let Some((clock, took)) = &self.repeats {
+            clock.advance(*took);
         }
         self.inner
             .native()
@@ -179,6 +187,7 @@ async fn a_store_failure_before_a_native_commit_leaves_the_key_free() {
         inner: store.clone(),
         fail: Arc::new(AtomicU32::new(1)),
         clock_fail: Arc::default(),
+        repeats: None,
     };
     let c = Coordinator::builder(blip.clone())
         .strategy(Strategy::Native)
@@ -340,6 +349,7 @@ async fn a_refused_native_run_is_never_told_duplicate_of_its_own_record() {
                 inner: store.clone(),
                 fail: Arc::new(AtomicU32::new(0)),
                 clock_fail: Arc::default(),
+                repeats: None,
             },
             lose_next_record_insert: Arc::new(AtomicU32::new(1)),
             reads: Arc::new(AtomicU32::new(mode)),
@@ -389,6 +399,7 @@ async fn a_transient_failure_reading_the_clock_is_repeated() {
             inner: store.clone(),
             fail: Arc::default(),
             clock_fail: Arc::new(AtomicU32::new(1)),
+            repeats: None,
         };
         let c = Coordinator::builder(blip)
             .strategy(strategy)
@@ -410,5 +421,78 @@ async fn a_transient_failure_reading_the_clock_is_repeated() {
     assert!(
         answers.iter().all(|(_, ok, a, _)| *ok && *a == 900),
         "{answers:#?}"
+    );
+}
+
+/// A coordinator that runs its keyed transactions natively registers its
+/// lease before the first one's record, as a two-phase one does: garbage
+/// collection keeps a key taken for the longest lease registered after its
+/// window, and a native commit can land after its record's stamp. Before,
+/// only `register_lease` called by hand did.
+#[tokio::test]
+async fn a_native_keyed_run_registers_its_lease() {
+    let (store, _, _) = bank(&["A", "B"], 1000).await;
+    let c = Coordinator::builder(store.clone())
+        .strategy(Strategy::Native)
+        .lease(Duration::from_secs(45))
+        .build();
+    c.run(keyed_payment("pay-lease", 5)).await.unwrap();
+    let registered = store
+        .find_one(
+            &Namespace::new("tandem", "tandem_leases"),
+            doc! { "_id": "transactions" },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        registered.as_ref().and_then(|d| d.get_i64("millis").ok()),
+        Some(45_000),
+        "the leases collection after a native keyed run: {registered:?}"
+    );
+}
+
+/// The store's own repeats of a native attempt (after a transient
+/// transaction error) come between the record's stamp and the commit, up
+/// to the retry budget (30 s here), far longer than the lease (1 s). A
+/// retry 55 s after the commit, inside the 60 s window, after garbage
+/// collection, must be told `Duplicate`. Before, the stub was removed at
+/// the window plus the margin after the stamp, 25 s before the window
+/// after the commit ended, and the retry paid a second time.
+#[tokio::test]
+async fn a_native_key_holds_its_window_after_the_stores_own_repeats() {
+    let window = Duration::from_secs(60);
+    let (store, clock, _) = bank(&["A", "B"], 1000).await;
+    let blip = Blip {
+        inner: store.clone(),
+        fail: Arc::default(),
+        clock_fail: Arc::default(),
+        repeats: Some((clock.clone(), Duration::from_secs(25))),
+    };
+    let c = Coordinator::builder(blip)
+        .strategy(Strategy::Native)
+        .commit_point(CommitPoint::Done)
+        .lease(Duration::from_secs(1))
+        .retry(RetryPolicy {
+            budget: Duration::from_secs(30),
+            ..RetryPolicy::default()
+        })
+        .idempotency_window(window)
+        .build();
+    c.run(keyed_payment("pay-slow", 5)).await.unwrap();
+    assert_eq!(balance(&store, "A").await, 995);
+
+    clock.advance(Duration::from_secs(55));
+    c.recovery(tandem::RecoveryConfig {
+        idempotency_window: window,
+        ..tandem::RecoveryConfig::default()
+    })
+    .collect_garbage(Duration::from_secs(32))
+    .await
+    .unwrap();
+    let again = c.run(keyed_payment("pay-slow", 5)).await;
+    let a = balance(&store, "A").await;
+    assert!(
+        matches!(&again, Err(TxError::Duplicate { .. })) && a == 995,
+        "a retry 55 s after the commit, inside the 60 s window, answered {again:?} and A = {a} (expected Duplicate, A = 995)"
     );
 }

@@ -233,7 +233,8 @@ impl Coordinator {
     ///
     /// Records of caller-chosen ids (idempotency keys) are not expired by
     /// this index: [`RecoveryWorker::collect_garbage`] turns them into stubs
-    /// kept for the idempotency window, which a second TTL index (on
+    /// kept for the idempotency window and then the longest registered
+    /// lease plus the clock margin, which a second TTL index (on
     /// `stubUntil`) then removes.
     ///
     /// `after` must be at least the lease plus the clock margin, as for

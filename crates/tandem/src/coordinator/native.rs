@@ -142,6 +142,17 @@ impl Coordinator {
             FinalRecord::Native => "native",
             FinalRecord::RefusedBeforeRecord => "refused before its record",
         };
+        // A native record is stamped before its attempt, and the store's
+        // own repeats of that attempt (a transient transaction error, an
+        // unknown commit result) may come between the stamp and the commit,
+        // within the retry budget: the key's window is kept that much longer.
+        let window = super::two_phase::idempotency_millis(&engine.config);
+        let idempotency_millis = match origin {
+            FinalRecord::Native => window.saturating_add(
+                i64::try_from(engine.config.retry.budget.as_millis()).unwrap_or(i64::MAX),
+            ),
+            FinalRecord::RefusedBeforeRecord => window,
+        };
         let mut record = bson::doc! {
             "state": state,
             "participants": [],
@@ -151,7 +162,7 @@ impl Coordinator {
             "attempts": 0,
             "token": crate::record::new_token(),
             "keyed": true,
-            "idempotencyMillis": super::two_phase::idempotency_millis(&engine.config),
+            "idempotencyMillis": idempotency_millis,
             "created": now,
             "lastModified": now,
             "finishedAt": now,
@@ -326,6 +337,22 @@ impl Coordinator {
         // waited out, this coordinator's own finishing) must not be counted
         // in it.
         let record = if keyed {
+            // As a two-phase run registers before its first keyed record:
+            // garbage collection keeps a key taken for the longest lease
+            // registered after its window, which covers the time a commit
+            // can land after the record's stamp.
+            self.engine
+                .register_lease()
+                .await
+                .map_err(|source| TxError::Canceled {
+                    id: id.clone(),
+                    cause: StepError::Store {
+                        participant: "(transaction record)".into(),
+                        source,
+                    },
+                    participant: None,
+                    undone: true,
+                })?;
             let doc = self
                 .final_record(TxState::Done, None, FinalRecord::Native)
                 .await
