@@ -347,12 +347,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Show { id, json } => {
-            let record = find(store.as_ref(), &ns, &id).await?;
-            let mut documents = Vec::with_capacity(record.participants.len());
-            for p in &record.participants {
-                documents
-                    .push(participant_document(store.as_ref(), &named, &cli.db, &record, p).await?);
-            }
+            let (record, documents) = show(store.as_ref(), &named, &cli.db, &ns, &id).await?;
             if json {
                 let mut value = output::record_json(&record);
                 if let Some(map) = value.as_object_mut() {
@@ -599,6 +594,50 @@ async fn records_exist(store: &MongoStore, db: &str, collection: &str) -> Result
     )))
 }
 
+/// How many times `show` reads a record and its documents before it gives
+/// up on a transaction that keeps moving while they are read.
+const SHOW_READS: usize = 8;
+
+/// `tandem show`: the record `id` and what each participant's document
+/// says about its change, read together. The documents are read after the
+/// record, and a transaction may move on in between (its markers cleared
+/// once it reached `applied`, or undone once `canceling`): a document read
+/// then would be judged by a state the record no longer has (a cleared
+/// marker of a committed change read as "not applied yet" under a
+/// `pending` record). So the record is read again after its documents, and
+/// the answer stands only if it did not move meanwhile; otherwise all is
+/// read again under the record as it is now. A record that stays put
+/// leaves its documents only the changes its state allows (applies while
+/// `pending`, clears while `applied`, undos while `canceling`), which each
+/// judgement allows for.
+async fn show(
+    store: &dyn Store,
+    named: &[(String, Arc<dyn Store>)],
+    db: &str,
+    ns: &Namespace,
+    id: &str,
+) -> Result<(TxRecord, Vec<String>), Failure> {
+    let mut record = find(store, ns, id).await?;
+    for _ in 0..SHOW_READS {
+        let mut documents = Vec::with_capacity(record.participants.len());
+        for p in &record.participants {
+            documents.push(participant_document(store, named, db, &record, p).await?);
+        }
+        let again = find(store, ns, id).await?;
+        let unmoved = again.state == record.state
+            && again.epoch == record.epoch
+            && again.token == record.token
+            && again.last_modified == record.last_modified;
+        if unmoved {
+            return Ok((record, documents));
+        }
+        record = again;
+    }
+    Err(Failure::Incomplete(format!(
+        "{id} kept moving while its documents were read ({SHOW_READS} times); try again"
+    )))
+}
+
 /// The document change a record's participant entry holds, or why there is none.
 fn document_change(p: &tandem::record::ParticipantEntry) -> Result<tandem::DocumentChange, String> {
     if p.kind != "document" {
@@ -670,7 +709,21 @@ async fn participant_document(
         .and_then(|t| t.get_bool("ghost").ok())
         .unwrap_or(false);
     if ghost {
-        return Ok("a placeholder: its _id is reserved for an insert, nothing applied".into());
+        // A placeholder says nothing of this change beyond its state: the
+        // `_id` may have been reserved again by a later insert after this
+        // transaction deleted the document (or after the document it
+        // changed was deleted since).
+        return Ok(match record.state {
+            TxState::Initial | TxState::Pending => {
+                "a placeholder: its _id is reserved for an insert, nothing applied yet".into()
+            }
+            TxState::Applied | TxState::Done => {
+                "a placeholder (its _id reserved again for an insert): applied and committed, the document deleted by this transaction or since".into()
+            }
+            TxState::Canceling | TxState::Canceled => {
+                "a placeholder (its _id reserved for an insert): not applied, or undone".into()
+            }
+        });
     }
     let marked = doc
         .get_array(&change.marker)
@@ -1143,6 +1196,108 @@ mod tests {
             assert_eq!(applied, debits, "crash after op {n}: {a}");
         }
         assert!(one_debit > 0, "no crash point left one debit only");
+    }
+
+    /// `show` read a record, then its documents: a transaction that
+    /// finished in between (its owner went on from its applies to `done`)
+    /// had its markers cleared, and the documents of its committed changes
+    /// were judged by the `pending` record read first: "not applied yet".
+    /// It reads the record again after the documents and reads all again
+    /// where the record moved.
+    #[tokio::test]
+    async fn show_judges_documents_by_the_record_they_were_read_under() {
+        let (store, _clock, _) = two_accounts().await;
+        let accounts = Namespace::new("bank", "accounts");
+        let transfer = Transaction::with_id("pay-1")
+            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -100_i64))
+            .change(DocumentChange::update(accounts, "B").inc("balance", 100_i64));
+        // The owner stops after its record (1) and its applies (2): committed,
+        // the record still `pending`.
+        let owner_store = FaultStore::new(Arc::new(store.clone()));
+        let owner_pause = owner_store.pause_at(3);
+        let owner = Coordinator::builder(owner_store)
+            .commit_point(tandem::CommitPoint::Done)
+            .build();
+        let run = tokio::spawn(async move { owner.run(transfer).await });
+        owner_pause.reached.await.unwrap();
+        // The command reads the record (`pending`), then stops before it
+        // reads the first document.
+        let cli_store = FaultStore::new(Arc::new(store.clone()));
+        let cli_pause = cli_store.pause_at(2);
+        let command = tokio::spawn(async move {
+            let ns = Namespace::new("tandem", "transactions");
+            show(&cli_store, &[], "tandem", &ns, "pay-1").await
+        });
+        cli_pause.reached.await.unwrap();
+        // The owner finishes its transaction: markers cleared, `done`.
+        owner_pause.release.send(()).unwrap();
+        assert_eq!(run.await.unwrap().unwrap().state, TxState::Done);
+        cli_pause.release.send(()).unwrap();
+        let (record, documents) = command.await.unwrap().unwrap();
+        assert_eq!(documents.len(), 2);
+        for d in &documents {
+            assert!(
+                !d.contains("not applied"),
+                "{} shown with {documents:?}",
+                record.state
+            );
+        }
+        assert_eq!(record.state, TxState::Done, "{documents:?}");
+    }
+
+    /// A placeholder at the `_id` of a committed change is a later
+    /// insert's reservation (the document deleted by the change, or
+    /// since): `show` said "nothing applied" of a committed delete whose
+    /// `_id` a new insert had reserved.
+    #[tokio::test]
+    async fn show_does_not_say_a_committed_delete_applied_nothing() {
+        let vouchers = Namespace::new("bank", "vouchers");
+        let store = tandem::MemoryStore::new();
+        store
+            .insert_one(&vouchers, doc! { "_id": "V", "amount": 5_i64 })
+            .await
+            .unwrap();
+        let coordinator = Coordinator::new(store.clone());
+        coordinator
+            .run(
+                Transaction::with_id("redeem")
+                    .strategy(tandem::Strategy::TwoPhase)
+                    .change(DocumentChange::delete(vouchers.clone(), "V")),
+            )
+            .await
+            .unwrap();
+        coordinator.drain().await;
+        // V issued again: the insert reserves its `_id`, and its
+        // coordinator dies right after.
+        let mut reserved = false;
+        for n in 1..8 {
+            let dying = Coordinator::new(FaultStore::new(Arc::new(store.clone())).crash_after(n));
+            let _ = dying
+                .run(
+                    Transaction::new()
+                        .strategy(tandem::Strategy::TwoPhase)
+                        .change(DocumentChange::insert(
+                            vouchers.clone(),
+                            "V",
+                            doc! { "amount": 7_i64 },
+                        )),
+                )
+                .await;
+            let placeholder = doc! { "_id": "V", "_tandem.ghost": true };
+            if store.exists(&vouchers, placeholder).await.unwrap() {
+                reserved = true;
+                break;
+            }
+        }
+        assert!(reserved, "no crash point left a placeholder");
+        let ns = Namespace::new("tandem", "transactions");
+        let (record, documents) = show(&store, &[], "tandem", &ns, "redeem").await.unwrap();
+        assert_eq!(record.state, TxState::Done);
+        assert!(documents[0].starts_with("a placeholder"), "{documents:?}");
+        assert!(
+            !documents[0].contains("nothing applied"),
+            "a committed delete: {documents:?}"
+        );
     }
 
     /// A marker of a finished transaction (put back by a write outside
