@@ -755,8 +755,9 @@
 //!     second collector that reads neither a record's create deadline nor
 //!     the registry: it is safe only with an age of at least the longest
 //!     lease of any coordinator writing those records plus the margin,
-//!     which its documentation requires; with a shorter one, a late create
-//!     of a longer-leased coordinator could land live.
+//!     which its documentation requires and `ensure_ttl` checks against
+//!     the leases registered when the index is made; with a shorter one, a
+//!     late create of a longer-leased coordinator could land live.
 //!   - *Claims' leases*: a claim's deadline is the claimant's lease (the
 //!     model's recovery has [`LEASE`]), and a claim that backs off after
 //!     failed attempts takes a longer one (up to eight times), which also

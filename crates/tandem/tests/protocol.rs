@@ -1196,6 +1196,33 @@ async fn a_ttl_age_longer_than_an_index_holds_is_refused() {
     assert_eq!(store.command_count(), before, "nothing sent");
 }
 
+/// A TTL index on records made by a coordinator with a short lease, where
+/// another coordinator of the same records registered a longer one, is
+/// refused: a late copy of that coordinator's create could land after its
+/// record expired, and write it again live. Before, only the calling
+/// coordinator's own lease was checked, and the index was made.
+#[tokio::test]
+async fn a_ttl_age_below_a_registered_lease_is_refused() {
+    let (store, _, _) = bank(&["A"], 1000).await;
+    let long = tandem::Coordinator::builder(store.clone())
+        .lease(Duration::from_secs(600))
+        .build();
+    long.register_lease().await.unwrap();
+    let short = tandem::Coordinator::builder(store.clone())
+        .lease(Duration::from_secs(5))
+        .build();
+    let refused = short.ensure_ttl(Duration::from_secs(60)).await;
+    assert!(
+        matches!(&refused, Err(e) if e.kind == tandem::StoreErrorKind::BadRequest
+            && e.message.contains("tandem_leases")),
+        "{refused:?}"
+    );
+    short
+        .ensure_ttl(Duration::from_secs(600) + tandem::CoordinatorConfig::default().clock_margin)
+        .await
+        .unwrap();
+}
+
 /// A coordinator whose lease is as long as a `Duration` holds ("never
 /// take my transactions over"), whose record create lost its answer and
 /// whose retry met another record under the id, answers `Interrupted`

@@ -238,14 +238,20 @@ impl Coordinator {
     /// `stubUntil`) then removes.
     ///
     /// `after` must be at least the lease plus the clock margin, as for
-    /// [`RecoveryWorker::collect_garbage`], and at most
+    /// [`RecoveryWorker::collect_garbage`] (the longer of this
+    /// coordinator's lease and the longest registered by any coordinator
+    /// of these records: [`register_lease`](Self::register_lease)), and at most
     /// [`MAX_TTL_SECS`](crate::config::MAX_TTL_SECS) seconds (what a TTL index holds); another one is
     /// refused with [`StoreErrorKind::BadRequest`] and creates nothing. Unlike
     /// `collect_garbage`, the index cannot wait for each record's own create
     /// deadline: give `after` at least the longest lease of any coordinator
     /// writing to these records, plus the margin, or a late copy of a
     /// record's create, arriving after its record expired, could write it
-    /// again live. The index counts whole seconds: `after` is rounded up.
+    /// again live. Of the other coordinators' leases, this call knows only
+    /// those registered (before a coordinator's first keyed transaction, or
+    /// when it calls `register_lease`): call `register_lease` at start-up
+    /// in every process for the check to cover them all. The index counts
+    /// whole seconds: `after` is rounded up.
     ///
     /// A finished transaction keeps nothing on its documents but zero
     /// counts and credit sums; `collect_garbage` drops the sums of the
@@ -255,20 +261,30 @@ impl Coordinator {
     /// `collect_garbage` does: what a hand-written participant keeps until
     /// then stays; collect such records with `collect_garbage` instead.
     pub async fn ensure_ttl(&self, after: Duration) -> Result<(), StoreError> {
-        let least = self
-            .engine
-            .config
-            .lease
-            .saturating_add(self.engine.config.clock_margin);
-        if after < least {
-            return Err(StoreError::new(
-                StoreErrorKind::BadRequest,
-                format!(
-                    "record expiry {after:?} is below the lease plus the clock margin ({least:?})"
-                ),
-            ));
+        let below = |lease: Duration, whose: &str| {
+            let least = lease.saturating_add(self.engine.config.clock_margin);
+            (after < least).then(|| {
+                StoreError::new(
+                    StoreErrorKind::BadRequest,
+                    format!(
+                        "record expiry {after:?} is below {whose} ({lease:?}) plus the clock margin ({least:?})"
+                    ),
+                )
+            })
+        };
+        if let Some(refused) = below(self.engine.config.lease, "this coordinator's lease") {
+            return Err(refused);
         }
         let expire_after = ttl_secs(after, "record expiry")?;
+        // A longer lease registered by another coordinator writing to
+        // these records (checked last: the only check that reads).
+        let registered = u64::try_from(self.engine.registered_lease().await?).unwrap_or(0);
+        if let Some(refused) = below(
+            Duration::from_millis(registered),
+            "the longest lease registered in `tandem_leases`",
+        ) {
+            return Err(refused);
+        }
         let ns = self.engine.records_ns();
         let records = self.engine.records();
         records
