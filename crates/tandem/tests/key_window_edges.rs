@@ -8,19 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use tandem::testing::FaultStore;
-use tandem::{
-    CommitPoint, Coordinator, DocumentChange, RecoveryConfig, Store, Transaction, TxState,
-};
-
-fn pay(amount: i64) -> Transaction {
-    Transaction::with_id("order-9")
-        .change(
-            DocumentChange::update(accounts(), "A")
-                .inc("balance", -amount)
-                .require_gte("balance", amount),
-        )
-        .change(DocumentChange::update(accounts(), "B").inc("balance", amount))
-}
+use tandem::{CommitPoint, Coordinator, RecoveryConfig, Store, TxState};
 
 fn coordinator(store: impl Store, window: Duration) -> Coordinator {
     Coordinator::builder(store)
@@ -57,7 +45,7 @@ async fn a_retry_inside_the_window_whose_create_lands_after_it_pays_nothing() {
         .unwrap();
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     let first = coordinator(shared.clone(), window)
-        .run(pay(10))
+        .run(keyed_payment("order-9", 10))
         .await
         .expect("the first payment commits");
     assert_eq!(first.state, TxState::Done);
@@ -76,7 +64,7 @@ async fn a_retry_inside_the_window_whose_create_lands_after_it_pays_nothing() {
     let base = faulty.ops();
     let faulty = faulty.lose_at(base + 1);
     let pause = faulty.pause_at(base + 4);
-    let run = tokio::spawn(async move { second.run(pay(10)).await });
+    let run = tokio::spawn(async move { second.run(keyed_payment("order-9", 10)).await });
     pause
         .reached
         .await

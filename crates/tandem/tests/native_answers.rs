@@ -13,16 +13,6 @@ use tandem::{
     Transaction, TxError, TxState,
 };
 
-fn keyed_payment(key: &str, amount: i64) -> Transaction {
-    Transaction::with_id(key)
-        .change(
-            DocumentChange::update(accounts(), "A")
-                .inc("balance", -amount)
-                .require_gte("balance", amount),
-        )
-        .change(DocumentChange::update(accounts(), "B").inc("balance", amount))
-}
-
 /// An idempotency key is taken by whatever its first run ended as, a
 /// refusal included, under every strategy: a native refusal aborts its
 /// transaction, record and all, so the coordinator then takes the key with

@@ -13,16 +13,6 @@ use tandem::{
     Transaction, TxError, TxState,
 };
 
-fn keyed_payment(key: &str, amount: i64) -> Transaction {
-    Transaction::with_id(key)
-        .change(
-            DocumentChange::update(accounts(), "A")
-                .inc("balance", -amount)
-                .require_gte("balance", amount),
-        )
-        .change(DocumentChange::update(accounts(), "B").inc("balance", amount))
-}
-
 /// A keyed native payment waits two minutes for a document a two-phase
 /// transaction holds (`ConflictPolicy::Wait`), then commits. Its key must
 /// answer for the idempotency window (one minute here) after that: a retry

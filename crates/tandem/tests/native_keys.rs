@@ -165,16 +165,6 @@ impl Store for Blip {
     }
 }
 
-fn keyed_payment(key: &str, amount: i64) -> Transaction {
-    Transaction::with_id(key)
-        .change(
-            DocumentChange::update(accounts(), "A")
-                .inc("balance", -amount)
-                .require_gte("balance", amount),
-        )
-        .change(DocumentChange::update(accounts(), "B").inc("balance", amount))
-}
-
 /// A keyed native transaction whose store failed before its commit was sent
 /// (a failure, not a refusal) takes no key: answered `Interrupted` with no
 /// record, as two-phase answers the same failure, and the redelivered

@@ -60,13 +60,22 @@ pub fn debit_and(account: &str, change: DocumentChange) -> tandem::Transaction {
 }
 
 pub fn transfer(from: &str, to: &str, amount: i64) -> tandem::Transaction {
-    tandem::Transaction::new()
-        .change(
-            DocumentChange::update(accounts(), from)
-                .inc("balance", -amount)
-                .require_gte("balance", amount),
-        )
-        .change(DocumentChange::update(accounts(), to).inc("balance", amount))
+    moves(tandem::Transaction::new(), from, to, amount)
+}
+
+/// A payment of `amount` from A to B under the idempotency key `key`,
+/// guarded by A's `balance >= amount`.
+pub fn keyed_payment(key: &str, amount: i64) -> tandem::Transaction {
+    moves(tandem::Transaction::with_id(key), "A", "B", amount)
+}
+
+fn moves(tx: tandem::Transaction, from: &str, to: &str, amount: i64) -> tandem::Transaction {
+    tx.change(
+        DocumentChange::update(accounts(), from)
+            .inc("balance", -amount)
+            .require_gte("balance", amount),
+    )
+    .change(DocumentChange::update(accounts(), to).inc("balance", amount))
 }
 
 pub async fn get(store: &MemoryStore, ns: &Namespace, id: &str) -> Option<Document> {
