@@ -532,6 +532,33 @@ impl ParticipantRef {
 }
 
 impl TxError {
+    /// The name a step on the transaction record (not a participant's
+    /// change) carries in its [`StepError`].
+    pub(crate) const RECORD: &'static str = "(transaction record)";
+
+    /// The answer for a transaction refused or failed as a whole, at its
+    /// record, before anything of it was applied.
+    pub(crate) fn canceled_at_record(id: TxId, cause: StepError) -> Self {
+        TxError::Canceled {
+            id,
+            cause,
+            participant: None,
+            undone: true,
+        }
+    }
+
+    /// [`canceled_at_record`](Self::canceled_at_record) for a store failure
+    /// met before the record was written.
+    pub(crate) fn record_store_failed(id: TxId, source: StoreError) -> Self {
+        Self::canceled_at_record(
+            id,
+            StepError::Store {
+                participant: Self::RECORD.into(),
+                source,
+            },
+        )
+    }
+
     /// The participant at which the transaction was canceled, if it was
     /// canceled at one: by its refusal ([`StepError::is_refusal`]), or by a
     /// conflict, an expired apply or a store failure there. `None` for a

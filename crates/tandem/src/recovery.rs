@@ -1115,7 +1115,8 @@ impl RecoveryWorker {
         // key sent before the window ended (or before this one finished)
         // can land its create live until its own lease has passed, and must
         // meet the id taken.
-        let floor = if due.iter().any(|(record, _)| record.keyed) {
+        // How long a stub outlives its window.
+        let past_window = if due.iter().any(|(record, _)| record.keyed) {
             engine
                 .registered_lease()
                 .await?
@@ -1136,7 +1137,7 @@ impl RecoveryWorker {
                 // window by the longest lease plus the margin.
                 let window = window
                     .max(record.idempotency_millis.unwrap_or(0))
-                    .saturating_add(floor);
+                    .saturating_add(past_window);
                 let keep_until = (record.keyed
                     && finished.saturating_add(window) > now.timestamp_millis())
                 .then(|| bson::DateTime::from_millis(finished.saturating_add(window)));

@@ -344,15 +344,7 @@ impl Coordinator {
             self.engine
                 .register_lease()
                 .await
-                .map_err(|source| TxError::Canceled {
-                    id: id.clone(),
-                    cause: StepError::Store {
-                        participant: "(transaction record)".into(),
-                        source,
-                    },
-                    participant: None,
-                    undone: true,
-                })?;
+                .map_err(|source| TxError::record_store_failed(id.clone(), source))?;
             let doc = self
                 .final_record(TxState::Done, None, FinalRecord::Native)
                 .await

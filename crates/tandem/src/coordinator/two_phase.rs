@@ -211,14 +211,12 @@ impl Coordinator {
         // before it is written (servers disagree on how they refuse it).
         let record_len = entries_len(&entries);
         if refused.is_none() && record_len > MAX_RECORD_ENTRIES_LEN {
-            refused = Some(TxError::Canceled {
-                id: id.clone(),
-                cause: StepError::TooLarge {
-                    participant: "(transaction record)".into(),
+            refused = Some(TxError::canceled_at_record(
+                id.clone(),
+                StepError::TooLarge {
+                    participant: TxError::RECORD.into(),
                 },
-                participant: None,
-                undone: true,
-            });
+            ));
         }
         if let Some(refusal) = refused {
             // Nothing was recorded.
@@ -443,15 +441,7 @@ impl Coordinator {
         // (owner names repeat across processes that were given the same name).
         let token = live.token.clone().unwrap_or_default();
         let keyed = live.keyed;
-        let canceled = |source| TxError::Canceled {
-            id: live.id.clone(),
-            cause: StepError::Store {
-                participant: "(transaction record)".into(),
-                source,
-            },
-            participant: None,
-            undone: true,
-        };
+        let canceled = |source| TxError::record_store_failed(live.id.clone(), source);
         // A keyed create can land live until this coordinator's lease has
         // passed: the lease is registered first, so that garbage collection
         // keeps the id of a run under the same key that finished meanwhile
@@ -566,14 +556,12 @@ impl Coordinator {
                 // that attempt alone, and an earlier one whose answer was
                 // lost may have written the record, which recovery then
                 // drives: the outcome is unknown, below.)
-                return Err(TxError::Canceled {
-                    id: live.id.clone(),
-                    cause: StepError::TooLarge {
-                        participant: "(transaction record)".into(),
+                return Err(TxError::canceled_at_record(
+                    live.id.clone(),
+                    StepError::TooLarge {
+                        participant: TxError::RECORD.into(),
                     },
-                    participant: None,
-                    undone: true,
-                });
+                ));
             }
             Err(source) => {
                 return Err(TxError::Interrupted {
@@ -744,14 +732,12 @@ impl Coordinator {
                 ),
             };
         }
-        TxError::Canceled {
-            id: live.id.clone(),
-            cause: StepError::Expired {
-                participant: "(transaction record)".into(),
+        TxError::canceled_at_record(
+            live.id.clone(),
+            StepError::Expired {
+                participant: TxError::RECORD.into(),
             },
-            participant: None,
-            undone: true,
-        }
+        )
     }
 
     /// Waits until the records store's clock reads `time` or later: `true`
