@@ -1207,19 +1207,7 @@ mod tests {
     #[tokio::test]
     async fn show_judges_documents_by_the_record_they_were_read_under() {
         let (store, _clock, _) = two_accounts().await;
-        let accounts = Namespace::new("bank", "accounts");
-        let transfer = Transaction::with_id("pay-1")
-            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -100_i64))
-            .change(DocumentChange::update(accounts, "B").inc("balance", 100_i64));
-        // The owner stops after its record (1) and its applies (2): committed,
-        // the record still `pending`.
-        let owner_store = FaultStore::new(Arc::new(store.clone()));
-        let owner_pause = owner_store.pause_at(3);
-        let owner = Coordinator::builder(owner_store)
-            .commit_point(tandem::CommitPoint::Done)
-            .build();
-        let run = tokio::spawn(async move { owner.run(transfer).await });
-        owner_pause.reached.await.unwrap();
+        let (run, owner_pause) = owner_paused_after_applies(&store).await;
         // The command reads the record (`pending`), then stops before it
         // reads the first document.
         let cli_store = FaultStore::new(Arc::new(store.clone()));
@@ -1501,6 +1489,29 @@ mod tests {
         (store, clock, transfer)
     }
 
+    /// A transfer of 100 from A to B under the id `pay-1`, its owner
+    /// stopped after its record (1) and its applies (2): committed, the
+    /// record still `pending`. Release the pause to let the owner finish.
+    async fn owner_paused_after_applies(
+        store: &tandem::MemoryStore,
+    ) -> (
+        tokio::task::JoinHandle<Result<tandem::Receipt, tandem::TxError>>,
+        tandem::testing::Pause,
+    ) {
+        let accounts = Namespace::new("bank", "accounts");
+        let transfer = Transaction::with_id("pay-1")
+            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -100_i64))
+            .change(DocumentChange::update(accounts, "B").inc("balance", 100_i64));
+        let owner_store = FaultStore::new(Arc::new(store.clone()));
+        let mut owner_pause = owner_store.pause_at(3);
+        let owner = Coordinator::builder(owner_store)
+            .commit_point(tandem::CommitPoint::Done)
+            .build();
+        let run = tokio::spawn(async move { owner.run(transfer).await });
+        (&mut owner_pause.reached).await.unwrap();
+        (run, owner_pause)
+    }
+
     /// After its owner's lease, a transaction is not due for recovery until
     /// its deadline plus the clock margin: `recover` exited 0 then, and named
     /// the lease's end as the time to come back (itself inside the margin).
@@ -1614,19 +1625,7 @@ mod tests {
     #[tokio::test]
     async fn cancel_does_not_claim_what_the_owner_finished() {
         let (store, _clock, _) = two_accounts().await;
-        let accounts = Namespace::new("bank", "accounts");
-        let transfer = Transaction::with_id("pay-1")
-            .change(DocumentChange::update(accounts.clone(), "A").inc("balance", -100_i64))
-            .change(DocumentChange::update(accounts, "B").inc("balance", 100_i64));
-        // The owner stops after its record (1) and its applies (2): committed,
-        // the record still `pending`.
-        let owner_store = FaultStore::new(Arc::new(store.clone()));
-        let owner_pause = owner_store.pause_at(3);
-        let owner = Coordinator::builder(owner_store)
-            .commit_point(tandem::CommitPoint::Done)
-            .build();
-        let run = tokio::spawn(async move { owner.run(transfer).await });
-        owner_pause.reached.await.unwrap();
+        let (run, owner_pause) = owner_paused_after_applies(&store).await;
         // The command reads the record (`pending`), then stops before its
         // own first request.
         let cli_store = FaultStore::new(Arc::new(store.clone()));
