@@ -161,6 +161,11 @@ enum Driven {
     Committed { live: Live, from_pending: bool },
 }
 
+/// The field of a stub holding the floor its `stubUntil` counted after the
+/// idempotency window: the longest registered lease plus the clock margin
+/// when it was written, in milliseconds.
+const STUB_FLOOR: &str = "stubFloorMillis";
+
 /// The longest operator's reason for a cancel that a record keeps, in bytes.
 const CANCEL_REASON_LIMIT: usize = 1024;
 
@@ -999,7 +1004,12 @@ impl RecoveryWorker {
     /// plus the clock margin after that (read once per collection that has
     /// such records: a retry sent inside the window whose first attempt
     /// lost its answer can land its record live until its own lease has
-    /// passed, and must find the id taken); stubs past it are removed. The
+    /// passed, and must find the id taken); stubs past it are removed, once
+    /// the window and the longest lease registered now plus the margin
+    /// have passed as well (read again before the removal: a run under the
+    /// key sent inside the window through a coordinator that registered a
+    /// longer lease after the stub was written can land its record until
+    /// that lease has passed). The
     /// window is the longer of this worker's and the one the record was
     /// written with
     /// ([`CoordinatorConfig::idempotency_window`](crate::CoordinatorConfig::idempotency_window)). Returns how many
@@ -1116,13 +1126,15 @@ impl RecoveryWorker {
         // can land its create live until its own lease has passed, and must
         // meet the id taken.
         // How long a stub outlives its window.
-        let past_window = if due.iter().any(|(record, _)| record.keyed) {
-            engine
-                .registered_lease()
-                .await?
-                .saturating_add(engine.margin_millis())
+        let floor = if due.iter().any(|(record, _)| record.keyed) {
+            Some(
+                engine
+                    .registered_lease()
+                    .await?
+                    .saturating_add(engine.margin_millis()),
+            )
         } else {
-            0
+            None
         };
         let due: Vec<_> = due
             .into_iter()
@@ -1137,7 +1149,7 @@ impl RecoveryWorker {
                 // window by the longest lease plus the margin.
                 let window = window
                     .max(record.idempotency_millis.unwrap_or(0))
-                    .saturating_add(past_window);
+                    .saturating_add(floor.unwrap_or(0));
                 let keep_until = (record.keyed
                     && finished.saturating_add(window) > now.timestamp_millis())
                 .then(|| bson::DateTime::from_millis(finished.saturating_add(window)));
@@ -1202,8 +1214,14 @@ impl RecoveryWorker {
                     if let Some(token) = &record.token {
                         filter.insert("token", token.as_str());
                     }
-                    let stub =
-                        doc! { "$set": { "participants": [], "history": [], "stubUntil": until } };
+                    // With the floor its end counted: a longer lease
+                    // registered later keeps it longer (below).
+                    let stub = doc! { "$set": {
+                        "participants": [],
+                        "history": [],
+                        "stubUntil": until,
+                        STUB_FLOOR: floor.unwrap_or(0),
+                    } };
                     stubs.push((filter, stub));
                 }
                 None => ids.push(Bson::String(record.id.as_str().to_owned())),
@@ -1299,12 +1317,30 @@ impl RecoveryWorker {
                 done(result, &mut removed)?;
             }
             // Stubs whose idempotency window has passed, in one request.
+            // A stub's end counted the longest lease registered when it was
+            // written; a run under its key sent inside the window registered
+            // its own lease before its create, so before this read (`now`
+            // is past the window's end): a stub goes once the floor read
+            // now has passed too. One whose own floor covers it goes at its
+            // end; any other (one written under a shorter registered lease,
+            // or by a version that kept no floor) once the window's end and
+            // the floor now have passed, which its end plus that floor is
+            // surely not before.
+            let floor = match floor {
+                Some(floor) => floor,
+                None => match engine.registered_lease().await {
+                    Ok(lease) => lease.saturating_add(engine.margin_millis()),
+                    Err(e) => return done(Err(e), &mut removed),
+                },
+            };
+            let unfloored =
+                bson::DateTime::from_millis(now.timestamp_millis().saturating_sub(floor));
+            let expired = doc! { "$or": [
+                { "stubUntil": { "$lte": now }, STUB_FLOOR: { "$gte": floor } },
+                { "stubUntil": { "$lte": unfloored } },
+            ] };
             let result = engine
-                .retry(|| {
-                    engine
-                        .records()
-                        .delete_many(&ns, doc! { "stubUntil": { "$lte": now } })
-                })
+                .retry(|| engine.records().delete_many(&ns, expired.clone()))
                 .await;
             done(result.map(|n| n as usize), &mut removed)
         }

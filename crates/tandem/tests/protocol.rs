@@ -1260,8 +1260,9 @@ async fn a_retried_create_under_the_longest_lease_meeting_a_taken_id_is_interrup
 
 /// Garbage collection goes in batches, not record by record: 600 finished
 /// transfers are collected with a clock reading, one page of the scan, two
-/// deletes (up to 500 records each), the removal of expired stubs and one
-/// update dropping the two accounts' credit sums.
+/// deletes (up to 500 records each), the read of the longest registered
+/// lease and the removal of expired stubs, and one update dropping the two
+/// accounts' credit sums.
 #[tokio::test]
 async fn garbage_collection_removes_records_in_batches() {
     let (store, clock, _) = bank(&["A", "B"], 1000).await;
@@ -1281,8 +1282,8 @@ async fn garbage_collection_removes_records_in_batches() {
     );
     assert_eq!(
         store.command_count() - before,
-        6,
-        "now, find, 2 deletes, stubs, credit sums"
+        7,
+        "now, find, 2 deletes, registered lease, stubs, credit sums"
     );
     assert!(store.documents(&records()).is_empty());
 }
