@@ -387,7 +387,10 @@ pub enum TxError {
     Duplicate {
         /// The id.
         id: TxId,
-        /// The state of the existing record (or of its stub), if it could be read.
+        /// The state of the existing record (or of its stub), if it could be
+        /// read; `None` too where that record was written by a late copy of
+        /// a create ([`TxRecord::is_inert`](crate::TxRecord::is_inert)),
+        /// whose state says nothing of the run that sent it.
         state: Option<TxState>,
     },
     /// A participant refused its change, and the transaction is decided

@@ -430,6 +430,16 @@ impl TxRecord {
         written_late(self.created, self.create_by)
     }
 
+    /// What a run under the same id that meets this record is told of the
+    /// run that took the id ([`TxError::Duplicate`](crate::TxError::Duplicate)'s
+    /// `state`): its state, or `None` for an inert record, whose state
+    /// (`canceled` once recovery saw it) is that of a late copy of a create
+    /// and says nothing of the run that sent it, which may have committed
+    /// under a live record since collected.
+    pub fn state_for_duplicate(&self) -> Option<TxState> {
+        (!self.is_inert()).then_some(self.state)
+    }
+
     /// Whether the lease has ended at `now` (a time from the store's clock).
     pub fn lease_expired(&self, now: bson::DateTime) -> bool {
         match self.lease_expires() {

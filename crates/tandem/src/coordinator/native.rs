@@ -248,7 +248,12 @@ impl Coordinator {
                         return Ok(None);
                     }
                 }
-                let state = engine.load(id).await.ok().flatten().map(|r| r.state);
+                let state = engine
+                    .load(id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|r| r.state_for_duplicate());
                 Ok(Some(state))
             }
             Err(e) => Err(e),
@@ -486,7 +491,13 @@ impl Coordinator {
                     == Some(participant.as_str()) =>
             {
                 // Nothing of this one was written: the transaction aborted.
-                let state = self.engine.load(&id).await.ok().flatten().map(|r| r.state);
+                let state = self
+                    .engine
+                    .load(&id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|r| r.state_for_duplicate());
                 Err(TxError::Duplicate { id, state })
             }
             Err(NativeFailure::InDoubt(source)) => Err(TxError::Interrupted {

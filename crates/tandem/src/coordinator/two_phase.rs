@@ -701,7 +701,7 @@ impl Coordinator {
             let other = engine.load(&live.id).await.map_err(interrupted)?;
             return Err(TxError::Duplicate {
                 id: live.id.clone(),
-                state: other.map(|r| r.state),
+                state: other.and_then(|r| r.state_for_duplicate()),
             });
         }
     }
