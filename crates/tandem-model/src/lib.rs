@@ -734,7 +734,14 @@
 //!     rule with the finish moved `W` later: the runs it holds back are
 //!     those begun before `finish + W`, as the model's are those begun
 //!     before the finish (a stub update is a collection step with the
-//!     delete's conditions, below).
+//!     delete's conditions, below). The registry read that goes with the
+//!     moved finish is the one before the stub's removal, after
+//!     `finish + W`: the floor read when the stub was written, before
+//!     `finish + W`, misses a coordinator that registered a longer lease
+//!     in between and retried inside the window (the code's
+//!     `a_stub_outlives_a_longer_lease_registered_after_it_was_written`,
+//!     which paid twice when the removal trusted the stub's own end), so
+//!     the code reads the registry again before removing stubs.
 //!   - *A registration's lost answer*: the `$max` is idempotent and only
 //!     raises, and a coordinator sends no create before one registration
 //!     answered (else it answers with no record written), so a late copy
