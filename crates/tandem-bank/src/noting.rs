@@ -177,6 +177,9 @@ impl<S: Store> Store for Noting<S> {
     async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {
         self.inner.ensure_index(ns, index).await
     }
+    async fn drop_index(&self, ns: &Namespace, name: &str) -> Result<(), StoreError> {
+        self.inner.drop_index(ns, name).await
+    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,8 @@ pub enum Command {
     Find,
     /// `createIndexes`.
     CreateIndexes,
+    /// `dropIndexes`.
+    DropIndexes,
     /// `commitTransaction` of a native transaction (each attempt the store
     /// sends; the driver's own second attempt is not seen).
     CommitTransaction,
@@ -59,6 +61,7 @@ impl Command {
             Command::FindOne => "find_one",
             Command::Find => "find",
             Command::CreateIndexes => "ensure_index",
+            Command::DropIndexes => "drop_index",
             Command::CommitTransaction => "commit_transaction",
             Command::AbortTransaction => "abort_transaction",
             Command::KillSessions => "kill_sessions",
@@ -117,6 +120,8 @@ pub struct CommandCounts {
     pub find: u64,
     /// `createIndexes` commands of `ensure_index`.
     pub create_indexes: u64,
+    /// `dropIndexes` commands of `drop_index`.
+    pub drop_indexes: u64,
     /// `commitTransaction` commands of native transactions.
     pub commit_transaction: u64,
     /// `abortTransaction` commands of native transactions.
@@ -150,6 +155,7 @@ impl CommandCounts {
             Command::FindOne => self.find_one,
             Command::Find => self.find,
             Command::CreateIndexes => self.create_indexes,
+            Command::DropIndexes => self.drop_indexes,
             Command::CommitTransaction => self.commit_transaction,
             Command::AbortTransaction => self.abort_transaction,
             Command::KillSessions => self.kill_sessions,
@@ -172,6 +178,7 @@ pub(crate) struct Counters {
     find_one: AtomicU64,
     find: AtomicU64,
     create_indexes: AtomicU64,
+    drop_indexes: AtomicU64,
     commit_transaction: AtomicU64,
     abort_transaction: AtomicU64,
     kill_sessions: AtomicU64,
@@ -196,6 +203,7 @@ impl Counters {
             Command::FindOne => &self.find_one,
             Command::Find => &self.find,
             Command::CreateIndexes => &self.create_indexes,
+            Command::DropIndexes => &self.drop_indexes,
             Command::CommitTransaction => &self.commit_transaction,
             Command::AbortTransaction => &self.abort_transaction,
             Command::KillSessions => &self.kill_sessions,
@@ -245,6 +253,7 @@ impl Counters {
             find_one: get(&self.find_one),
             find: get(&self.find),
             create_indexes: get(&self.create_indexes),
+            drop_indexes: get(&self.drop_indexes),
             commit_transaction: get(&self.commit_transaction),
             abort_transaction: get(&self.abort_transaction),
             kill_sessions: get(&self.kill_sessions),

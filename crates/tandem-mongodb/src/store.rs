@@ -724,6 +724,29 @@ impl Store for MongoStore {
         })
         .await
     }
+
+    async fn drop_index(&self, ns: &Namespace, name: &str) -> Result<(), StoreError> {
+        // `NamespaceNotFound` (26) and `IndexNotFound` (27): nothing to drop.
+        const ABSENT: [i32; 2] = [26, 27];
+        let coll = self.collection(ns);
+        let ns_name = ns.to_string();
+        self.run(Command::DropIndexes, &ns_name, || {
+            let coll = coll.clone();
+            let name = name.to_owned();
+            async move {
+                match coll.drop_index(name).await {
+                    Err(e)
+                        if matches!(&*e.kind,
+                            mongodb::error::ErrorKind::Command(c) if ABSENT.contains(&c.code)) =>
+                    {
+                        Ok(())
+                    }
+                    other => other,
+                }
+            }
+        })
+        .await
+    }
 }
 
 #[async_trait]

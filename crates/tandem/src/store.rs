@@ -443,6 +443,14 @@ pub trait Store: Send + Sync + 'static {
         let _ = (ns, index);
         Ok(())
     }
+
+    /// `dropIndexes` of the index named `name`, idempotently: an index (or
+    /// a collection) that does not exist is not an error. Stores without
+    /// indexes may do nothing.
+    async fn drop_index(&self, ns: &Namespace, name: &str) -> Result<(), StoreError> {
+        let _ = (ns, name);
+        Ok(())
+    }
 }
 
 /// A shared store is a store: `Arc<dyn Store>` plugs in wherever a store is expected.
@@ -555,5 +563,8 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn ensure_index(&self, ns: &Namespace, index: IndexSpec) -> Result<(), StoreError> {
         (**self).ensure_index(ns, index).await
+    }
+    async fn drop_index(&self, ns: &Namespace, name: &str) -> Result<(), StoreError> {
+        (**self).drop_index(ns, name).await
     }
 }

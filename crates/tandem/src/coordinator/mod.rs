@@ -26,6 +26,10 @@ mod native;
 mod transaction;
 mod two_phase;
 
+/// The TTL index on stubs' `stubUntil` that earlier versions' `ensure_ttl`
+/// made, which it now drops.
+const STUB_TTL_INDEX: &str = "tandem_stubUntil_ttl";
+
 /// `age` in the whole seconds of a TTL index, rounded up (never below the
 /// age checked), or [`StoreErrorKind::BadRequest`] naming `what` where it
 /// is longer than [`MAX_TTL_SECS`](crate::config::MAX_TTL_SECS): the sum overflowed for
@@ -234,8 +238,11 @@ impl Coordinator {
     /// Records of caller-chosen ids (idempotency keys) are not expired by
     /// this index: [`RecoveryWorker::collect_garbage`] turns them into stubs
     /// kept for the idempotency window and then the longest registered
-    /// lease plus the clock margin, which a second TTL index (on
-    /// `stubUntil`) then removes.
+    /// lease plus the clock margin, and removes them itself, reading the
+    /// registered leases again first. No TTL index removes stubs: it could
+    /// not see a longer lease registered after a stub was written. This
+    /// call drops the one earlier versions made (`tandem_stubUntil_ttl`),
+    /// if it is there: call it again after upgrading.
     ///
     /// `after` must be at least the lease plus the clock margin, as for
     /// [`RecoveryWorker::collect_garbage`] (the longer of this
@@ -298,17 +305,11 @@ impl Coordinator {
                 },
             )
             .await?;
-        records
-            .ensure_index(
-                &ns,
-                IndexSpec {
-                    name: "tandem_stubUntil_ttl".into(),
-                    keys: doc! { "stubUntil": 1 },
-                    expire_after_secs: Some(0),
-                    partial_filter: None,
-                },
-            )
-            .await
+        // Stubs are removed by garbage collection alone, which reads the
+        // registered leases again before it removes one (a lease registered
+        // after a stub was written keeps it longer); a TTL index on
+        // `stubUntil`, which earlier versions made here, cannot.
+        records.drop_index(&ns, STUB_TTL_INDEX).await
     }
 
     /// Creates the index on the marker field of a participant collection (idempotent),

@@ -556,6 +556,13 @@ impl Store for MemoryStore {
         let _ = (ns, index);
         Ok(())
     }
+
+    /// There are no indexes: does nothing (but counts as a call).
+    async fn drop_index(&self, ns: &Namespace, name: &str) -> Result<(), StoreError> {
+        self.count_command();
+        let _ = (ns, name);
+        Ok(())
+    }
 }
 
 /// The collection `ns`, created empty if needed.

@@ -469,4 +469,9 @@ impl Store for FaultStore {
         let answer = self.inner.ensure_index(ns, index).await;
         self.answered(lose, answer)
     }
+    async fn drop_index(&self, ns: &Namespace, name: &str) -> Result<(), StoreError> {
+        let lose = self.gate().await?;
+        let answer = self.inner.drop_index(ns, name).await;
+        self.answered(lose, answer)
+    }
 }

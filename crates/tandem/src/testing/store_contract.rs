@@ -90,6 +90,7 @@ macro_rules! __store_contract_list {
             missing_collections_are_empty,
             update_each_is_unordered,
             ensure_index_is_idempotent,
+            drop_index_is_idempotent,
             inc_of_a_string_is_a_type_mismatch,
             push_to_a_non_array_is_a_type_mismatch,
             inc_promotes_and_overflows,
@@ -1465,6 +1466,38 @@ pub async fn ensure_index_is_idempotent<F: StoreFactory + ?Sized>(factory: &F, d
         .await,
         int_ids(&[1])
     );
+}
+
+/// `drop_index` drops an index by name and may be called again once it is
+/// gone, or for a collection that does not exist; the collection's
+/// documents stay.
+pub async fn drop_index_is_idempotent<F: StoreFactory + ?Sized>(factory: &F, db: &str) {
+    let store = factory.fresh().await;
+    let ns = Namespace::new(db, "txns");
+    store
+        .ensure_index(
+            &ns,
+            IndexSpec {
+                name: "expires".into(),
+                keys: doc! { "expiresAt": 1 },
+                expire_after_secs: Some(0),
+                partial_filter: None,
+            },
+        )
+        .await
+        .expect("the TTL index");
+    seed(store.as_ref(), &ns, vec![doc! { "_id": 1, "n": 1 }]).await;
+    for _ in 0..2 {
+        store
+            .drop_index(&ns, "expires")
+            .await
+            .expect("dropped, or already gone");
+    }
+    store
+        .drop_index(&Namespace::new(db, "never_written"), "expires")
+        .await
+        .expect("no collection, nothing to drop");
+    assert_eq!(ids(store.as_ref(), &ns, doc! {}).await, int_ids(&[1]));
 }
 
 /// `$inc` of a string fails with [`StoreErrorKind::TypeMismatch`] (code 14),
