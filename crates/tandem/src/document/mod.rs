@@ -626,12 +626,47 @@ pub(crate) fn document_key(kind: &str, spec: &Document) -> Option<Vec<u8>> {
         return None;
     }
     let ns = spec.get_document("namespace").ok()?;
+    let db = ns.get_str("db").ok()?;
+    let collection = ns.get_str("collection").ok()?;
+    let id = spec.get("id")?;
+    // A string `_id` (the common case; a symbol's canonical form is the
+    // string) is written out directly, without building the document.
+    if let Bson::String(text) | Bson::Symbol(text) = id {
+        if let Some(key) = strings_key([("db", db), ("collection", collection), ("id", text)]) {
+            return Some(key);
+        }
+    }
     let key = doc! {
-        "db": ns.get_str("db").ok()?,
-        "collection": ns.get_str("collection").ok()?,
-        "id": canonical_id(spec.get("id")?),
+        "db": db,
+        "collection": collection,
+        "id": canonical_id(id),
     };
     bson::to_vec(&key).ok()
+}
+
+/// The BSON of a document of string fields, byte for byte as `bson::to_vec`
+/// writes it (its length, then each field as type 2, its name, the length
+/// of its value with the terminating zero, the value and a zero, then a
+/// zero); `None` for one too large to say its length.
+fn strings_key<const N: usize>(fields: [(&str, &str); N]) -> Option<Vec<u8>> {
+    let len = 4
+        + fields
+            .iter()
+            .map(|(name, value)| 1 + name.len() + 1 + 4 + value.len() + 1)
+            .sum::<usize>()
+        + 1;
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(&i32::try_from(len).ok()?.to_le_bytes());
+    for (name, value) in fields {
+        out.push(0x02);
+        out.extend_from_slice(name.as_bytes());
+        out.push(0);
+        out.extend_from_slice(&i32::try_from(value.len() + 1).ok()?.to_le_bytes());
+        out.extend_from_slice(value.as_bytes());
+        out.push(0);
+    }
+    out.push(0);
+    Some(out)
 }
 
 /// `id` with every number in one form per value: an integral number that fits

@@ -127,3 +127,26 @@ fn decimal_integers_are_read_exactly() {
         assert_eq!(decimal_integer(text), value, "{text}");
     }
 }
+
+/// A string `_id`'s key, written out directly, is the BSON `bson::to_vec`
+/// writes for the document it stands for.
+#[test]
+fn a_string_key_is_the_bson_of_its_document() {
+    for (db, collection, id) in [
+        ("bank", "accounts", Bson::String("acct-00001".into())),
+        ("", "", Bson::String(String::new())),
+        ("d\u{e9}j\u{e0}", "a.b", Bson::Symbol("s\0x".into())),
+    ] {
+        let spec = bson::doc! {
+            "namespace": { "db": db, "collection": collection },
+            "id": id.clone(),
+        };
+        let text = match &id {
+            Bson::String(s) | Bson::Symbol(s) => s.clone(),
+            _ => unreachable!(),
+        };
+        let written = bson::to_vec(&bson::doc! { "db": db, "collection": collection, "id": text })
+            .expect("a document of strings is written");
+        assert_eq!(super::document_key(super::KIND, &spec), Some(written));
+    }
+}
