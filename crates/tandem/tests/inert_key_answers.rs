@@ -9,29 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use tandem::testing::FaultStore;
-use tandem::{
-    CommitPoint, Coordinator, DocumentChange, RecoveryConfig, Store, Transaction, TxError, TxState,
-};
-
-fn pay(amount: i64) -> Transaction {
-    Transaction::with_id("order-12")
-        .change(
-            DocumentChange::update(accounts(), "A")
-                .inc("balance", -amount)
-                .require_gte("balance", amount),
-        )
-        .change(DocumentChange::update(accounts(), "B").inc("balance", amount))
-}
-
-fn coordinator(store: impl Store, window: Duration) -> Coordinator {
-    Coordinator::builder(store)
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .idempotency_window(window)
-        .commit_point(CommitPoint::Done)
-        .early_commit(false)
-        .build()
-}
+use tandem::{Store, TxError, TxState};
 
 /// A payment under a key commits; a copy of the request that wrote its
 /// record is held in the network. The record becomes a stub, and the stub
@@ -47,8 +25,8 @@ async fn a_retry_meeting_an_inert_record_is_not_told_canceled() {
     let (store, clock, _) = bank(&["A", "B"], 100).await;
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     let faulty = FaultStore::new(shared.clone()).keeping_upserts();
-    let first = coordinator(faulty.clone(), window)
-        .run(pay(10))
+    let first = keyed_coordinator(faulty.clone(), LEASE, window)
+        .run(keyed_payment("order-12", 10))
         .await
         .expect("the first payment commits");
     assert_eq!(first.state, TxState::Done);
@@ -59,14 +37,7 @@ async fn a_retry_meeting_an_inert_record_is_not_told_canceled() {
         .expect("the record was written by an upsert");
 
     // A stub, then gone after the window.
-    let collector = Coordinator::builder_shared(shared.clone())
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .build()
-        .recovery(RecoveryConfig {
-            idempotency_window: window,
-            ..RecoveryConfig::default()
-        });
+    let collector = window_collector(shared.clone(), window);
     clock.advance(Duration::from_millis(1_500));
     collector.collect_garbage(LEASE).await.expect("collection");
     clock.advance(Duration::from_millis(11_000));
@@ -78,7 +49,9 @@ async fn a_retry_meeting_an_inert_record_is_not_told_canceled() {
     clock.advance(LEASE * 4);
     collector.run_once().await.expect("recovery pass");
 
-    let answer = coordinator(shared.clone(), window).run(pay(10)).await;
+    let answer = keyed_coordinator(shared.clone(), LEASE, window)
+        .run(keyed_payment("order-12", 10))
+        .await;
     assert_eq!(
         (balance(&store, "A").await, balance(&store, "B").await),
         (90, 110),

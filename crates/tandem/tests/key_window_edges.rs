@@ -8,17 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use tandem::testing::FaultStore;
-use tandem::{CommitPoint, Coordinator, RecoveryConfig, Store, TxState};
-
-fn coordinator(store: impl Store, window: Duration) -> Coordinator {
-    Coordinator::builder(store)
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .idempotency_window(window)
-        .commit_point(CommitPoint::Done)
-        .early_commit(false)
-        .build()
-}
+use tandem::{Store, TxState};
 
 /// A payment under a key commits; 9.5 s later, inside its 10 s window,
 /// the caller retries. The retry's create loses its answer on the way (its
@@ -44,7 +34,7 @@ async fn a_retry_inside_the_window_whose_create_lands_after_it_pays_nothing() {
         .await
         .unwrap();
     let shared: Arc<dyn Store> = Arc::new(store.clone());
-    let first = coordinator(shared.clone(), window)
+    let first = keyed_coordinator(shared.clone(), LEASE, window)
         .run(keyed_payment("order-9", 10))
         .await
         .expect("the first payment commits");
@@ -53,7 +43,7 @@ async fn a_retry_inside_the_window_whose_create_lands_after_it_pays_nothing() {
     // Inside the window, the caller retries.
     clock.advance(Duration::from_millis(9_500));
     let faulty = FaultStore::new(shared.clone()).keeping_upserts();
-    let second = coordinator(faulty.clone(), window);
+    let second = keyed_coordinator(faulty.clone(), LEASE, window);
     second
         .register_lease()
         .await
@@ -72,14 +62,7 @@ async fn a_retry_inside_the_window_whose_create_lands_after_it_pays_nothing() {
 
     // The window ends; collection runs; the lost create lands in time.
     clock.advance(Duration::from_millis(600));
-    let collector = Coordinator::builder_shared(shared.clone())
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .build()
-        .recovery(RecoveryConfig {
-            idempotency_window: window,
-            ..RecoveryConfig::default()
-        });
+    let collector = window_collector(shared.clone(), window);
     collector.collect_garbage(LEASE).await.expect("collection");
     let create = faulty
         .upserts()

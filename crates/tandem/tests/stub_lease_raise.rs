@@ -8,29 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use tandem::testing::FaultStore;
-use tandem::{
-    CommitPoint, Coordinator, DocumentChange, RecoveryConfig, Store, Transaction, TxState,
-};
-
-fn pay(amount: i64) -> Transaction {
-    Transaction::with_id("order-11")
-        .change(
-            DocumentChange::update(accounts(), "A")
-                .inc("balance", -amount)
-                .require_gte("balance", amount),
-        )
-        .change(DocumentChange::update(accounts(), "B").inc("balance", amount))
-}
-
-fn coordinator(store: impl Store, lease: Duration, window: Duration) -> Coordinator {
-    Coordinator::builder(store)
-        .lease(lease)
-        .clock_margin(Duration::ZERO)
-        .idempotency_window(window)
-        .commit_point(CommitPoint::Done)
-        .early_commit(false)
-        .build()
-}
+use tandem::{Store, TxState};
 
 /// A payment under a key commits through a coordinator with a 1 s lease,
 /// the only one registered so far; a collection right after makes its
@@ -58,21 +36,14 @@ async fn a_stub_outlives_a_longer_lease_registered_after_it_was_written() {
         .await
         .unwrap();
     let shared: Arc<dyn Store> = Arc::new(store.clone());
-    let first = coordinator(shared.clone(), LEASE, window)
-        .run(pay(10))
+    let first = keyed_coordinator(shared.clone(), LEASE, window)
+        .run(keyed_payment("order-11", 10))
         .await
         .expect("the first payment commits");
     assert_eq!(first.state, TxState::Done);
 
     // A collection at the smallest age: the record becomes a stub.
-    let collector = Coordinator::builder_shared(shared.clone())
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .build()
-        .recovery(RecoveryConfig {
-            idempotency_window: window,
-            ..RecoveryConfig::default()
-        });
+    let collector = window_collector(shared.clone(), window);
     clock.advance(Duration::from_millis(1_500));
     assert_eq!(
         collector.collect_garbage(LEASE).await.expect("collection"),
@@ -87,7 +58,7 @@ async fn a_stub_outlives_a_longer_lease_registered_after_it_was_written() {
     // longer lease, registered before its create.
     clock.advance(Duration::from_millis(8_000));
     let faulty = FaultStore::new(shared.clone()).keeping_upserts();
-    let second = coordinator(faulty.clone(), long, window);
+    let second = keyed_coordinator(faulty.clone(), long, window);
     second
         .register_lease()
         .await
@@ -98,7 +69,7 @@ async fn a_stub_outlives_a_longer_lease_registered_after_it_was_written() {
     let base = faulty.ops();
     let faulty = faulty.lose_at(base + 1);
     let pause = faulty.pause_at(base + 4);
-    let run = tokio::spawn(async move { second.run(pay(10)).await });
+    let run = tokio::spawn(async move { second.run(keyed_payment("order-11", 10)).await });
     pause
         .reached
         .await
@@ -143,21 +114,14 @@ async fn a_stub_kept_for_a_later_lease_still_goes() {
     let long = Duration::from_secs(30);
     let (store, clock, _) = bank(&["A", "B"], 100).await;
     let shared: Arc<dyn Store> = Arc::new(store.clone());
-    coordinator(shared.clone(), LEASE, window)
-        .run(pay(10))
+    keyed_coordinator(shared.clone(), LEASE, window)
+        .run(keyed_payment("order-11", 10))
         .await
         .expect("the first payment commits");
-    let collector = Coordinator::builder_shared(shared.clone())
-        .lease(LEASE)
-        .clock_margin(Duration::ZERO)
-        .build()
-        .recovery(RecoveryConfig {
-            idempotency_window: window,
-            ..RecoveryConfig::default()
-        });
+    let collector = window_collector(shared.clone(), window);
     clock.advance(Duration::from_millis(1_500));
     collector.collect_garbage(LEASE).await.expect("collection");
-    coordinator(shared.clone(), long, window)
+    keyed_coordinator(shared.clone(), long, window)
         .register_lease()
         .await
         .expect("registering the lease");
@@ -173,8 +137,8 @@ async fn a_stub_kept_for_a_later_lease_still_goes() {
     clock.advance(Duration::from_millis(31_000));
     collector.collect_garbage(LEASE).await.expect("collection");
     assert_eq!(get(&store, &records(), "order-11").await, None);
-    let again = coordinator(shared.clone(), LEASE, window)
-        .run(pay(10))
+    let again = keyed_coordinator(shared.clone(), LEASE, window)
+        .run(keyed_payment("order-11", 10))
         .await
         .expect("the key runs again once its stub is gone");
     assert_eq!(again.state, TxState::Done);

@@ -63,6 +63,39 @@ pub fn transfer(from: &str, to: &str, amount: i64) -> tandem::Transaction {
     moves(tandem::Transaction::new(), from, to, amount)
 }
 
+/// A coordinator for the idempotency-window tests: `lease`, no clock
+/// margin, the window `window`, answering at `done` and committing at the
+/// move to `applied`.
+pub fn keyed_coordinator(
+    store: impl Store,
+    lease: std::time::Duration,
+    window: std::time::Duration,
+) -> tandem::Coordinator {
+    tandem::Coordinator::builder(store)
+        .lease(lease)
+        .clock_margin(std::time::Duration::ZERO)
+        .idempotency_window(window)
+        .commit_point(tandem::CommitPoint::Done)
+        .early_commit(false)
+        .build()
+}
+
+/// A collector (recovery worker) with [`LEASE`], no clock margin and the
+/// idempotency window `window`.
+pub fn window_collector(
+    store: Arc<dyn Store>,
+    window: std::time::Duration,
+) -> tandem::RecoveryWorker {
+    tandem::Coordinator::builder_shared(store)
+        .lease(LEASE)
+        .clock_margin(std::time::Duration::ZERO)
+        .build()
+        .recovery(tandem::RecoveryConfig {
+            idempotency_window: window,
+            ..tandem::RecoveryConfig::default()
+        })
+}
+
 /// A payment of `amount` from A to B under the idempotency key `key`,
 /// guarded by A's `balance >= amount`.
 pub fn keyed_payment(key: &str, amount: i64) -> tandem::Transaction {
