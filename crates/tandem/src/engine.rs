@@ -300,6 +300,17 @@ impl Engine {
         }
     }
 
+    /// What a run meeting the record under `id` is told of the run that
+    /// took the id ([`TxRecord::state_for_duplicate`]); `None` also where
+    /// the record could not be read, or is gone.
+    pub(crate) async fn duplicate_state(&self, id: &TxId) -> Option<crate::record::TxState> {
+        self.load(id)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|r| r.state_for_duplicate())
+    }
+
     /// Reads a record.
     pub async fn load(&self, id: &TxId) -> Result<Option<TxRecord>, StoreError> {
         let ns = self.records_ns();

@@ -248,12 +248,7 @@ impl Coordinator {
                         return Ok(None);
                     }
                 }
-                let state = engine
-                    .load(id)
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|r| r.state_for_duplicate());
+                let state = engine.duplicate_state(id).await;
                 Ok(Some(state))
             }
             Err(e) => Err(e),
@@ -491,13 +486,7 @@ impl Coordinator {
                     == Some(participant.as_str()) =>
             {
                 // Nothing of this one was written: the transaction aborted.
-                let state = self
-                    .engine
-                    .load(&id)
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|r| r.state_for_duplicate());
+                let state = self.engine.duplicate_state(&id).await;
                 Err(TxError::Duplicate { id, state })
             }
             Err(NativeFailure::InDoubt(source)) => Err(TxError::Interrupted {
